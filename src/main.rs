@@ -1,0 +1,4 @@
+pub mod proto {
+    tonic::include_proto!("rankwatch.v1");
+}
+fn main() {}
