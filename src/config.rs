@@ -1,0 +1,373 @@
+//! Settings: TOML file, `RANKWATCH_*` environment variables and flags, with
+//! defaults and validation. Precedence: flag, environment, file, default.
+
+use crate::event::{GradeTable, Nanos, Validator};
+use crate::join::JoinSettings;
+use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A setting that is missing, malformed or out of range.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    /// The config file is not valid TOML for rankwatch.
+    #[error("config file {path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    /// A value is out of range.
+    #[error("setting `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, message: message.into() }
+}
+
+/// Gain setting as written in configs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GainName {
+    Linear,
+    Exponential,
+}
+
+/// Discount setting as written in configs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscountName {
+    /// `log2(j + 1)`.
+    Log2,
+    /// `max(1, log_base j)`.
+    Jarvelin,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write durations like 300ms, 30s, 5m, 1h)"))
+}
+
+fn parse_grade(text: &str) -> Result<(String, f64), String> {
+    let (name, grade) = text.split_once('=').ok_or_else(|| format!("{text:?} is not TYPE=GRADE, e.g. click=1"))?;
+    let grade: f64 = grade.trim().parse().map_err(|_| format!("grade of {name:?} is not a number"))?;
+    Ok((name.trim().to_owned(), grade))
+}
+
+fn nanos(duration: Duration) -> Nanos {
+    Nanos::try_from(duration.as_nanos()).unwrap_or(Nanos::MAX)
+}
+
+mod duration_serde {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map(Some).map_err(serde::de::Error::custom)
+    }
+
+    pub fn many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Duration>>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts.iter().map(|t| super::parse_duration(t).map_err(serde::de::Error::custom)).collect::<Result<_, _>>().map(Some)
+    }
+}
+
+/// The TOML config file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    grpc_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    attribution_window: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    allowed_lateness: Option<Duration>,
+    wall_clock_advance: Option<bool>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    max_future_skew: Option<Duration>,
+    k: Option<Vec<usize>>,
+    gain: Option<GainName>,
+    discount: Option<DiscountName>,
+    log_base: Option<f64>,
+    half_life: Option<f64>,
+    #[serde(default, deserialize_with = "duration_serde::many")]
+    windows: Option<Vec<Duration>>,
+    grades: Option<BTreeMap<String, f64>>,
+    state_dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    snapshot_interval: Option<Duration>,
+    max_items: Option<usize>,
+    max_groups: Option<usize>,
+    max_open_impressions: Option<usize>,
+    max_waiting_interactions: Option<usize>,
+    max_message_size: Option<usize>,
+    max_streams: Option<usize>,
+    max_inflight_batches: Option<usize>,
+}
+
+impl FileSettings {
+    /// Reads `path`, or nothing when no file is given.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let Some(path) = path else { return Ok(Self::default()) };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+    }
+}
+
+/// Join and metric settings, shared by `serve` and `replay`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct EngineArgs {
+    /// TOML config file; flags and RANKWATCH_* variables override its keys.
+    #[arg(long, env = "RANKWATCH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// How long after an impression its interactions count [default: 5m].
+    #[arg(long, env = "RANKWATCH_ATTRIBUTION_WINDOW", value_parser = parse_duration)]
+    pub attribution_window: Option<Duration>,
+    /// How far the watermark trails the latest event time [default: 30s].
+    #[arg(long, env = "RANKWATCH_ALLOWED_LATENESS", value_parser = parse_duration)]
+    pub allowed_lateness: Option<Duration>,
+    /// Cutoffs K, comma-separated [default: 1,5,10,20].
+    #[arg(long, env = "RANKWATCH_K", value_delimiter = ',')]
+    pub k: Option<Vec<usize>>,
+    /// Gain of DCG, nDCG and half-life utility [default: linear].
+    #[arg(long, env = "RANKWATCH_GAIN")]
+    pub gain: Option<GainName>,
+    /// Discount of DCG and nDCG [default: log2, that is log2(j + 1)].
+    #[arg(long, env = "RANKWATCH_DISCOUNT")]
+    pub discount: Option<DiscountName>,
+    /// Logarithm base of the jarvelin discount [default: 2].
+    #[arg(long, env = "RANKWATCH_LOG_BASE")]
+    pub log_base: Option<f64>,
+    /// Half-life α of half-life utility, in ranks [default: 5].
+    #[arg(long, env = "RANKWATCH_HALF_LIFE")]
+    pub half_life: Option<f64>,
+    /// Grade of an interaction type, TYPE=GRADE, repeatable [default: click=1 add_to_cart=2 purchase=3].
+    #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade)]
+    pub grades: Option<Vec<(String, f64)>>,
+    /// Limit: most items in one impression; longer lists are rejected (too_many_items) [default: 1000].
+    #[arg(long, env = "RANKWATCH_MAX_ITEMS")]
+    pub max_items: Option<usize>,
+    /// Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group [default: 1000].
+    #[arg(long, env = "RANKWATCH_MAX_GROUPS")]
+    pub max_groups: Option<usize>,
+}
+
+/// Join and metric settings, resolved and validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineSettings {
+    pub attribution_window: Duration,
+    pub allowed_lateness: Duration,
+    pub k: Vec<usize>,
+    pub metrics: MetricSettings,
+    pub grades: GradeTable,
+    pub max_items: usize,
+    pub max_groups: usize,
+}
+
+impl EngineSettings {
+    /// Resolves flags and environment over `file` over defaults.
+    pub fn resolve(args: &EngineArgs, file: &FileSettings) -> Result<Self, ConfigError> {
+        let k = args.k.clone().or_else(|| file.k.clone()).unwrap_or_else(|| vec![1, 5, 10, 20]);
+        if k.is_empty() || k.contains(&0) {
+            return Err(invalid("k", "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20"));
+        }
+        let half_life = args.half_life.or(file.half_life).unwrap_or(5.0);
+        if !(half_life.is_finite() && half_life > 1.0) {
+            return Err(invalid("half_life", format!("{half_life} must be a number greater than 1")));
+        }
+        let log_base = args.log_base.or(file.log_base).unwrap_or(2.0);
+        if !(log_base.is_finite() && log_base > 1.0) {
+            return Err(invalid("log_base", format!("{log_base} must be a number greater than 1")));
+        }
+        let discount = match args.discount.or(file.discount).unwrap_or(DiscountName::Log2) {
+            DiscountName::Log2 => Discount::Log2,
+            DiscountName::Jarvelin => Discount::Jarvelin { base: log_base },
+        };
+        let gain = match args.gain.or(file.gain).unwrap_or(GainName::Linear) {
+            GainName::Linear => Gain::Linear,
+            GainName::Exponential => Gain::Exponential,
+        };
+        let grades = match (&args.grades, &file.grades) {
+            (Some(pairs), _) => GradeTable::new(pairs.iter().cloned()),
+            (None, Some(table)) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
+            (None, None) => GradeTable::default(),
+        };
+        if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| !(g.is_finite() && *g >= 0.0)) {
+            return Err(invalid("grades", format!("grade of {name:?} is {grade}; grades are finite numbers >= 0")));
+        }
+        let max_items = args.max_items.or(file.max_items).unwrap_or(1000);
+        let max_groups = args.max_groups.or(file.max_groups).unwrap_or(1000);
+        if max_items == 0 || max_groups == 0 {
+            return Err(invalid("max_items/max_groups", "limits must be at least 1"));
+        }
+        Ok(Self {
+            attribution_window: args.attribution_window.or(file.attribution_window).unwrap_or(Duration::from_secs(300)),
+            allowed_lateness: args.allowed_lateness.or(file.allowed_lateness).unwrap_or(Duration::from_secs(30)),
+            k,
+            metrics: MetricSettings { gain, discount, half_life },
+            grades,
+            max_items,
+            max_groups,
+        })
+    }
+
+    /// Join settings for an engine keeping rolling windows of `windows`.
+    pub fn join(&self, windows: &[Duration]) -> JoinSettings {
+        JoinSettings {
+            attribution_window: nanos(self.attribution_window),
+            allowed_lateness: nanos(self.allowed_lateness),
+            shards: 16,
+            max_groups: self.max_groups,
+            windows: windows.iter().map(|&w| nanos(w)).collect(),
+        }
+    }
+
+    /// The list evaluator for these settings.
+    pub fn evaluator(&self) -> ListEvaluator {
+        ListEvaluator::new(self.metrics.clone(), &self.k)
+    }
+
+    /// A validator; `max_future_skew` is `None` where there is no wall clock.
+    pub fn validator(&self, max_future_skew: Option<Duration>) -> Validator {
+        Validator { grades: self.grades.clone(), max_items: self.max_items, max_future_skew: max_future_skew.map(nanos) }
+    }
+}
+
+/// Settings of the server, beyond the engine's.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ServerArgs {
+    /// gRPC listen address [default: 127.0.0.1:50051].
+    #[arg(long, env = "RANKWATCH_GRPC_ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// HTTP listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9477].
+    #[arg(long, env = "RANKWATCH_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// Advance the watermark with the wall clock when traffic stops [default: true].
+    #[arg(long, env = "RANKWATCH_WALL_CLOCK_ADVANCE")]
+    pub wall_clock_advance: Option<bool>,
+    /// Reject events further ahead of the wall clock than this (time_in_future) [default: 5m].
+    #[arg(long, env = "RANKWATCH_MAX_FUTURE_SKEW", value_parser = parse_duration)]
+    pub max_future_skew: Option<Duration>,
+    /// Rolling windows of the exported gauges, comma-separated [default: 1m,5m,1h].
+    #[arg(long, env = "RANKWATCH_WINDOWS", value_delimiter = ',', value_parser = parse_duration)]
+    pub windows: Option<Vec<Duration>>,
+    /// Directory for saved state; none means no persistence.
+    #[arg(long, env = "RANKWATCH_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// How often state is saved to the state directory [default: 30s].
+    #[arg(long, env = "RANKWATCH_SNAPSHOT_INTERVAL", value_parser = parse_duration)]
+    pub snapshot_interval: Option<Duration>,
+    /// Limit: most open impressions; past it the oldest are finalized early and counted as shed [default: 1000000].
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS")]
+    pub max_open_impressions: Option<usize>,
+    /// Limit: most waiting interactions; past it the oldest give up and are counted as shed [default: 1000000].
+    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS")]
+    pub max_waiting_interactions: Option<usize>,
+    /// Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED) [default: 4194304].
+    #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE")]
+    pub max_message_size: Option<usize>,
+    /// Limit: most concurrent ingest streams; more are refused (RESOURCE_EXHAUSTED) [default: 256].
+    #[arg(long, env = "RANKWATCH_MAX_STREAMS")]
+    pub max_streams: Option<usize>,
+    /// Limit: batches queued for the engine across all streams before ingest waits (back-pressure) [default: 64].
+    #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES")]
+    pub max_inflight_batches: Option<usize>,
+}
+
+/// Server settings, resolved and validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSettings {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub wall_clock_advance: bool,
+    pub max_future_skew: Duration,
+    pub windows: Vec<Duration>,
+    pub state_dir: Option<PathBuf>,
+    pub snapshot_interval: Duration,
+    pub max_open_impressions: usize,
+    pub max_waiting_interactions: usize,
+    pub max_message_size: usize,
+    pub max_streams: usize,
+    pub max_inflight_batches: usize,
+}
+
+impl ServerSettings {
+    /// Resolves flags and environment over `file` over defaults.
+    pub fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Self, ConfigError> {
+        let windows = args
+            .windows
+            .clone()
+            .or_else(|| file.windows.clone())
+            .unwrap_or_else(|| vec![Duration::from_secs(60), Duration::from_secs(300), Duration::from_secs(3600)]);
+        if windows.is_empty() || windows.iter().any(|w| *w < Duration::from_secs(1)) {
+            return Err(invalid("windows", "give at least one window of 1s or more, e.g. 1m,5m,1h"));
+        }
+        let positive = |key: &'static str, value: usize| {
+            if value == 0 {
+                Err(invalid(key, "must be at least 1"))
+            } else {
+                Ok(value)
+            }
+        };
+        Ok(Self {
+            grpc_addr: args.grpc_addr.or(file.grpc_addr).unwrap_or(([127, 0, 0, 1], 50051).into()),
+            http_addr: args.http_addr.or(file.http_addr).unwrap_or(([127, 0, 0, 1], 9477).into()),
+            wall_clock_advance: args.wall_clock_advance.or(file.wall_clock_advance).unwrap_or(true),
+            max_future_skew: args.max_future_skew.or(file.max_future_skew).unwrap_or(Duration::from_secs(300)),
+            windows,
+            state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
+            snapshot_interval: args.snapshot_interval.or(file.snapshot_interval).unwrap_or(Duration::from_secs(30)),
+            max_open_impressions: positive(
+                "max_open_impressions",
+                args.max_open_impressions.or(file.max_open_impressions).unwrap_or(1_000_000),
+            )?,
+            max_waiting_interactions: positive(
+                "max_waiting_interactions",
+                args.max_waiting_interactions.or(file.max_waiting_interactions).unwrap_or(1_000_000),
+            )?,
+            max_message_size: positive(
+                "max_message_size",
+                args.max_message_size.or(file.max_message_size).unwrap_or(4 << 20),
+            )?,
+            max_streams: positive("max_streams", args.max_streams.or(file.max_streams).unwrap_or(256))?,
+            max_inflight_batches: positive(
+                "max_inflight_batches",
+                args.max_inflight_batches.or(file.max_inflight_batches).unwrap_or(64),
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_which_overrides_defaults() {
+        let file: FileSettings =
+            toml::from_str("k = [3, 7]\nallowed_lateness = \"10s\"\ngain = \"exponential\"\n[grades]\nview = 0.5\n").unwrap();
+        let args = EngineArgs { k: Some(vec![50]), ..Default::default() };
+        let settings = EngineSettings::resolve(&args, &file).unwrap();
+        assert_eq!(settings.k, vec![50]);
+        assert_eq!(settings.allowed_lateness, Duration::from_secs(10));
+        assert_eq!(settings.attribution_window, Duration::from_secs(300));
+        assert_eq!(settings.metrics.gain, Gain::Exponential);
+        assert_eq!(settings.grades.grade("view"), Some(0.5));
+        assert_eq!(settings.grades.grade("click"), None);
+    }
+
+    #[test]
+    fn explains_bad_values() {
+        let bad = EngineArgs { half_life: Some(1.0), ..Default::default() };
+        let error = EngineSettings::resolve(&bad, &FileSettings::default()).unwrap_err().to_string();
+        assert!(error.contains("half_life"), "{error}");
+        let unknown = toml::from_str::<FileSettings>("attribution_windw = \"5m\"").unwrap_err().to_string();
+        assert!(unknown.contains("attribution_windw"), "{unknown}");
+        let duration = toml::from_str::<FileSettings>("allowed_lateness = \"soon\"").unwrap_err().to_string();
+        assert!(duration.contains("30s"), "{duration}");
+    }
+}

@@ -1,0 +1,181 @@
+//! Validated domain events, built at the edge from protobuf messages or JSON
+//! lines. Ids are hashed to `u64` here, once, so that the join never touches
+//! strings; only group names, which people read, stay strings.
+
+pub mod json;
+mod time;
+mod validate;
+
+pub use time::{format_rfc3339, from_timestamp, parse_rfc3339, Nanos, NANOS_PER_SECOND};
+pub use validate::{GradeTable, RawImpression, RawInteraction, RawTime, Validator};
+
+use std::{borrow::Cow, fmt};
+
+/// The hash that stands for an id string everywhere past the edge.
+pub fn id_hash(id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
+/// The group name used for an empty `model` or `surface`.
+pub const DEFAULT_GROUP_NAME: &str = "default";
+
+/// A ranked list shown to a user, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Impression<'a> {
+    /// Hash of `request_id`.
+    pub request: u64,
+    /// Hash of `user_id`.
+    pub user: u64,
+    /// Hashes of `item_ids`, rank order, distinct.
+    pub items: Vec<u64>,
+    /// Event time.
+    pub time: Nanos,
+    /// Model name, `default` when empty.
+    pub model: Cow<'a, str>,
+    /// Surface name, `default` when empty.
+    pub surface: Cow<'a, str>,
+}
+
+/// A feedback event, validated, with its grade resolved.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interaction {
+    /// Hash of a non-empty `event_id`.
+    pub event: Option<u64>,
+    /// Hash of `user_id`.
+    pub user: u64,
+    /// Hash of `item_id`.
+    pub item: u64,
+    /// Hash of a non-empty `request_id`.
+    pub request: Option<u64>,
+    /// Event time.
+    pub time: Nanos,
+    /// Explicit grade, or the grade of the interaction's type.
+    pub grade: f64,
+}
+
+/// A validated event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event<'a> {
+    /// A ranked list.
+    Impression(Impression<'a>),
+    /// A feedback event.
+    Interaction(Interaction),
+}
+
+impl Event<'_> {
+    /// The event's time.
+    pub fn time(&self) -> Nanos {
+        match self {
+            Event::Impression(impression) => impression.time,
+            Event::Interaction(interaction) => interaction.time,
+        }
+    }
+
+    /// The hash of the event's user, which picks its shard.
+    pub fn user(&self) -> u64 {
+        match self {
+            Event::Impression(impression) => impression.user,
+            Event::Interaction(interaction) => interaction.user,
+        }
+    }
+}
+
+/// Why an event was rejected: stable snake_case names, part of the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// The line is not JSON, or not an `Event` in the proto3 JSON mapping.
+    InvalidJson,
+    /// Neither an impression nor an interaction.
+    EmptyEvent,
+    /// `user_id` is empty.
+    MissingUserId,
+    /// An impression's `request_id` is empty.
+    MissingRequestId,
+    /// An impression has no items.
+    EmptyItemIds,
+    /// An impression has more items than the configured limit.
+    TooManyItems,
+    /// An impression lists an empty item id.
+    EmptyItemId,
+    /// An impression lists the same item twice.
+    DuplicateItemId,
+    /// An interaction's `item_id` is empty.
+    MissingItemId,
+    /// An interaction's `type` is empty.
+    MissingType,
+    /// An interaction's `type` is not configured.
+    UnknownType,
+    /// An explicit grade is negative or not finite.
+    InvalidGrade,
+    /// `time` is not set.
+    MissingTime,
+    /// `time` is not a valid timestamp, or outside 1678–2262.
+    InvalidTime,
+    /// `time` is further ahead of the wall clock than the allowed skew.
+    TimeInFuture,
+}
+
+impl Reason {
+    /// Every reason, in a stable order.
+    pub const ALL: [Reason; 15] = [
+        Reason::InvalidJson,
+        Reason::EmptyEvent,
+        Reason::MissingUserId,
+        Reason::MissingRequestId,
+        Reason::EmptyItemIds,
+        Reason::TooManyItems,
+        Reason::EmptyItemId,
+        Reason::DuplicateItemId,
+        Reason::MissingItemId,
+        Reason::MissingType,
+        Reason::UnknownType,
+        Reason::InvalidGrade,
+        Reason::MissingTime,
+        Reason::InvalidTime,
+        Reason::TimeInFuture,
+    ];
+
+    /// The stable name clients and dashboards see.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidJson => "invalid_json",
+            Reason::EmptyEvent => "empty_event",
+            Reason::MissingUserId => "missing_user_id",
+            Reason::MissingRequestId => "missing_request_id",
+            Reason::EmptyItemIds => "empty_item_ids",
+            Reason::TooManyItems => "too_many_items",
+            Reason::EmptyItemId => "empty_item_id",
+            Reason::DuplicateItemId => "duplicate_item_id",
+            Reason::MissingItemId => "missing_item_id",
+            Reason::MissingType => "missing_type",
+            Reason::UnknownType => "unknown_type",
+            Reason::InvalidGrade => "invalid_grade",
+            Reason::MissingTime => "missing_time",
+            Reason::InvalidTime => "invalid_time",
+            Reason::TimeInFuture => "time_in_future",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An event that was not accepted: the stable reason and a message a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct Rejection {
+    /// Stable reason.
+    pub reason: Reason,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl Rejection {
+    /// A rejection for `reason` with `message`.
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Self { reason, message: message.into() }
+    }
+}

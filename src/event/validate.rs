@@ -1,0 +1,334 @@
+//! Validation: every event is checked on its own and either becomes a domain
+//! event or a [`Rejection`] with a stable reason.
+
+use super::{id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection, DEFAULT_GROUP_NAME};
+use crate::proto;
+use std::borrow::Cow;
+
+/// Grades of the configured interaction types.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradeTable {
+    /// `(type, grade)`, sorted by type.
+    grades: Vec<(String, f64)>,
+}
+
+impl GradeTable {
+    /// A table of `(type, grade)` pairs; later pairs override earlier ones.
+    pub fn new(pairs: impl IntoIterator<Item = (String, f64)>) -> Self {
+        let mut grades: Vec<(String, f64)> = Vec::new();
+        for (name, grade) in pairs {
+            match grades.iter_mut().find(|(known, _)| *known == name) {
+                Some(entry) => entry.1 = grade,
+                None => grades.push((name, grade)),
+            }
+        }
+        grades.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { grades }
+    }
+
+    /// The grade of interactions of type `name`.
+    pub fn grade(&self, name: &str) -> Option<f64> {
+        self.grades.iter().find(|(known, _)| known == name).map(|(_, grade)| *grade)
+    }
+
+    /// `(type, grade)` pairs sorted by type.
+    pub fn pairs(&self) -> &[(String, f64)] {
+        &self.grades
+    }
+
+    fn names(&self) -> String {
+        self.grades.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl Default for GradeTable {
+    fn default() -> Self {
+        Self::new([("click".into(), 1.0), ("add_to_cart".into(), 2.0), ("purchase".into(), 3.0)])
+    }
+}
+
+/// An event's time as it arrived.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RawTime {
+    /// Not set.
+    Missing,
+    /// Set, but not a valid timestamp in the supported range.
+    Invalid,
+    /// A valid time.
+    At(Nanos),
+}
+
+/// An impression's fields as they arrived, borrowed from a message or a line.
+#[derive(Clone, Debug)]
+pub struct RawImpression<'a, 'm, S> {
+    pub request_id: &'a str,
+    pub user_id: &'a str,
+    pub item_ids: &'a [S],
+    pub time: RawTime,
+    pub model: Cow<'m, str>,
+    pub surface: Cow<'m, str>,
+}
+
+/// An interaction's fields as they arrived.
+#[derive(Clone, Copy, Debug)]
+pub struct RawInteraction<'a> {
+    pub event_id: &'a str,
+    pub user_id: &'a str,
+    pub item_id: &'a str,
+    pub request_id: &'a str,
+    pub kind: &'a str,
+    pub time: RawTime,
+    pub grade: Option<f64>,
+}
+
+/// Checks events against the configured types and limits.
+#[derive(Clone, Debug)]
+pub struct Validator {
+    /// Configured interaction types.
+    pub grades: GradeTable,
+    /// Most items one impression may list.
+    pub max_items: usize,
+    /// How far ahead of the wall clock an event may be; `None` disables the check.
+    pub max_future_skew: Option<Nanos>,
+}
+
+impl Validator {
+    /// Validates a protobuf event; `now` is the wall clock for the future check.
+    pub fn proto<'a>(&self, event: &'a proto::Event, now: Nanos) -> Result<Event<'a>, Rejection> {
+        use proto::event::Kind;
+        let time = |t: &Option<prost_types::Timestamp>| match t {
+            None => RawTime::Missing,
+            Some(t) => super::from_timestamp(t.seconds, t.nanos).map_or(RawTime::Invalid, RawTime::At),
+        };
+        match &event.kind {
+            None => Err(Rejection::new(Reason::EmptyEvent, "event has neither an impression nor an interaction")),
+            Some(Kind::Impression(m)) => self
+                .impression(
+                    RawImpression {
+                        request_id: &m.request_id,
+                        user_id: &m.user_id,
+                        item_ids: &m.item_ids,
+                        time: time(&m.time),
+                        model: Cow::Borrowed(&m.model),
+                        surface: Cow::Borrowed(&m.surface),
+                    },
+                    Some(now),
+                )
+                .map(Event::Impression),
+            Some(Kind::Interaction(x)) => self
+                .interaction(
+                    RawInteraction {
+                        event_id: &x.event_id,
+                        user_id: &x.user_id,
+                        item_id: &x.item_id,
+                        request_id: &x.request_id,
+                        kind: &x.r#type,
+                        time: time(&x.time),
+                        grade: x.grade,
+                    },
+                    Some(now),
+                )
+                .map(Event::Interaction),
+        }
+    }
+
+    /// Validates an impression; `now`, when given, enables the future check.
+    pub fn impression<'m, S: AsRef<str>>(
+        &self,
+        raw: RawImpression<'_, 'm, S>,
+        now: Option<Nanos>,
+    ) -> Result<Impression<'m>, Rejection> {
+        if raw.user_id.is_empty() {
+            return Err(Rejection::new(Reason::MissingUserId, "impression has no user_id"));
+        }
+        if raw.request_id.is_empty() {
+            return Err(Rejection::new(Reason::MissingRequestId, "impression has no request_id; set a unique id per served list"));
+        }
+        if raw.item_ids.is_empty() {
+            return Err(Rejection::new(Reason::EmptyItemIds, "impression has no item_ids; send the ranked list that was shown"));
+        }
+        if raw.item_ids.len() > self.max_items {
+            return Err(Rejection::new(
+                Reason::TooManyItems,
+                format!("impression lists {} items, more than max_items = {}", raw.item_ids.len(), self.max_items),
+            ));
+        }
+        let mut items = Vec::with_capacity(raw.item_ids.len());
+        for (rank, id) in raw.item_ids.iter().enumerate() {
+            let id = id.as_ref();
+            if id.is_empty() {
+                return Err(Rejection::new(Reason::EmptyItemId, format!("item_ids[{rank}] is empty")));
+            }
+            items.push(id_hash(id));
+        }
+        if let Some(rank) = first_repeat(&items) {
+            let id = raw.item_ids[rank].as_ref();
+            return Err(Rejection::new(
+                Reason::DuplicateItemId,
+                format!("item {id:?} appears twice in item_ids (again at rank {}); a list shows each item once", rank + 1),
+            ));
+        }
+        let time = self.time(raw.time, now)?;
+        Ok(Impression {
+            request: id_hash(raw.request_id),
+            user: id_hash(raw.user_id),
+            items,
+            time,
+            model: group_name(raw.model),
+            surface: group_name(raw.surface),
+        })
+    }
+
+    /// Validates an interaction and resolves its grade.
+    pub fn interaction(&self, raw: RawInteraction<'_>, now: Option<Nanos>) -> Result<Interaction, Rejection> {
+        if raw.user_id.is_empty() {
+            return Err(Rejection::new(Reason::MissingUserId, "interaction has no user_id"));
+        }
+        if raw.item_id.is_empty() {
+            return Err(Rejection::new(Reason::MissingItemId, "interaction has no item_id"));
+        }
+        if raw.kind.is_empty() {
+            return Err(Rejection::new(
+                Reason::MissingType,
+                format!("interaction has no type; configured: {}", self.grades.names()),
+            ));
+        }
+        let Some(type_grade) = self.grades.grade(raw.kind) else {
+            return Err(Rejection::new(
+                Reason::UnknownType,
+                format!("unknown interaction type {:?}; configured: {}", raw.kind, self.grades.names()),
+            ));
+        };
+        let grade = match raw.grade {
+            None => type_grade,
+            Some(grade) if grade.is_finite() && grade >= 0.0 => grade,
+            Some(grade) => {
+                return Err(Rejection::new(
+                    Reason::InvalidGrade,
+                    format!("grade {grade} is invalid; an explicit grade is a finite number >= 0"),
+                ))
+            }
+        };
+        let time = self.time(raw.time, now)?;
+        let optional_hash = |id: &str| (!id.is_empty()).then(|| id_hash(id));
+        Ok(Interaction {
+            event: optional_hash(raw.event_id),
+            user: id_hash(raw.user_id),
+            item: id_hash(raw.item_id),
+            request: optional_hash(raw.request_id),
+            time,
+            grade,
+        })
+    }
+
+    fn time(&self, time: RawTime, now: Option<Nanos>) -> Result<Nanos, Rejection> {
+        let time = match time {
+            RawTime::Missing => return Err(Rejection::new(Reason::MissingTime, "event has no time; set the event time")),
+            RawTime::Invalid => {
+                return Err(Rejection::new(
+                    Reason::InvalidTime,
+                    "time is not a valid timestamp between the years 1678 and 2262",
+                ))
+            }
+            RawTime::At(time) => time,
+        };
+        if let (Some(now), Some(skew)) = (now, self.max_future_skew) {
+            if time > now.saturating_add(skew) {
+                let ahead = (time - now) as f64 / 1e9;
+                return Err(Rejection::new(
+                    Reason::TimeInFuture,
+                    format!(
+                        "time is {ahead:.3}s ahead of this server's clock, more than max_future_skew = {}s; check the sender's clock",
+                        skew as f64 / 1e9
+                    ),
+                ));
+            }
+        }
+        Ok(time)
+    }
+}
+
+fn group_name(name: Cow<'_, str>) -> Cow<'_, str> {
+    if name.is_empty() {
+        Cow::Borrowed(DEFAULT_GROUP_NAME)
+    } else {
+        name
+    }
+}
+
+/// The index of the first item that repeats an earlier one.
+fn first_repeat(items: &[u64]) -> Option<usize> {
+    if items.len() <= 32 {
+        return (1..items.len()).find(|&i| items[..i].contains(&items[i]));
+    }
+    let mut sorted: Vec<(u64, usize)> = items.iter().copied().zip(0..).collect();
+    sorted.sort_unstable();
+    sorted.windows(2).filter(|pair| pair[0].0 == pair[1].0).map(|pair| pair[1].1.max(pair[0].1)).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validator() -> Validator {
+        Validator { grades: GradeTable::default(), max_items: 3, max_future_skew: Some(10) }
+    }
+
+    fn impression<'a>(items: &'a [&'a str]) -> RawImpression<'a, 'a, &'a str> {
+        RawImpression {
+            request_id: "r",
+            user_id: "u",
+            item_ids: items,
+            time: RawTime::At(5),
+            model: Cow::Borrowed(""),
+            surface: Cow::Borrowed("home"),
+        }
+    }
+
+    fn interaction(kind: &str) -> RawInteraction<'_> {
+        RawInteraction { event_id: "", user_id: "u", item_id: "a", request_id: "", kind, time: RawTime::At(5), grade: None }
+    }
+
+    #[test]
+    fn accepts_a_valid_impression_with_default_model() {
+        let event = validator().impression(impression(&["a", "b"]), Some(0)).unwrap();
+        assert_eq!((&*event.model, &*event.surface, event.items.len()), ("default", "home", 2));
+    }
+
+    #[test]
+    fn rejects_each_bad_impression_with_its_reason() {
+        let v = validator();
+        let reason = |raw: RawImpression<'_, '_, &str>| v.impression(raw, Some(0)).unwrap_err().reason;
+        assert_eq!(reason(impression(&[])), Reason::EmptyItemIds);
+        assert_eq!(reason(impression(&["a", "b", "c", "d"])), Reason::TooManyItems);
+        assert_eq!(reason(impression(&["a", "b", "a"])), Reason::DuplicateItemId);
+        assert_eq!(reason(impression(&["a", ""])), Reason::EmptyItemId);
+        assert_eq!(reason(RawImpression { user_id: "", ..impression(&["a"]) }), Reason::MissingUserId);
+        assert_eq!(reason(RawImpression { request_id: "", ..impression(&["a"]) }), Reason::MissingRequestId);
+        assert_eq!(reason(RawImpression { time: RawTime::Missing, ..impression(&["a"]) }), Reason::MissingTime);
+        assert_eq!(reason(RawImpression { time: RawTime::At(11), ..impression(&["a"]) }), Reason::TimeInFuture);
+    }
+
+    #[test]
+    fn finds_repeats_in_long_lists() {
+        let mut items: Vec<u64> = (0..100).collect();
+        assert_eq!(first_repeat(&items), None);
+        items[70] = 3;
+        assert_eq!(first_repeat(&items), Some(70));
+    }
+
+    #[test]
+    fn resolves_grades_and_names_configured_types() {
+        let v = validator();
+        assert_eq!(v.interaction(interaction("purchase"), None).unwrap().grade, 3.0);
+        let explicit = RawInteraction { grade: Some(0.5), ..interaction("click") };
+        assert_eq!(v.interaction(explicit, None).unwrap().grade, 0.5);
+        let unknown = v.interaction(interaction("clik"), None).unwrap_err();
+        assert_eq!(unknown.reason, Reason::UnknownType);
+        assert_eq!(unknown.message, r#"unknown interaction type "clik"; configured: add_to_cart, click, purchase"#);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let raw = RawInteraction { grade: Some(bad), ..interaction("click") };
+            assert_eq!(v.interaction(raw, None).unwrap_err().reason, Reason::InvalidGrade);
+        }
+    }
+}

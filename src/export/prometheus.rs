@@ -1,0 +1,1 @@
+//! Prometheus text rendering of the engine's figures.

@@ -1,0 +1,181 @@
+//! The evaluation report (SPEC §6): settings, counters, and per-group means
+//! of every metric at every K in both scopes.
+
+use crate::config::EngineSettings;
+use crate::join::{Counters, Engine, Unattributed};
+use crate::metrics::{GroupTotals, Metric, MetricMeans};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub config: ReportConfig,
+    pub counters: ReportCounters,
+    pub groups: Vec<GroupReport>,
+}
+
+/// The settings that shaped the figures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReportConfig {
+    pub k: Vec<usize>,
+    pub attribution_window_s: f64,
+    pub allowed_lateness_s: f64,
+    pub gain: &'static str,
+}
+
+/// Event outcomes, shaped as in SPEC §6.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReportCounters {
+    pub impressions: u64,
+    pub interactions: u64,
+    pub credited: u64,
+    pub unattributed: BTreeMap<&'static str, u64>,
+    pub late: BTreeMap<&'static str, u64>,
+    pub duplicates: BTreeMap<&'static str, u64>,
+    /// Only reasons that occurred.
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+/// One `(model, surface)` group.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GroupReport {
+    pub model: String,
+    pub surface: String,
+    pub lists: u64,
+    pub engaged_lists: u64,
+    /// Keyed `metric@K`.
+    pub metrics: BTreeMap<String, MeanPair>,
+}
+
+/// Both scopes' means, serialized as `{"all": …, "engaged": …}`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MeanPair {
+    pub all: f64,
+    pub engaged: f64,
+}
+
+impl From<MetricMeans> for MeanPair {
+    fn from(means: MetricMeans) -> Self {
+        Self { all: means.all, engaged: means.engaged }
+    }
+}
+
+impl ReportCounters {
+    /// Counters in report shape.
+    pub fn new(counters: &Counters) -> Self {
+        Self {
+            impressions: counters.impressions,
+            interactions: counters.interactions,
+            credited: counters.credited,
+            unattributed: Unattributed::ALL.iter().map(|r| (r.as_str(), counters.unattributed_count(*r))).collect(),
+            late: BTreeMap::from([("impressions", counters.late_impressions)]),
+            duplicates: BTreeMap::from([
+                ("impressions", counters.duplicate_impressions),
+                ("interactions", counters.duplicate_interactions),
+            ]),
+            rejected: counters.rejected.iter().map(|(reason, n)| (reason.as_str(), *n)).collect(),
+        }
+    }
+}
+
+impl Report {
+    /// The report of every list finalized since start.
+    pub fn since_start(engine: &Engine, settings: &EngineSettings) -> Self {
+        Self::build(engine, settings, |aggregates| aggregates.totals.clone())
+    }
+
+    /// The report of rolling window `index` (figures of the lists in the window; counters since start).
+    pub fn window(engine: &Engine, settings: &EngineSettings, index: usize) -> Self {
+        let frontier = engine.frontier().unwrap_or(0);
+        Self::build(engine, settings, |aggregates| aggregates.windows.totals(index, frontier))
+    }
+
+    fn build(
+        engine: &Engine,
+        settings: &EngineSettings,
+        totals_of: impl Fn(&crate::join::GroupAggregates) -> GroupTotals,
+    ) -> Self {
+        let ks = engine.evaluator().ks();
+        let mut groups: Vec<GroupReport> = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, (model, surface))| group_report(model, surface, &totals_of(aggregates), ks))
+            .collect();
+        groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
+        Self {
+            config: ReportConfig {
+                k: ks.to_vec(),
+                attribution_window_s: settings.attribution_window.as_secs_f64(),
+                allowed_lateness_s: settings.allowed_lateness.as_secs_f64(),
+                gain: settings.metrics.gain.name(),
+            },
+            counters: ReportCounters::new(engine.counters()),
+            groups,
+        }
+    }
+
+    /// A table for people: counters, then one row per group and K.
+    pub fn to_table(&self) -> String {
+        let c = &self.counters;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "events: {} impressions, {} interactions ({} credited, unattributed: {}), late impressions: {}, duplicates: {} impressions / {} interactions",
+            c.impressions,
+            c.interactions,
+            c.credited,
+            join_counts(&c.unattributed),
+            c.late["impressions"],
+            c.duplicates["impressions"],
+            c.duplicates["interactions"],
+        );
+        let rejected = if c.rejected.is_empty() { "none".to_owned() } else { join_counts(&c.rejected) };
+        let _ = writeln!(out, "rejected: {rejected}\n");
+        let names = ["hit_rate", "mrr", "ndcg", "map", "precision", "recall"];
+        let _ = write!(out, "{:<14} {:<14} {:>7} {:>7} {:>4}", "model", "surface", "lists", "engaged", "K");
+        for name in names {
+            let _ = write!(out, " {name:>9}");
+        }
+        out.push('\n');
+        for group in &self.groups {
+            for k in &self.config.k {
+                let _ = write!(
+                    out,
+                    "{:<14} {:<14} {:>7} {:>7} {:>4}",
+                    group.model, group.surface, group.lists, group.engaged_lists, k
+                );
+                for name in names {
+                    let mean = group.metrics.get(&format!("{name}@{k}")).map_or(0.0, |m| m.all);
+                    let _ = write!(out, " {mean:>9.4}");
+                }
+                out.push('\n');
+            }
+        }
+        out.push_str("\nmeans over all finalized lists; `--format json` gives every metric in both scopes.\n");
+        out
+    }
+}
+
+fn join_counts(counts: &BTreeMap<&'static str, u64>) -> String {
+    counts.iter().map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) -> GroupReport {
+    let mut metrics = BTreeMap::new();
+    for (k_index, k) in ks.iter().enumerate() {
+        for metric in Metric::ALL {
+            let slot = k_index * Metric::COUNT + metric as usize;
+            metrics.insert(format!("{}@{k}", metric.name()), totals.means(slot).into());
+        }
+    }
+    GroupReport {
+        model: model.to_owned(),
+        surface: surface.to_owned(),
+        lists: totals.lists,
+        engaged_lists: totals.engaged,
+        metrics,
+    }
+}

@@ -1,0 +1,67 @@
+//! What happened to every event the engine saw.
+
+use crate::event::Reason;
+use std::collections::BTreeMap;
+
+/// Why an accepted interaction was credited to no impression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unattributed {
+    /// It waited for a matching impression until the watermark passed it.
+    NoImpression,
+    /// Its `request_id` named an open impression that does not list its item.
+    NotInList,
+    /// Its `request_id` named an open impression whose window does not hold its time.
+    OutsideWindow,
+}
+
+impl Unattributed {
+    /// Every reason, in report order.
+    pub const ALL: [Unattributed; 3] = [Unattributed::NoImpression, Unattributed::NotInList, Unattributed::OutsideWindow];
+
+    /// The stable name in reports and series.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unattributed::NoImpression => "no_impression",
+            Unattributed::NotInList => "not_in_list",
+            Unattributed::OutsideWindow => "outside_window",
+        }
+    }
+}
+
+/// Event outcomes since start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Accepted impressions (valid, not late, not duplicates).
+    pub impressions: u64,
+    /// Accepted interactions (valid, not duplicates).
+    pub interactions: u64,
+    /// Interactions credited to an impression.
+    pub credited: u64,
+    /// Interactions credited to none, by reason (indexed like [`Unattributed::ALL`]).
+    pub unattributed: [u64; 3],
+    /// Impressions whose window had closed when they arrived.
+    pub late_impressions: u64,
+    /// Retried impressions.
+    pub duplicate_impressions: u64,
+    /// Retried interactions.
+    pub duplicate_interactions: u64,
+    /// Rejected events by reason.
+    pub rejected: BTreeMap<Reason, u64>,
+}
+
+impl Counters {
+    /// Counts one unattributed interaction.
+    pub fn unattributed(&mut self, reason: Unattributed) {
+        self.unattributed[reason as usize] += 1;
+    }
+
+    /// Unattributed interactions for `reason`.
+    pub fn unattributed_count(&self, reason: Unattributed) -> u64 {
+        self.unattributed[reason as usize]
+    }
+
+    /// Counts one rejected event.
+    pub fn reject(&mut self, reason: Reason) {
+        *self.rejected.entry(reason).or_default() += 1;
+    }
+}

@@ -1,0 +1,279 @@
+//! The join: attribution of interactions to impressions under the watermark
+//! and window rules of SPEC §3, and finalization of each list into its
+//! group's aggregates.
+//!
+//! Events are applied one at a time in arrival order. Per-user state lives in
+//! shards picked by the user's hash, and no rule ever looks across users.
+//! The engine is pure: it knows nothing of gRPC, HTTP or files, so `serve`
+//! and `replay` run the same rules.
+
+mod counters;
+mod groups;
+mod user;
+
+pub use counters::{Counters, Unattributed};
+pub use groups::{GroupId, Groups, OVERFLOW_GROUP_NAME};
+
+use crate::event::{Event, Impression, Interaction, Nanos, Reason};
+use crate::metrics::{GroupTotals, ListEvaluator};
+use crate::window::RollingWindows;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use user::{OpenImpression, UserState, Waiting};
+
+/// Join timing and bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinSettings {
+    /// `A`: how long after an impression its interactions count.
+    pub attribution_window: Nanos,
+    /// `L`: how far the watermark trails the largest event time.
+    pub allowed_lateness: Nanos,
+    /// User-state shards.
+    pub shards: usize,
+    /// Most `(model, surface)` groups before new ones fold into the overflow group.
+    pub max_groups: usize,
+    /// Spans of the rolling windows kept per group (none in replay).
+    pub windows: Vec<Nanos>,
+}
+
+/// One group's aggregates: since start, and per rolling window.
+#[derive(Clone, Debug)]
+pub struct GroupAggregates {
+    /// Since start.
+    pub totals: GroupTotals,
+    /// Per configured window.
+    pub windows: RollingWindows,
+}
+
+/// The shard of a user. It takes the hash's high bits: the maps inside a
+/// shard index by the low ones.
+fn shard_index(user: u64, shards: usize) -> usize {
+    ((user >> 40) % shards as u64) as usize
+}
+
+/// A heap entry: `(when, user, seq)`, earliest first.
+type Due = Reverse<(Nanos, u64, u64)>;
+
+/// The attribution engine.
+pub struct Engine {
+    settings: JoinSettings,
+    /// `T`: the largest time of the accepted events so far.
+    max_time: Option<Nanos>,
+    shards: Vec<HashMap<u64, UserState, user::IdentityHash>>,
+    /// Open impressions by `t + A`.
+    deadlines: BinaryHeap<Due>,
+    /// Waiting interactions by `u`.
+    give_ups: BinaryHeap<Due>,
+    next_seq: u64,
+    groups: Groups,
+    aggregates: Vec<GroupAggregates>,
+    evaluator: ListEvaluator,
+    grades: Vec<f64>,
+    values: Vec<f64>,
+    counters: Counters,
+    open_impressions: usize,
+    waiting_interactions: usize,
+}
+
+impl Engine {
+    /// An empty engine.
+    pub fn new(settings: JoinSettings, evaluator: ListEvaluator) -> Self {
+        let shards = (0..settings.shards.max(1)).map(|_| HashMap::default()).collect();
+        let width = evaluator.width();
+        Self {
+            groups: Groups::new(settings.max_groups),
+            settings,
+            max_time: None,
+            shards,
+            deadlines: BinaryHeap::new(),
+            give_ups: BinaryHeap::new(),
+            next_seq: 0,
+            aggregates: Vec::new(),
+            evaluator,
+            grades: Vec::new(),
+            values: vec![0.0; width],
+            counters: Counters::default(),
+            open_impressions: 0,
+            waiting_interactions: 0,
+        }
+    }
+
+    /// The watermark `W = T − L`, once an event has been accepted.
+    pub fn watermark(&self) -> Option<Nanos> {
+        self.max_time.map(|t| t.saturating_sub(self.settings.allowed_lateness))
+    }
+
+    /// The finalization frontier `W − A`: every list shown at or before it is final.
+    pub fn frontier(&self) -> Option<Nanos> {
+        self.watermark().map(|w| w.saturating_sub(self.settings.attribution_window))
+    }
+
+    /// Applies one accepted event, then moves the watermark past its time.
+    pub fn apply(&mut self, event: Event<'_>) {
+        let time = event.time();
+        match event {
+            Event::Impression(impression) => self.impression(impression),
+            Event::Interaction(interaction) => self.interaction(interaction),
+        }
+        self.advance_to(time);
+    }
+
+    /// Counts a rejected event; it does not move the watermark.
+    pub fn reject(&mut self, reason: Reason) {
+        self.counters.reject(reason);
+    }
+
+    /// Raises `T` to `time` if it is later, finalizing what the new watermark closes.
+    pub fn advance_to(&mut self, time: Nanos) {
+        if self.max_time.is_some_and(|t| t >= time) {
+            return;
+        }
+        self.max_time = Some(time);
+        let Some(watermark) = self.watermark() else { return };
+        while let Some(&Reverse((deadline, user, seq))) = self.deadlines.peek() {
+            if deadline > watermark {
+                break;
+            }
+            self.deadlines.pop();
+            self.finalize(user, seq);
+        }
+        while let Some(&Reverse((time, user, seq))) = self.give_ups.peek() {
+            if time > watermark {
+                break;
+            }
+            self.give_ups.pop();
+            self.give_up(user, seq);
+        }
+    }
+
+    /// Finalizes every open impression and gives up every waiting
+    /// interaction, as at the end of a replay.
+    pub fn finish(&mut self) {
+        while let Some(Reverse((_, user, seq))) = self.deadlines.pop() {
+            self.finalize(user, seq);
+        }
+        while let Some(Reverse((_, user, seq))) = self.give_ups.pop() {
+            self.give_up(user, seq);
+        }
+    }
+
+    /// Outcome counters since start.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// `(model, surface)` of every group, indexed by [`GroupId`].
+    pub fn group_names(&self) -> &[(String, String)] {
+        self.groups.names()
+    }
+
+    /// Aggregates of every group, indexed by [`GroupId`].
+    pub fn aggregates(&self) -> &[GroupAggregates] {
+        &self.aggregates
+    }
+
+    /// Impressions folded into the overflow group since start.
+    pub fn overflowed_impressions(&self) -> u64 {
+        self.groups.overflowed
+    }
+
+    /// The list evaluator, which fixes the cutoffs and the value layout.
+    pub fn evaluator(&self) -> &ListEvaluator {
+        &self.evaluator
+    }
+
+    /// Impressions still open.
+    pub fn open_impressions(&self) -> usize {
+        self.open_impressions
+    }
+
+    /// Interactions waiting for their impression.
+    pub fn waiting_interactions(&self) -> usize {
+        self.waiting_interactions
+    }
+
+    fn shard(&mut self, user: u64) -> &mut HashMap<u64, UserState, user::IdentityHash> {
+        let index = shard_index(user, self.shards.len());
+        &mut self.shards[index]
+    }
+
+    fn impression(&mut self, impression: Impression<'_>) {
+        let window = self.settings.attribution_window;
+        let deadline = impression.time.saturating_add(window);
+        if self.watermark().is_some_and(|w| deadline <= w) {
+            self.counters.late_impressions += 1;
+            return;
+        }
+        let user_id = impression.user;
+        if self.shard(user_id).get(&user_id).is_some_and(|user| user.has_open_request(impression.request)) {
+            self.counters.duplicate_impressions += 1;
+            return;
+        }
+        let group = self.groups.id(&impression.model, &impression.surface);
+        let seq = self.seq();
+        let mut open = OpenImpression::new(seq, group, &impression);
+        let index = shard_index(user_id, self.shards.len());
+        let user = self.shards[index].entry(user_id).or_default();
+        let claimed = user.claim_waiting(&mut open, window, &mut self.counters);
+        user.open.push(open);
+        self.counters.impressions += 1;
+        self.open_impressions += 1;
+        self.waiting_interactions -= claimed;
+        self.deadlines.push(Reverse((deadline, user_id, seq)));
+    }
+
+    fn interaction(&mut self, interaction: Interaction) {
+        let window = self.settings.attribution_window;
+        let seq = self.seq();
+        let user_id = interaction.user;
+        let index = shard_index(user_id, self.shards.len());
+        let user = self.shards[index].entry(user_id).or_default();
+        if user.attribute(interaction, window, &mut self.counters) {
+            return;
+        }
+        user.waiting.push(Waiting { seq, interaction });
+        self.waiting_interactions += 1;
+        self.give_ups.push(Reverse((interaction.time, user_id, seq)));
+    }
+
+    fn seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn give_up(&mut self, user_id: u64, seq: u64) {
+        let shard = self.shard(user_id);
+        let Some(user) = shard.get_mut(&user_id) else { return };
+        let Some(position) = user.waiting.iter().position(|w| w.seq == seq) else { return };
+        user.waiting.remove(position);
+        if user.is_empty() {
+            shard.remove(&user_id);
+        }
+        self.waiting_interactions -= 1;
+        self.counters.unattributed(Unattributed::NoImpression);
+    }
+
+    fn finalize(&mut self, user_id: u64, seq: u64) {
+        let shard = self.shard(user_id);
+        let Some(user) = shard.get_mut(&user_id) else { return };
+        let Some(position) = user.open.iter().position(|m| m.seq == seq) else { return };
+        let list = user.open.remove(position);
+        if user.is_empty() {
+            shard.remove(&user_id);
+        }
+        self.open_impressions -= 1;
+        list.grades_into(&mut self.grades);
+        self.evaluator.evaluate(&self.grades, &mut self.values);
+        let group = list.group as usize;
+        while self.aggregates.len() <= group {
+            self.aggregates.push(GroupAggregates {
+                totals: GroupTotals::new(self.values.len()),
+                windows: RollingWindows::new(&self.settings.windows),
+            });
+        }
+        let engaged = list.is_engaged();
+        let aggregates = &mut self.aggregates[group];
+        aggregates.totals.add(&self.values, engaged);
+        aggregates.windows.add(list.time, &self.values, engaged);
+    }
+}

@@ -1,0 +1,203 @@
+//! One user's open impressions and waiting interactions, and the attribution
+//! rules that only ever look inside one user.
+
+use super::{Counters, GroupId, Unattributed};
+use crate::event::{Impression, Interaction, Nanos};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// An open impression, stored compactly: item ids are hashes, and only the
+/// credited items carry a grade.
+#[derive(Clone, Debug)]
+pub struct OpenImpression {
+    /// Arrival order, unique across the engine.
+    pub seq: u64,
+    pub request: u64,
+    pub time: Nanos,
+    pub group: GroupId,
+    items: Box<[u64]>,
+    /// `(rank index, grade)` of credited items, the maximum grade per item.
+    credited: Vec<(u32, f64)>,
+    /// Event ids of the interactions credited to it, for retry detection.
+    credited_events: Vec<u64>,
+}
+
+impl OpenImpression {
+    /// A newly opened impression.
+    pub fn new(seq: u64, group: GroupId, impression: &Impression<'_>) -> Self {
+        Self {
+            seq,
+            request: impression.request,
+            time: impression.time,
+            group,
+            items: impression.items.as_slice().into(),
+            credited: Vec::new(),
+            credited_events: Vec::new(),
+        }
+    }
+
+    fn rank_of(&self, item: u64) -> Option<usize> {
+        self.items.iter().position(|&i| i == item)
+    }
+
+    fn in_window(&self, time: Nanos, window: Nanos) -> bool {
+        self.time <= time && time <= self.time.saturating_add(window)
+    }
+
+    /// The rank index of the interaction's item, when the interaction matches (SPEC §3 rule 2).
+    fn matching_rank(&self, x: &Interaction, window: Nanos) -> Option<usize> {
+        self.in_window(x.time, window).then(|| self.rank_of(x.item)).flatten()
+    }
+
+    fn has_credited_event(&self, event: Option<u64>) -> bool {
+        event.is_some_and(|e| self.credited_events.contains(&e))
+    }
+
+    fn credit(&mut self, rank: usize, x: &Interaction, counters: &mut Counters) {
+        counters.credited += 1;
+        if let Some(event) = x.event {
+            self.credited_events.push(event);
+        }
+        let rank = rank as u32;
+        match self.credited.iter_mut().find(|(r, _)| *r == rank) {
+            Some((_, grade)) => *grade = grade.max(x.grade),
+            None => self.credited.push((rank, x.grade)),
+        }
+    }
+
+    /// Why an interaction that named this impression does not match it.
+    fn mismatch(&self, x: &Interaction) -> Unattributed {
+        if self.rank_of(x.item).is_none() {
+            Unattributed::NotInList
+        } else {
+            Unattributed::OutsideWindow
+        }
+    }
+
+    /// Writes the grade of every item, rank order, into `grades`.
+    pub fn grades_into(&self, grades: &mut Vec<f64>) {
+        grades.clear();
+        grades.resize(self.items.len(), 0.0);
+        for &(rank, grade) in &self.credited {
+            grades[rank as usize] = grade;
+        }
+    }
+
+    /// Whether some item has a grade above 0.
+    pub fn is_engaged(&self) -> bool {
+        self.credited.iter().any(|&(_, grade)| grade > 0.0)
+    }
+}
+
+/// An interaction waiting for its impression.
+#[derive(Clone, Copy, Debug)]
+pub struct Waiting {
+    /// Arrival order, unique across the engine.
+    pub seq: u64,
+    pub interaction: Interaction,
+}
+
+/// Everything held for one user.
+#[derive(Clone, Debug, Default)]
+pub struct UserState {
+    /// Open impressions in arrival order.
+    pub open: Vec<OpenImpression>,
+    /// Waiting interactions in arrival order.
+    pub waiting: Vec<Waiting>,
+}
+
+impl UserState {
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Whether an open impression has this request id.
+    pub fn has_open_request(&self, request: u64) -> bool {
+        self.open.iter().any(|m| m.request == request)
+    }
+
+    /// Credits, rejects as unattributed or as a duplicate; returns `false`
+    /// when the interaction must wait for its impression.
+    pub fn attribute(&mut self, x: Interaction, window: Nanos, counters: &mut Counters) -> bool {
+        let target = match x.request {
+            Some(request) => match self.open.iter().position(|m| m.request == request) {
+                Some(index) => match self.open[index].matching_rank(&x, window) {
+                    Some(rank) => Some((index, rank)),
+                    None => {
+                        counters.interactions += 1;
+                        counters.unattributed(self.open[index].mismatch(&x));
+                        return true;
+                    }
+                },
+                None => None,
+            },
+            None => self.latest_match(&x, window),
+        };
+        let waiting_retry = x.event.is_some() && self.waiting.iter().any(|w| w.interaction.event == x.event);
+        let credited_retry = target.is_some_and(|(index, _)| self.open[index].has_credited_event(x.event));
+        if waiting_retry || credited_retry {
+            counters.duplicate_interactions += 1;
+            return true;
+        }
+        counters.interactions += 1;
+        match target {
+            Some((index, rank)) => {
+                self.open[index].credit(rank, &x, counters);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The latest (by time, then arrival) open impression the interaction matches.
+    fn latest_match(&self, x: &Interaction, window: Nanos) -> Option<(usize, usize)> {
+        self.open
+            .iter()
+            .enumerate()
+            .filter_map(|(index, m)| m.matching_rank(x, window).map(|rank| (index, rank)))
+            .max_by_key(|&(index, _)| (self.open[index].time, self.open[index].seq))
+    }
+
+    /// Settles the waiting interactions that a newly opened impression
+    /// claims, in arrival order; returns how many left the waiting list.
+    pub fn claim_waiting(&mut self, open: &mut OpenImpression, window: Nanos, counters: &mut Counters) -> usize {
+        let before = self.waiting.len();
+        self.waiting.retain(|w| {
+            let x = &w.interaction;
+            let named = x.request == Some(open.request);
+            if !named && x.request.is_some() {
+                return true;
+            }
+            match open.matching_rank(x, window) {
+                Some(rank) => open.credit(rank, x, counters),
+                None if named => counters.unattributed(open.mismatch(x)),
+                None => return true,
+            }
+            false
+        });
+        before - self.waiting.len()
+    }
+}
+
+/// User ids are already well-mixed hashes: the map uses them as they are.
+pub type IdentityHash = BuildHasherDefault<IdentityHasher>;
+
+/// A hasher that passes a `u64` key through.
+#[derive(Default)]
+pub struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}

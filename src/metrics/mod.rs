@@ -1,0 +1,8 @@
+//! Ranking metrics: the pure per-list functions of SPEC §4 and the sums they
+//! are aggregated into. Knows nothing of events, time or transport.
+
+mod aggregate;
+mod list;
+
+pub use aggregate::{GroupTotals, MetricMeans};
+pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings};

@@ -1,0 +1,173 @@
+//! Offline evaluation of a recorded log with the same engine as `serve`.
+//!
+//! Lines are parsed and validated in parallel, chunk by chunk, and applied to
+//! the engine strictly in file order, so the report does not depend on the
+//! thread count or the chunk size.
+
+use crate::config::EngineSettings;
+use crate::event::{json::parse_line, Event, Reason, Rejection};
+use crate::export::Report;
+use crate::join::Engine;
+use flate2::read::MultiGzDecoder;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// A log that could not be read at all (a bad line is not an error).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ReplayError {
+    path: PathBuf,
+    source: io::Error,
+}
+
+/// How a replay runs; none of it changes the report.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayOptions {
+    /// Threads that parse and validate lines.
+    pub threads: usize,
+    /// Lines read and parsed together.
+    pub chunk_lines: usize,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), chunk_lines: 16_384 }
+    }
+}
+
+/// A line that was rejected: where it is and why.
+#[derive(Debug)]
+pub struct BadLine<'a> {
+    /// The log it is in (`-` for standard input).
+    pub path: &'a Path,
+    /// 1-based line number.
+    pub line: u64,
+    /// Why it was rejected.
+    pub rejection: &'a Rejection,
+}
+
+/// Replays `paths` in order as one stream and reports. `progress` is told
+/// the bytes read so far; `on_bad_line` hears of every rejected line.
+pub fn replay(
+    paths: &[PathBuf],
+    settings: &EngineSettings,
+    options: ReplayOptions,
+    mut progress: impl FnMut(u64),
+    mut on_bad_line: impl FnMut(BadLine<'_>),
+) -> Result<Report, ReplayError> {
+    let mut engine = Engine::new(settings.join(&[]), settings.evaluator());
+    let validator = settings.validator(None);
+    let mut chunk = Chunk::default();
+    let mut bytes_read = 0;
+    for path in paths {
+        let fail = |source| ReplayError { path: path.clone(), source };
+        let mut reader = open(path).map_err(fail)?;
+        let mut line_number = 0u64;
+        loop {
+            let read = chunk.fill(&mut reader, options.chunk_lines).map_err(fail)?;
+            if chunk.is_empty() {
+                break;
+            }
+            bytes_read += read;
+            let results = chunk.parse(&validator, options.threads);
+            for (offset, result) in results.into_iter().enumerate() {
+                let Some(result) = result else { continue };
+                match result {
+                    Ok(event) => engine.apply(event),
+                    Err(rejection) => {
+                        engine.reject(rejection.reason);
+                        on_bad_line(BadLine { path, line: line_number + offset as u64 + 1, rejection: &rejection });
+                    }
+                }
+            }
+            line_number += chunk.len() as u64;
+            progress(bytes_read);
+        }
+    }
+    engine.finish();
+    Ok(Report::since_start(&engine, settings))
+}
+
+/// Total size of the logs on disk, for a progress bar (0 for standard input).
+pub fn total_bytes(paths: &[PathBuf]) -> u64 {
+    paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
+}
+
+fn open(path: &Path) -> io::Result<Box<dyn BufRead>> {
+    let raw: Box<dyn Read> = if path == Path::new("-") { Box::new(io::stdin().lock()) } else { Box::new(File::open(path)?) };
+    let mut reader = BufReader::with_capacity(1 << 20, raw);
+    let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gzip { Box::new(BufReader::with_capacity(1 << 20, MultiGzDecoder::new(reader))) } else { Box::new(reader) })
+}
+
+/// A run of lines held in one buffer.
+#[derive(Default)]
+struct Chunk {
+    bytes: Vec<u8>,
+    /// End offset of each line in `bytes`, newline excluded.
+    ends: Vec<usize>,
+}
+
+impl Chunk {
+    /// Reads up to `lines` lines; returns the bytes read.
+    fn fill(&mut self, reader: &mut dyn BufRead, lines: usize) -> io::Result<u64> {
+        self.bytes.clear();
+        self.ends.clear();
+        let mut read = 0;
+        while self.ends.len() < lines {
+            let n = reader.read_until(b'\n', &mut self.bytes)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            while matches!(self.bytes.last(), Some(b'\n' | b'\r')) {
+                self.bytes.pop();
+            }
+            self.ends.push(self.bytes.len());
+        }
+        Ok(read)
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn line(&self, index: usize) -> &[u8] {
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        &self.bytes[start..self.ends[index]]
+    }
+
+    /// Parses every line, in parallel over `threads`; blank lines give `None`.
+    fn parse(&self, validator: &crate::event::Validator, threads: usize) -> Vec<Option<Result<Event<'_>, Rejection>>> {
+        let parse_one = |index: usize| {
+            let line = self.line(index);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                return None;
+            }
+            Some(match std::str::from_utf8(line) {
+                Ok(text) => parse_line(text, validator),
+                Err(_) => Err(Rejection::new(Reason::InvalidJson, "line is not valid UTF-8")),
+            })
+        };
+        let threads = threads.clamp(1, self.len().div_ceil(1024).max(1));
+        if threads == 1 {
+            return (0..self.len()).map(parse_one).collect();
+        }
+        let per_thread = self.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..self.len())
+                .step_by(per_thread)
+                .map(|start| {
+                    let end = (start + per_thread).min(self.len());
+                    scope.spawn(move || (start..end).map(parse_one).collect::<Vec<_>>())
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().expect("a parser thread panicked")).collect()
+        })
+    }
+}
