@@ -7,6 +7,7 @@ pub mod config;
 pub mod event;
 pub mod export;
 pub mod join;
+pub mod loadgen;
 pub mod metrics;
 pub mod replay;
 pub mod window;

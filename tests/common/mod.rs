@@ -1,0 +1,70 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// A file of the shared conformance data.
+pub fn conformance(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance").join(name)
+}
+
+/// Parses a JSON file.
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Runs `rankwatch replay ARGS` with `stdin`.
+pub fn replay(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .arg("replay")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or_default()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// Runs `rankwatch replay ARGS` and parses its JSON report.
+pub fn replay_json(args: &[&str], stdin: Option<&[u8]>) -> Value {
+    let output = replay(args, stdin);
+    assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Asserts two reports agree: everything but metric values exactly, metric values within 1e-9.
+pub fn assert_reports_match(got: &Value, expected: &Value) {
+    assert_close(got, expected, "$");
+}
+
+fn assert_close(got: &Value, expected: &Value, path: &str) {
+    match (got, expected) {
+        (Value::Object(a), Value::Object(b)) => {
+            let (mut ka, mut kb): (Vec<_>, Vec<_>) = (a.keys().collect(), b.keys().collect());
+            ka.sort();
+            kb.sort();
+            assert_eq!(ka, kb, "keys differ at {path}");
+            for key in kb {
+                assert_close(&a[key], &b[key], &format!("{path}.{key}"));
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len(), "lengths differ at {path}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_close(x, y, &format!("{path}[{i}]"));
+            }
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            assert!((a - b).abs() <= 1e-9, "{path}: got {a}, expected {b}");
+        }
+        _ => assert_eq!(got, expected, "at {path}"),
+    }
+}
