@@ -10,6 +10,7 @@ pub mod join;
 pub mod loadgen;
 pub mod metrics;
 pub mod replay;
+pub mod server;
 pub mod window;
 
 /// Types generated from `proto/rankwatch/v1/rankwatch.proto`.

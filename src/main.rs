@@ -3,8 +3,10 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, EngineSettings, FileSettings, ServerArgs, ServerSettings};
 use rankwatch::replay::{self, ReplayOptions};
+use rankwatch::server;
+use tokio_util::sync::CancellationToken;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,8 +20,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the sidecar: gRPC ingest and query, /metrics, /healthz, /readyz.
+    Serve(ServeArgs),
     /// Evaluate recorded logs (JSON Lines, `-` for standard input, .gz read transparently).
     Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +61,7 @@ const BAD_LINES_SHOWN: u64 = 100;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => run_serve(args),
         Command::Replay(args) => run_replay(args),
     };
     match result {
@@ -58,6 +71,57 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RANKWATCH_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => tracing::info!("SIGINT: shutting down"),
+        _ = terminate => tracing::info!("SIGTERM: shutting down"),
+        _ = shutdown.cancelled() => {}
+    }
+    shutdown.cancel();
+}
+
+fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let file = FileSettings::load(args.engine.config.as_deref())?;
+    let engine = EngineSettings::resolve(&args.engine, &file)?;
+    let server = ServerSettings::resolve(&args.server, &file)?;
+    runtime()?.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        server::serve(engine, server, shutdown, |_| {}).await
+    })
 }
 
 fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {

@@ -3,5 +3,7 @@
 
 pub mod prometheus;
 mod report;
+mod snapshot;
 
 pub use report::{GroupReport, Report, ReportConfig, ReportCounters};
+pub use snapshot::{GroupSnapshot, Snapshot};

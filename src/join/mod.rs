@@ -182,6 +182,11 @@ impl Engine {
         &self.evaluator
     }
 
+    /// Number of rolling windows kept per group.
+    pub fn window_count(&self) -> usize {
+        self.settings.windows.len()
+    }
+
     /// Impressions still open.
     pub fn open_impressions(&self) -> usize {
         self.open_impressions

@@ -68,3 +68,5 @@ fn assert_close(got: &Value, expected: &Value, path: &str) {
         _ => assert_eq!(got, expected, "at {path}"),
     }
 }
+
+pub mod server;

@@ -1,0 +1,60 @@
+//! One moment's figures of the engine, as `/metrics` shows them.
+
+use crate::event::Nanos;
+use crate::join::{Counters, Engine};
+use crate::metrics::GroupTotals;
+
+/// One group's figures at a moment.
+#[derive(Clone, Debug)]
+pub struct GroupSnapshot {
+    pub model: String,
+    pub surface: String,
+    /// Since start.
+    pub totals: GroupTotals,
+    /// Per configured window, over the lists in the window.
+    pub windows: Vec<GroupTotals>,
+}
+
+/// Everything `/metrics` shows of the engine, taken at one moment.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub counters: Counters,
+    pub groups: Vec<GroupSnapshot>,
+    pub ks: Vec<usize>,
+    pub open_impressions: usize,
+    pub waiting_interactions: usize,
+    pub overflowed_impressions: u64,
+    pub watermark: Option<Nanos>,
+    pub frontier: Option<Nanos>,
+}
+
+impl Snapshot {
+    /// The figures of `engine` now.
+    pub fn of(engine: &Engine) -> Self {
+        let frontier = engine.frontier();
+        let window_count = engine.window_count();
+        let groups = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, (model, surface))| GroupSnapshot {
+                model: model.clone(),
+                surface: surface.clone(),
+                totals: aggregates.totals.clone(),
+                windows: (0..window_count)
+                    .map(|index| frontier.map(|f| aggregates.windows.totals(index, f)).unwrap_or_default())
+                    .collect(),
+            })
+            .collect();
+        Snapshot {
+            counters: engine.counters().clone(),
+            groups,
+            ks: engine.evaluator().ks().to_vec(),
+            open_impressions: engine.open_impressions(),
+            waiting_interactions: engine.waiting_interactions(),
+            overflowed_impressions: engine.overflowed_impressions(),
+            watermark: engine.watermark(),
+            frontier,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `rankwatch.v1.Evaluation`: the report of SPEC §6 over gRPC, since start
+//! or for one rolling window.
+
+use super::engine_task::EngineHandle;
+use crate::export::Report;
+use crate::proto::{self, evaluation_server::Evaluation};
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// The evaluation query service.
+pub struct EvaluationService {
+    engine: EngineHandle,
+    windows: Vec<Duration>,
+}
+
+impl EvaluationService {
+    /// A service answering from `engine`, whose rolling windows are `windows`.
+    pub fn new(engine: EngineHandle, windows: Vec<Duration>) -> Self {
+        Self { engine, windows }
+    }
+
+    fn window_index(&self, window: &str) -> Result<Option<usize>, Status> {
+        if window.is_empty() {
+            return Ok(None);
+        }
+        let wanted = humantime::parse_duration(window).ok();
+        self.windows.iter().position(|w| Some(*w) == wanted).map(Some).ok_or_else(|| {
+            let configured: Vec<String> =
+                self.windows.iter().map(|w| humantime::format_duration(*w).to_string()).collect();
+            Status::invalid_argument(format!(
+                "window {window:?} is not configured; configured: {} (or empty for since start)",
+                configured.join(", ")
+            ))
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Evaluation for EvaluationService {
+    async fn get_metrics(&self, request: Request<proto::GetMetricsRequest>) -> Result<Response<proto::Report>, Status> {
+        let window = request.into_inner().window;
+        let index = self.window_index(&window)?;
+        let report = self.engine.report(index).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(to_proto(report, window)))
+    }
+}
+
+fn to_proto(report: Report, window: String) -> proto::Report {
+    let counters = &report.counters;
+    proto::Report {
+        config: Some(proto::ReportConfig {
+            k: report.config.k.iter().map(|&k| k as u32).collect(),
+            attribution_window_s: report.config.attribution_window_s,
+            allowed_lateness_s: report.config.allowed_lateness_s,
+            gain: report.config.gain.to_owned(),
+        }),
+        counters: Some(proto::Counters {
+            impressions: counters.impressions,
+            interactions: counters.interactions,
+            credited: counters.credited,
+            unattributed: counters.unattributed.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            late_impressions: counters.late["impressions"],
+            duplicate_impressions: counters.duplicates["impressions"],
+            duplicate_interactions: counters.duplicates["interactions"],
+            rejected: counters.rejected.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        }),
+        groups: report
+            .groups
+            .into_iter()
+            .map(|group| proto::GroupReport {
+                model: group.model,
+                surface: group.surface,
+                lists: group.lists,
+                engaged_lists: group.engaged_lists,
+                metrics: group
+                    .metrics
+                    .into_iter()
+                    .map(|(key, mean)| (key, proto::MetricMean { all: mean.all, engaged: mean.engaged }))
+                    .collect(),
+            })
+            .collect(),
+        window,
+    }
+}

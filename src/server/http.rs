@@ -1,0 +1,54 @@
+//! The HTTP listener: `/metrics` (Prometheus text), `/healthz` (alive) and
+//! `/readyz` (ready to ingest).
+
+use super::collector::wall_clock;
+use super::engine_task::EngineHandle;
+use crate::export::prometheus;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What the handlers share.
+struct Shared {
+    engine: EngineHandle,
+    recorder: PrometheusHandle,
+    process: metrics_process::Collector,
+    windows: Vec<Duration>,
+    shutdown: CancellationToken,
+}
+
+/// The HTTP routes.
+pub fn router(engine: EngineHandle, recorder: PrometheusHandle, windows: Vec<Duration>, shutdown: CancellationToken) -> Router {
+    let process = metrics_process::Collector::default();
+    process.describe();
+    let shared = Arc::new(Shared { engine, recorder, process, windows, shutdown });
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(shared)
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let Ok(snapshot) = shared.engine.snapshot().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, [(header::CONTENT_TYPE, "text/plain")], "shutting down\n".to_owned());
+    };
+    shared.process.collect();
+    let mut text = prometheus::render(&snapshot, &shared.windows, wall_clock());
+    text.push_str(&shared.recorder.render());
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    if shared.shutdown.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}

@@ -1,0 +1,149 @@
+//! The online sidecar: gRPC ingest and query, the HTTP listener, and a
+//! graceful shutdown that reaches every task.
+
+mod collector;
+mod engine_task;
+mod evaluation;
+mod http;
+
+pub use collector::wall_clock;
+pub use engine_task::{EngineHandle, EngineStopped};
+
+use crate::config::{EngineSettings, ServerSettings};
+use crate::proto::{collector_server::CollectorServer, evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
+use anyhow::Context;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+/// Bucket bounds of `rankwatch_batch_duration_seconds`.
+const BATCH_SECONDS_BUCKETS: [f64; 12] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// The process-wide Prometheus recorder of the health series.
+fn recorder() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full("rankwatch_batch_duration_seconds".into()), &BATCH_SECONDS_BUCKETS)?
+        .install_recorder()?;
+    describe_health_series();
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+fn describe_health_series() {
+    metrics::describe_counter!("rankwatch_events_received_total", "Events received in batches, valid or not.");
+    metrics::describe_histogram!(
+        "rankwatch_batch_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time from receiving a batch to its acknowledgement."
+    );
+    metrics::describe_gauge!("rankwatch_ingest_streams", "Open Ingest streams.");
+    metrics::describe_counter!("rankwatch_streams_refused_total", "Ingest streams refused past max_streams.");
+    metrics::describe_counter!("rankwatch_streams_failed_total", "Ingest streams ended by a malformed message.");
+    metrics::describe_gauge!("rankwatch_limit", "Configured limits, by name.");
+    // Zero series exist from the start, so that rate() and alerts see them.
+    metrics::counter!("rankwatch_events_received_total").absolute(0);
+    metrics::counter!("rankwatch_streams_refused_total").absolute(0);
+    metrics::counter!("rankwatch_streams_failed_total").absolute(0);
+    metrics::gauge!("rankwatch_ingest_streams").set(0.0);
+}
+
+fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
+    let limits = [
+        ("max_items", engine.max_items),
+        ("max_groups", engine.max_groups),
+        ("max_open_impressions", server.max_open_impressions),
+        ("max_waiting_interactions", server.max_waiting_interactions),
+        ("max_message_size", server.max_message_size),
+        ("max_streams", server.max_streams),
+        ("max_inflight_batches", server.max_inflight_batches),
+    ];
+    for (name, value) in limits {
+        metrics::gauge!("rankwatch_limit", "limit" => name).set(value as f64);
+    }
+}
+
+/// The addresses a running server listens on.
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    /// gRPC.
+    pub grpc: SocketAddr,
+    /// HTTP.
+    pub http: SocketAddr,
+}
+
+/// Binds both listeners, then serves until `shutdown` is cancelled. `on_bound`
+/// hears the bound addresses (port 0 picks free ports).
+pub async fn serve(
+    engine_settings: EngineSettings,
+    settings: ServerSettings,
+    shutdown: CancellationToken,
+    on_bound: impl FnOnce(Bound),
+) -> anyhow::Result<()> {
+    let recorder = recorder()?;
+    export_limits(&engine_settings, &settings);
+    let grpc_listener =
+        TcpListener::bind(settings.grpc_addr).await.with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
+    let http_listener =
+        TcpListener::bind(settings.http_addr).await.with_context(|| format!("binding HTTP to {}", settings.http_addr))?;
+    let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
+    tracing::info!(grpc_addr = %bound.grpc, http_addr = %bound.http, "rankwatch serving");
+    on_bound(bound);
+
+    let validator = engine_settings.validator(Some(settings.max_future_skew));
+    let engine = EngineHandle::start(engine_settings, settings.windows.clone(), settings.max_inflight_batches);
+    if settings.wall_clock_advance {
+        tokio::spawn(advance_with_wall_clock(engine.clone(), shutdown.clone()));
+    }
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<CollectorServer<collector::CollectorService>>().await;
+    health.set_serving::<EvaluationServer<evaluation::EvaluationService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let collector = collector::CollectorService::new(
+        engine.clone(),
+        validator,
+        settings.max_streams,
+        settings.max_inflight_batches,
+        shutdown.clone(),
+    );
+    let grpc = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size))
+        .add_service(EvaluationServer::new(evaluation::EvaluationService::new(engine.clone(), settings.windows.clone())))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown.clone().cancelled_owned());
+    let http = axum::serve(http_listener, http::router(engine, recorder, settings.windows.clone(), shutdown.clone()))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let (grpc, http) = tokio::join!(grpc, async { http.await });
+    grpc.context("gRPC server")?;
+    http.context("HTTP server")?;
+    tracing::info!("rankwatch stopped");
+    Ok(())
+}
+
+/// Moves the watermark with the wall clock while no events arrive, so that
+/// no list waits forever.
+async fn advance_with_wall_clock(engine: EngineHandle, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        if engine.advance_if_idle(wall_clock()).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! A real `rankwatch serve` process on ephemeral loopback ports.
+
+use rankwatch::proto;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running server; killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    /// Lines the server logged after start-up.
+    pub log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `rankwatch serve` on port 0 with `args`, and waits for its addresses.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+            .args(["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(args)
+            .env("RANKWATCH_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rankwatch starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let (mut grpc, mut http) = (None, None);
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            for word in line.split_whitespace() {
+                if let Some(addr) = word.strip_prefix("grpc_addr=") {
+                    grpc = addr.parse().ok();
+                }
+                if let Some(addr) = word.strip_prefix("http_addr=") {
+                    http = addr.parse().ok();
+                }
+            }
+            if grpc.is_some() {
+                break;
+            }
+        }
+        let (sender, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server { child, grpc: grpc.expect("server logs its gRPC address"), http: http.expect("server logs its HTTP address"), log }
+    }
+
+    /// A gRPC client of the collector.
+    pub async fn collector(&self) -> proto::collector_client::CollectorClient<tonic::transport::Channel> {
+        proto::collector_client::CollectorClient::connect(format!("http://{}", self.grpc)).await.unwrap()
+    }
+
+    /// A gRPC client of the evaluation service.
+    pub async fn evaluation(&self) -> proto::evaluation_client::EvaluationClient<tonic::transport::Channel> {
+        proto::evaluation_client::EvaluationClient::connect(format!("http://{}", self.grpc)).await.unwrap()
+    }
+
+    /// GETs `path` on the HTTP listener: status code and body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.http).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).unwrap();
+        let response = String::from_utf8(response).unwrap();
+        let status = response[9..12].parse().unwrap();
+        let body_start = response.find("\r\n\r\n").map_or(response.len(), |i| i + 4);
+        let body = &response[body_start..];
+        let headers = &response[..body_start];
+        let body = if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+        (status, body)
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        for _ in 0..100 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("rankwatch did not exit within 10 s of SIGTERM");
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parses Prometheus text into `(name{labels}, value)` pairs, labels sorted.
+pub fn parse_metrics(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut series = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let (key, value) = line.rsplit_once(' ').unwrap();
+        let key = match key.split_once('{') {
+            Some((name, labels)) => {
+                let mut labels: Vec<&str> = split_labels(labels.trim_end_matches('}'));
+                labels.sort();
+                format!("{name}{{{}}}", labels.join(","))
+            }
+            None => key.to_owned(),
+        };
+        series.insert(key, value.parse().unwrap());
+    }
+    series
+}
+
+fn split_labels(labels: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in labels.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                parts.push(&labels[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < labels.len() {
+        parts.push(&labels[start..]);
+    }
+    parts
+}
+
+/// Converts one line of a JSON log into a protobuf event; `None` for a line that is not JSON.
+pub fn event_from_json(line: &str) -> Option<proto::Event> {
+    use proto::event::Kind;
+    use serde_json::Value;
+    let value: Value = serde_json::from_str(line).ok()?;
+    let text = |v: &Value, camel: &str, snake: &str| -> String {
+        v.get(camel).or_else(|| v.get(snake)).and_then(Value::as_str).unwrap_or_default().to_owned()
+    };
+    let time = |v: &Value| {
+        v.get("time").and_then(Value::as_str).map(|t| {
+            let nanos = rankwatch::event::parse_rfc3339(t).expect("valid times in the test logs");
+            prost_types::Timestamp { seconds: nanos.div_euclid(1_000_000_000), nanos: nanos.rem_euclid(1_000_000_000) as i32 }
+        })
+    };
+    let kind = if let Some(m) = value.get("impression") {
+        Kind::Impression(proto::Impression {
+            request_id: text(m, "requestId", "request_id"),
+            user_id: text(m, "userId", "user_id"),
+            item_ids: m
+                .get("itemIds")
+                .or_else(|| m.get("item_ids"))
+                .and_then(Value::as_array)
+                .map(|items| items.iter().map(|i| i.as_str().unwrap_or_default().to_owned()).collect())
+                .unwrap_or_default(),
+            time: time(m),
+            model: text(m, "model", "model"),
+            surface: text(m, "surface", "surface"),
+        })
+    } else {
+        let x = value.get("interaction")?;
+        Kind::Interaction(proto::Interaction {
+            event_id: text(x, "eventId", "event_id"),
+            user_id: text(x, "userId", "user_id"),
+            item_id: text(x, "itemId", "item_id"),
+            request_id: text(x, "requestId", "request_id"),
+            r#type: text(x, "type", "type"),
+            time: time(x),
+            grade: x.get("grade").and_then(Value::as_f64),
+        })
+    };
+    Some(proto::Event { kind: Some(kind) })
+}
