@@ -234,3 +234,27 @@ async fn sigterm_ends_open_streams_and_exits_zero() {
     assert!(acks.message().await.map(|m| m.is_none()).unwrap_or(true), "the stream ended");
     drop(sender);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
+    use std::io::Write;
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let mut events = conformance_events();
+    events.push(closing_event());
+    stream(&server, events, 100).await;
+    let (status, body) = server.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("process_resident_memory_bytes"), "process series are exported");
+    assert!(body.contains("rankwatch_batch_duration_seconds_bucket"), "batch latency is a histogram");
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (tests/install-deps.sh installs Debian's prometheus package)");
+    promtool.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let output = promtool.wait_with_output().unwrap();
+    let findings = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && findings.trim().is_empty(), "promtool check metrics: {findings}");
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, then runs the Rust tests
+# (unit, conformance, properties, real server over loopback), the Prometheus
+# rule tests, the independent Python client and the end-to-end deploy check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash tests/install-deps.sh
+cargo build --release --locked --bins
+cargo test --release --locked
+bash deploy/prometheus/check.sh
