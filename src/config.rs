@@ -154,6 +154,12 @@ pub struct EngineArgs {
     /// Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group [default: 1000].
     #[arg(long, env = "RANKWATCH_MAX_GROUPS")]
     pub max_groups: Option<usize>,
+    /// Limit: most open impressions; a new impression past it is shed, counted, and not evaluated [default: 1000000].
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS")]
+    pub max_open_impressions: Option<usize>,
+    /// Limit: most waiting interactions; a new one that would wait past it is shed and counted [default: 1000000].
+    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS")]
+    pub max_waiting_interactions: Option<usize>,
 }
 
 /// Join and metric settings, resolved and validated.
@@ -166,6 +172,8 @@ pub struct EngineSettings {
     pub grades: GradeTable,
     pub max_items: usize,
     pub max_groups: usize,
+    pub max_open_impressions: usize,
+    pub max_waiting_interactions: usize,
 }
 
 impl EngineSettings {
@@ -199,11 +207,23 @@ impl EngineSettings {
         if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| !(g.is_finite() && *g >= 0.0)) {
             return Err(invalid("grades", format!("grade of {name:?} is {grade}; grades are finite numbers >= 0")));
         }
-        let max_items = args.max_items.or(file.max_items).unwrap_or(1000);
-        let max_groups = args.max_groups.or(file.max_groups).unwrap_or(1000);
-        if max_items == 0 || max_groups == 0 {
-            return Err(invalid("max_items/max_groups", "limits must be at least 1"));
-        }
+        let limit = |key: &'static str, value: usize| {
+            if value == 0 {
+                Err(invalid(key, "must be at least 1"))
+            } else {
+                Ok(value)
+            }
+        };
+        let max_items = limit("max_items", args.max_items.or(file.max_items).unwrap_or(1000))?;
+        let max_groups = limit("max_groups", args.max_groups.or(file.max_groups).unwrap_or(1000))?;
+        let max_open_impressions = limit(
+            "max_open_impressions",
+            args.max_open_impressions.or(file.max_open_impressions).unwrap_or(1_000_000),
+        )?;
+        let max_waiting_interactions = limit(
+            "max_waiting_interactions",
+            args.max_waiting_interactions.or(file.max_waiting_interactions).unwrap_or(1_000_000),
+        )?;
         Ok(Self {
             attribution_window: args.attribution_window.or(file.attribution_window).unwrap_or(Duration::from_secs(300)),
             allowed_lateness: args.allowed_lateness.or(file.allowed_lateness).unwrap_or(Duration::from_secs(30)),
@@ -212,6 +232,8 @@ impl EngineSettings {
             grades,
             max_items,
             max_groups,
+            max_open_impressions,
+            max_waiting_interactions,
         })
     }
 
@@ -222,6 +244,8 @@ impl EngineSettings {
             allowed_lateness: nanos(self.allowed_lateness),
             shards: 16,
             max_groups: self.max_groups,
+            max_open_impressions: self.max_open_impressions,
+            max_waiting_interactions: self.max_waiting_interactions,
             windows: windows.iter().map(|&w| nanos(w)).collect(),
         }
     }
@@ -261,12 +285,6 @@ pub struct ServerArgs {
     /// How often state is saved to the state directory [default: 30s].
     #[arg(long, env = "RANKWATCH_SNAPSHOT_INTERVAL", value_parser = parse_duration)]
     pub snapshot_interval: Option<Duration>,
-    /// Limit: most open impressions; past it the oldest are finalized early and counted as shed [default: 1000000].
-    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS")]
-    pub max_open_impressions: Option<usize>,
-    /// Limit: most waiting interactions; past it the oldest give up and are counted as shed [default: 1000000].
-    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS")]
-    pub max_waiting_interactions: Option<usize>,
     /// Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED) [default: 4194304].
     #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
@@ -288,8 +306,6 @@ pub struct ServerSettings {
     pub windows: Vec<Duration>,
     pub state_dir: Option<PathBuf>,
     pub snapshot_interval: Duration,
-    pub max_open_impressions: usize,
-    pub max_waiting_interactions: usize,
     pub max_message_size: usize,
     pub max_streams: usize,
     pub max_inflight_batches: usize,
@@ -321,14 +337,6 @@ impl ServerSettings {
             windows,
             state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
             snapshot_interval: args.snapshot_interval.or(file.snapshot_interval).unwrap_or(Duration::from_secs(30)),
-            max_open_impressions: positive(
-                "max_open_impressions",
-                args.max_open_impressions.or(file.max_open_impressions).unwrap_or(1_000_000),
-            )?,
-            max_waiting_interactions: positive(
-                "max_waiting_interactions",
-                args.max_waiting_interactions.or(file.max_waiting_interactions).unwrap_or(1_000_000),
-            )?,
             max_message_size: positive(
                 "max_message_size",
                 args.max_message_size.or(file.max_message_size).unwrap_or(4 << 20),

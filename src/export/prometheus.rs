@@ -87,6 +87,9 @@ fn render_counters(out: &mut String, snapshot: &Snapshot, now: Nanos) {
     header(out, "rankwatch_duplicates_total", "counter", "Retried events recognised and ignored, by kind.");
     let _ = writeln!(out, "rankwatch_duplicates_total{{kind=\"impression\"}} {}", c.duplicate_impressions);
     let _ = writeln!(out, "rankwatch_duplicates_total{{kind=\"interaction\"}} {}", c.duplicate_interactions);
+    header(out, "rankwatch_events_shed_total", "counter", "Events dropped under a limit, by the limit.");
+    let _ = writeln!(out, "rankwatch_events_shed_total{{reason=\"max_open_impressions\"}} {}", c.shed_impressions);
+    let _ = writeln!(out, "rankwatch_events_shed_total{{reason=\"max_waiting_interactions\"}} {}", c.shed_interactions);
     single(out, "rankwatch_impressions_overflowed_total", "counter", "Impressions folded into the __overflow__ group past max_groups.", snapshot.overflowed_impressions);
     single(out, "rankwatch_open_impressions", "gauge", "Impressions open for attribution.", snapshot.open_impressions);
     single(out, "rankwatch_waiting_interactions", "gauge", "Interactions waiting for their impression.", snapshot.waiting_interactions);

@@ -36,6 +36,9 @@ pub struct ReportCounters {
     pub duplicates: BTreeMap<&'static str, u64>,
     /// Only reasons that occurred.
     pub rejected: BTreeMap<&'static str, u64>,
+    /// Events shed under limits, by kind; left out when none were.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub shed: BTreeMap<&'static str, u64>,
 }
 
 /// One `(model, surface)` group.
@@ -76,6 +79,10 @@ impl ReportCounters {
                 ("interactions", counters.duplicate_interactions),
             ]),
             rejected: counters.rejected.iter().map(|(reason, n)| (reason.as_str(), *n)).collect(),
+            shed: [("impressions", counters.shed_impressions), ("interactions", counters.shed_interactions)]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
     }
 }

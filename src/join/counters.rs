@@ -45,6 +45,10 @@ pub struct Counters {
     pub duplicate_impressions: u64,
     /// Retried interactions.
     pub duplicate_interactions: u64,
+    /// Impressions shed because `max_open_impressions` were open.
+    pub shed_impressions: u64,
+    /// Interactions shed because `max_waiting_interactions` were waiting.
+    pub shed_interactions: u64,
     /// Rejected events by reason.
     pub rejected: BTreeMap<Reason, u64>,
 }

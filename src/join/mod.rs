@@ -32,6 +32,10 @@ pub struct JoinSettings {
     pub shards: usize,
     /// Most `(model, surface)` groups before new ones fold into the overflow group.
     pub max_groups: usize,
+    /// Most open impressions; a new one past it is shed.
+    pub max_open_impressions: usize,
+    /// Most waiting interactions; a new one that would wait past it is shed.
+    pub max_waiting_interactions: usize,
     /// Spans of the rolling windows kept per group (none in replay).
     pub windows: Vec<Nanos>,
 }
@@ -214,6 +218,10 @@ impl Engine {
             self.counters.duplicate_impressions += 1;
             return;
         }
+        if self.open_impressions >= self.settings.max_open_impressions {
+            self.counters.shed_impressions += 1;
+            return;
+        }
         let group = self.groups.id(&impression.model, &impression.surface);
         let seq = self.seq();
         let mut open = OpenImpression::new(seq, group, &impression);
@@ -236,6 +244,14 @@ impl Engine {
         if user.attribute(interaction, window, &mut self.counters) {
             return;
         }
+        if self.waiting_interactions >= self.settings.max_waiting_interactions {
+            self.counters.shed_interactions += 1;
+            if user.is_empty() {
+                self.shards[index].remove(&user_id);
+            }
+            return;
+        }
+        self.counters.interactions += 1;
         user.waiting.push(Waiting { seq, interaction });
         self.waiting_interactions += 1;
         self.give_ups.push(Reverse((interaction.time, user_id, seq)));
@@ -280,5 +296,100 @@ impl Engine {
         let aggregates = &mut self.aggregates[group];
         aggregates.totals.add(&self.values, engaged);
         aggregates.windows.add(list.time, &self.values, engaged);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{id_hash, Impression, Interaction, NANOS_PER_SECOND};
+    use crate::metrics::{Metric, MetricSettings};
+    use std::borrow::Cow;
+
+    const S: Nanos = NANOS_PER_SECOND;
+
+    fn engine(max_open: usize, max_waiting: usize) -> Engine {
+        let settings = JoinSettings {
+            attribution_window: 300 * S,
+            allowed_lateness: 30 * S,
+            shards: 4,
+            max_groups: 10,
+            max_open_impressions: max_open,
+            max_waiting_interactions: max_waiting,
+            windows: vec![],
+        };
+        Engine::new(settings, ListEvaluator::new(MetricSettings::default(), &[1, 5]))
+    }
+
+    fn impression(user: &str, request: &str, items: &[&str], time: Nanos) -> Event<'static> {
+        Event::Impression(Impression {
+            request: id_hash(request),
+            user: id_hash(user),
+            items: items.iter().map(|i| id_hash(i)).collect(),
+            time,
+            model: Cow::Borrowed("m"),
+            surface: Cow::Borrowed("s"),
+        })
+    }
+
+    fn click(user: &str, item: &str, request: Option<&str>, time: Nanos) -> Event<'static> {
+        Event::Interaction(Interaction {
+            event: None,
+            user: id_hash(user),
+            item: id_hash(item),
+            request: request.map(id_hash),
+            time,
+            grade: 1.0,
+        })
+    }
+
+    #[test]
+    fn a_waiting_interaction_is_settled_by_its_named_impression() {
+        let mut engine = engine(10, 10);
+        engine.apply(click("u", "b", Some("r1"), 5 * S));
+        engine.apply(click("u", "z", Some("r1"), 6 * S));
+        assert_eq!(engine.waiting_interactions(), 2);
+        engine.apply(impression("u", "r1", &["a", "b"], 4 * S));
+        let counters = engine.counters();
+        assert_eq!((counters.credited, counters.unattributed_count(Unattributed::NotInList)), (1, 1));
+        assert_eq!(engine.waiting_interactions(), 0);
+    }
+
+    #[test]
+    fn the_latest_matching_impression_gets_an_unnamed_interaction() {
+        let mut engine = engine(10, 10);
+        engine.apply(impression("u", "r1", &["a", "b"], 0));
+        engine.apply(impression("u", "r2", &["b", "a"], S));
+        engine.apply(click("u", "a", None, 2 * S));
+        engine.finish();
+        let mrr_at_1 = Metric::Mrr as usize;
+        let totals = &engine.aggregates()[0].totals;
+        assert_eq!((totals.lists, totals.engaged), (2, 1));
+        assert_eq!(totals.sums[mrr_at_1], 0.0, "r2 got the click, at rank 2");
+    }
+
+    #[test]
+    fn limits_shed_new_state_and_count_it() {
+        let mut engine = engine(1, 1);
+        engine.apply(impression("u", "r1", &["a"], 0));
+        engine.apply(impression("v", "r2", &["a"], 0));
+        engine.apply(click("w", "a", None, S));
+        engine.apply(click("x", "a", None, S));
+        let counters = engine.counters();
+        assert_eq!((counters.impressions, counters.shed_impressions), (1, 1));
+        assert_eq!((counters.interactions, counters.shed_interactions), (1, 1));
+        assert_eq!((engine.open_impressions(), engine.waiting_interactions()), (1, 1));
+    }
+
+    #[test]
+    fn the_watermark_finalizes_and_gives_up() {
+        let mut engine = engine(10, 10);
+        engine.apply(impression("u", "r1", &["a"], 0));
+        engine.apply(click("v", "a", None, S));
+        engine.apply(impression("w", "r2", &["a"], 330 * S));
+        assert_eq!(engine.open_impressions(), 1, "r1 closed at 0 + 300 <= 330 - 30");
+        assert_eq!(engine.counters().unattributed_count(Unattributed::NoImpression), 1);
+        engine.apply(impression("u", "r3", &["a"], 0));
+        assert_eq!(engine.counters().late_impressions, 1);
     }
 }

@@ -116,8 +116,8 @@ impl UserState {
         self.open.iter().any(|m| m.request == request)
     }
 
-    /// Credits, rejects as unattributed or as a duplicate; returns `false`
-    /// when the interaction must wait for its impression.
+    /// Credits, counts as unattributed or as a duplicate; returns `false`
+    /// when the interaction must wait for its impression (and is not counted yet).
     pub fn attribute(&mut self, x: Interaction, window: Nanos, counters: &mut Counters) -> bool {
         let target = match x.request {
             Some(request) => match self.open.iter().position(|m| m.request == request) {
@@ -139,14 +139,10 @@ impl UserState {
             counters.duplicate_interactions += 1;
             return true;
         }
+        let Some((index, rank)) = target else { return false };
         counters.interactions += 1;
-        match target {
-            Some((index, rank)) => {
-                self.open[index].credit(rank, &x, counters);
-                true
-            }
-            None => false,
-        }
+        self.open[index].credit(rank, &x, counters);
+        true
     }
 
     /// The latest (by time, then arrival) open impression the interaction matches.

@@ -59,8 +59,8 @@ fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
     let limits = [
         ("max_items", engine.max_items),
         ("max_groups", engine.max_groups),
-        ("max_open_impressions", server.max_open_impressions),
-        ("max_waiting_interactions", server.max_waiting_interactions),
+        ("max_open_impressions", engine.max_open_impressions),
+        ("max_waiting_interactions", engine.max_waiting_interactions),
         ("max_message_size", server.max_message_size),
         ("max_streams", server.max_streams),
         ("max_inflight_batches", server.max_inflight_batches),
