@@ -250,6 +250,12 @@ impl EngineSettings {
         }
     }
 
+    /// What saved state must have been computed under to be restored:
+    /// the cutoffs, the metric settings and the rolling windows.
+    pub fn fingerprint(&self, windows: &[Duration]) -> String {
+        format!("k={:?} metrics={:?} windows={windows:?}", self.evaluator().ks(), self.metrics)
+    }
+
     /// The list evaluator for these settings.
     pub fn evaluator(&self) -> ListEvaluator {
         ListEvaluator::new(self.metrics.clone(), &self.k)

@@ -11,6 +11,7 @@ pub mod loadgen;
 pub mod metrics;
 pub mod replay;
 pub mod server;
+pub mod state;
 pub mod window;
 
 /// Types generated from `proto/rankwatch/v1/rankwatch.proto`.

@@ -9,12 +9,12 @@ use crate::metrics::GroupTotals;
 pub const BUCKETS: i64 = 60;
 
 /// The rolling windows of one group.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RollingWindows {
     windows: Vec<Window>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Window {
     bucket_span: Nanos,
     /// Slot `id % BUCKETS` holds bucket `id` (lists with `time / bucket_span == id`).

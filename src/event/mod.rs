@@ -37,7 +37,7 @@ pub struct Impression<'a> {
 }
 
 /// A feedback event, validated, with its grade resolved.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Interaction {
     /// Hash of a non-empty `event_id`.
     pub event: Option<u64>,
@@ -96,7 +96,7 @@ impl Event<'_> {
 }
 
 /// Why an event was rejected: stable snake_case names, part of the API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Reason {
     /// The line is not JSON, or not an `Event` in the proto3 JSON mapping.
     InvalidJson,

@@ -29,7 +29,7 @@ impl Unattributed {
 }
 
 /// Event outcomes since start.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Accepted impressions (valid, not late, not duplicates).
     pub impressions: u64,

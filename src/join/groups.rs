@@ -10,11 +10,11 @@ pub type GroupId = u32;
 pub const OVERFLOW_GROUP_NAME: &str = "__overflow__";
 
 /// Interns group names to dense ids.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Groups {
     names: Vec<(String, String)>,
     ids: HashMap<String, HashMap<String, GroupId>>,
-    max_groups: usize,
+    pub(super) max_groups: usize,
     overflow: Option<GroupId>,
     /// Impressions folded into the overflow group.
     pub overflowed: u64,

@@ -9,10 +9,12 @@
 
 mod counters;
 mod groups;
+mod persist;
 mod user;
 
 pub use counters::{Counters, Unattributed};
 pub use groups::{GroupId, Groups, OVERFLOW_GROUP_NAME};
+pub use persist::EngineState;
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{GroupTotals, ListEvaluator};
@@ -41,7 +43,7 @@ pub struct JoinSettings {
 }
 
 /// One group's aggregates: since start, and per rolling window.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GroupAggregates {
     /// Since start.
     pub totals: GroupTotals,

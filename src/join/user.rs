@@ -3,11 +3,12 @@
 
 use super::{Counters, GroupId, Unattributed};
 use crate::event::{Impression, Interaction, Nanos};
+use serde::{Deserialize, Serialize};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// An open impression, stored compactly: item ids are hashes, and only the
 /// credited items carry a grade.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct OpenImpression {
     /// Arrival order, unique across the engine.
     pub seq: u64,
@@ -89,7 +90,7 @@ impl OpenImpression {
 }
 
 /// An interaction waiting for its impression.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Waiting {
     /// Arrival order, unique across the engine.
     pub seq: u64,
@@ -97,7 +98,7 @@ pub struct Waiting {
 }
 
 /// Everything held for one user.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct UserState {
     /// Open impressions in arrival order.
     pub open: Vec<OpenImpression>,

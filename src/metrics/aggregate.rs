@@ -4,7 +4,7 @@
 ///
 /// Unengaged lists contribute 0 to every metric, so the `all` and `engaged`
 /// scopes share `sums` and differ only in the count they divide by.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GroupTotals {
     /// Finalized lists.
     pub lists: u64,
@@ -47,15 +47,6 @@ impl GroupTotals {
         }
         for (sum, value) in self.sums.iter_mut().zip(&other.sums) {
             *sum += value;
-        }
-    }
-
-    /// Removes totals that were merged in before (a bucket leaving a window).
-    pub fn subtract(&mut self, other: &GroupTotals) {
-        self.lists -= other.lists;
-        self.engaged -= other.engaged;
-        for (sum, value) in self.sums.iter_mut().zip(&other.sums) {
-            *sum -= value;
         }
     }
 

@@ -5,7 +5,7 @@
 use crate::config::EngineSettings;
 use crate::event::{Event, Nanos, Reason};
 use crate::export::{Report, Snapshot};
-use crate::join::Engine;
+use crate::join::{Engine, EngineState};
 use tokio::sync::{mpsc, oneshot};
 
 /// A batch's validated events and the reasons of its rejected ones, in batch order.
@@ -17,6 +17,7 @@ enum Command {
     AdvanceIfIdle { now: Nanos },
     Snapshot { reply: oneshot::Sender<Snapshot> },
     Report { window: Option<usize>, reply: oneshot::Sender<Report> },
+    State { reply: oneshot::Sender<EngineState> },
 }
 
 /// The engine thread went away (it only does at shutdown).
@@ -31,10 +32,9 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Starts the engine thread with a queue of `capacity` commands.
-    pub fn start(settings: EngineSettings, windows: Vec<std::time::Duration>, capacity: usize) -> Self {
+    /// Starts the engine thread on `engine` with a queue of `capacity` commands.
+    pub fn start(engine: Engine, settings: EngineSettings, capacity: usize) -> Self {
         let (commands, receiver) = mpsc::channel(capacity);
-        let engine = Engine::new(settings.join(&windows), settings.evaluator());
         std::thread::Builder::new()
             .name("rankwatch-engine".into())
             .spawn(move || run(engine, settings, receiver))
@@ -64,6 +64,13 @@ impl EngineHandle {
     pub async fn snapshot(&self) -> Result<Snapshot, EngineStopped> {
         let (reply, answer) = oneshot::channel();
         self.commands.send(Command::Snapshot { reply }).await.map_err(|_| EngineStopped)?;
+        answer.await.map_err(|_| EngineStopped)
+    }
+
+    /// A copy of the engine's state, to save.
+    pub async fn state(&self) -> Result<EngineState, EngineStopped> {
+        let (reply, answer) = oneshot::channel();
+        self.commands.send(Command::State { reply }).await.map_err(|_| EngineStopped)?;
         answer.await.map_err(|_| EngineStopped)
     }
 
@@ -106,6 +113,9 @@ fn run(mut engine: Engine, settings: EngineSettings, mut commands: mpsc::Receive
                     Some(index) => Report::window(&engine, &settings, index),
                 };
                 let _ = reply.send(report);
+            }
+            Command::State { reply } => {
+                let _ = reply.send(engine.state());
             }
         }
     }

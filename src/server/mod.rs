@@ -10,6 +10,8 @@ pub use collector::wall_clock;
 pub use engine_task::{EngineHandle, EngineStopped};
 
 use crate::config::{EngineSettings, ServerSettings};
+use crate::join::Engine;
+use crate::state::StateFile;
 use crate::proto::{collector_server::CollectorServer, evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
 use anyhow::Context;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -48,6 +50,13 @@ fn describe_health_series() {
     metrics::describe_counter!("rankwatch_streams_refused_total", "Ingest streams refused past max_streams.");
     metrics::describe_counter!("rankwatch_streams_failed_total", "Ingest streams ended by a malformed message.");
     metrics::describe_gauge!("rankwatch_limit", "Configured limits, by name.");
+    metrics::describe_counter!("rankwatch_state_saves_total", "State snapshots written to the state directory.");
+    metrics::describe_counter!("rankwatch_state_save_failures_total", "State snapshots that could not be written.");
+    metrics::describe_counter!(
+        "rankwatch_state_restore_failures_total",
+        "Saved states that could not be restored at start (the server started empty)."
+    );
+    metrics::describe_gauge!("rankwatch_state_bytes", metrics::Unit::Bytes, "Size of the last saved state.");
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!("rankwatch_events_received_total").absolute(0);
     metrics::counter!("rankwatch_streams_refused_total").absolute(0);
@@ -98,9 +107,15 @@ pub async fn serve(
     on_bound(bound);
 
     let validator = engine_settings.validator(Some(settings.max_future_skew));
-    let engine = EngineHandle::start(engine_settings, settings.windows.clone(), settings.max_inflight_batches);
+    let state_file =
+        settings.state_dir.as_deref().map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
+    let restored = restore(&engine_settings, &settings, state_file.as_ref());
+    let engine = EngineHandle::start(restored, engine_settings.clone(), settings.max_inflight_batches);
     if settings.wall_clock_advance {
         tokio::spawn(advance_with_wall_clock(engine.clone(), shutdown.clone()));
+    }
+    if let Some(file) = &state_file {
+        tokio::spawn(save_periodically(engine.clone(), file.clone(), settings.snapshot_interval, shutdown.clone()));
     }
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -123,13 +138,80 @@ pub async fn serve(
         .add_service(CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size))
         .add_service(EvaluationServer::new(evaluation::EvaluationService::new(engine.clone(), settings.windows.clone())))
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown.clone().cancelled_owned());
-    let http = axum::serve(http_listener, http::router(engine, recorder, settings.windows.clone(), shutdown.clone()))
+    let http = axum::serve(http_listener, http::router(engine.clone(), recorder, settings.windows.clone(), shutdown.clone()))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (grpc, http) = tokio::join!(grpc, async { http.await });
     grpc.context("gRPC server")?;
     http.context("HTTP server")?;
+    if let Some(file) = &state_file {
+        save(&engine, file).await.context("saving state at shutdown")?;
+    }
     tracing::info!("rankwatch stopped");
     Ok(())
+}
+
+/// The engine to start with: the saved state when there is a usable one.
+/// An unusable state file is set aside with a loud log line and a counter,
+/// and the server starts empty rather than not at all.
+fn restore(engine: &EngineSettings, server: &ServerSettings, file: Option<&StateFile>) -> Engine {
+    let fresh = || Engine::new(engine.join(&server.windows), engine.evaluator());
+    metrics::counter!("rankwatch_state_restore_failures_total").absolute(0);
+    let Some(file) = file else { return fresh() };
+    match file.load() {
+        Ok(Some(state)) => {
+            let restored = Engine::restore(engine.join(&server.windows), engine.evaluator(), state);
+            tracing::info!(
+                path = %file.path().display(),
+                open_impressions = restored.open_impressions(),
+                waiting_interactions = restored.waiting_interactions(),
+                "state restored"
+            );
+            restored
+        }
+        Ok(None) => fresh(),
+        Err(error) => {
+            metrics::counter!("rankwatch_state_restore_failures_total").increment(1);
+            match file.set_aside() {
+                Ok(aside) => tracing::error!(%error, aside = %aside.display(), "STATE NOT RESTORED: starting empty; the unusable file was moved aside"),
+                Err(move_error) => tracing::error!(%error, %move_error, "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside and will be overwritten"),
+            }
+            fresh()
+        }
+    }
+}
+
+/// Copies the engine's state and writes it off the engine thread.
+async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
+    let state = engine.state().await?;
+    let file = file.clone();
+    let written = tokio::task::spawn_blocking(move || file.save(&state)).await?;
+    match written {
+        Ok(bytes) => {
+            metrics::counter!("rankwatch_state_saves_total").increment(1);
+            metrics::gauge!("rankwatch_state_bytes").set(bytes as f64);
+            Ok(())
+        }
+        Err(error) => {
+            metrics::counter!("rankwatch_state_save_failures_total").increment(1);
+            Err(error.into())
+        }
+    }
+}
+
+/// Saves the state every `interval` until shutdown (the final save follows the drain).
+async fn save_periodically(engine: EngineHandle, file: StateFile, interval: Duration, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        if let Err(error) = save(&engine, &file).await {
+            tracing::warn!(%error, "periodic state save failed");
+        }
+    }
 }
 
 /// Moves the watermark with the wall clock while no events arrive, so that

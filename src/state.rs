@@ -1,0 +1,175 @@
+//! Saving and restoring the engine's state across restarts (SPEC §8).
+//!
+//! One file, `rankwatch.state`, in the state directory: a header (magic,
+//! format version, payload length, xxh3 checksum) and the postcard-encoded
+//! state with the fingerprint of the settings it was computed under. A save
+//! writes a temporary file, syncs it and renames it over the old one, so a
+//! crash leaves either the old state or the new one, never half of one.
+
+use crate::join::EngineState;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"RNKWATCH";
+const FORMAT_VERSION: u32 = 1;
+const HEADER_LEN: usize = 8 + 4 + 8 + 8;
+const FILE_NAME: &str = "rankwatch.state";
+
+/// A state file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading or writing failed.
+    #[error("state file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    /// The file is damaged (wrong magic, short, bad checksum, undecodable).
+    #[error("state file {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    /// The file was written by another format version or under other metric settings.
+    #[error("state file {path} is incompatible: {reason}")]
+    Incompatible { path: PathBuf, reason: String },
+}
+
+/// The state file of one state directory.
+#[derive(Clone, Debug)]
+pub struct StateFile {
+    path: PathBuf,
+    fingerprint: String,
+}
+
+impl StateFile {
+    /// The state file in `dir` for engines whose metric settings print as `fingerprint`.
+    pub fn new(dir: &Path, fingerprint: String) -> Self {
+        Self { path: dir.join(FILE_NAME), fingerprint }
+    }
+
+    /// Where the state lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `state` atomically; returns the bytes written.
+    pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
+        let io_error = |source| StateError::Io { path: self.path.clone(), source };
+        let payload = postcard::to_stdvec(&(&self.fingerprint, state))
+            .map_err(|e| io_error(io::Error::other(e.to_string())))?;
+        let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        if let Some(dir) = self.path.parent() {
+            fs::create_dir_all(dir).map_err(io_error)?;
+        }
+        let temporary = self.path.with_extension("state.tmp");
+        let mut file = File::create(&temporary).map_err(io_error)?;
+        file.write_all(&bytes).map_err(io_error)?;
+        file.sync_all().map_err(io_error)?;
+        fs::rename(&temporary, &self.path).map_err(io_error)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io_error)?;
+        }
+        Ok(bytes.len() as u64)
+    }
+
+    /// Reads the saved state; `None` when there is none.
+    pub fn load(&self) -> Result<Option<EngineState>, StateError> {
+        let bytes = match fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Io { path: self.path.clone(), source }),
+        };
+        let corrupt = |reason: &str| StateError::Corrupt { path: self.path.clone(), reason: reason.to_owned() };
+        if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+            return Err(corrupt("not a rankwatch state file"));
+        }
+        let word = |range: std::ops::Range<usize>| bytes[range].iter().rev().fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+        let version = word(8..12) as u32;
+        if version != FORMAT_VERSION {
+            return Err(StateError::Incompatible {
+                path: self.path.clone(),
+                reason: format!("format version {version}, this build reads version {FORMAT_VERSION}"),
+            });
+        }
+        let payload = &bytes[HEADER_LEN..];
+        if word(12..20) != payload.len() as u64 {
+            return Err(corrupt("truncated"));
+        }
+        if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
+            return Err(corrupt("checksum mismatch"));
+        }
+        let (fingerprint, state): (String, EngineState) =
+            postcard::from_bytes(payload).map_err(|e| corrupt(&format!("undecodable: {e}")))?;
+        if fingerprint != self.fingerprint {
+            return Err(StateError::Incompatible {
+                path: self.path.clone(),
+                reason: format!("saved under {fingerprint}, running with {}", self.fingerprint),
+            });
+        }
+        Ok(Some(state))
+    }
+
+    /// Moves an unusable file aside (keeping it for a person to inspect); returns its new path.
+    pub fn set_aside(&self) -> Result<PathBuf, StateError> {
+        let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let aside = self.path.with_extension(format!("state.rejected-{seconds}"));
+        fs::rename(&self.path, &aside).map_err(|source| StateError::Io { path: self.path.clone(), source })?;
+        Ok(aside)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{EngineArgs, EngineSettings, FileSettings};
+    use crate::event::json::parse_line;
+    use crate::join::Engine;
+
+    fn engine_with_traffic() -> (Engine, EngineSettings) {
+        let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
+        let mut engine = Engine::new(settings.join(&[std::time::Duration::from_secs(60)]), settings.evaluator());
+        let validator = settings.validator(None);
+        for line in [
+            r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#,
+            r#"{"interaction":{"userId":"u1","itemId":"b","type":"click","time":"2026-11-01T10:00:01Z"}}"#,
+            r#"{"interaction":{"userId":"u2","itemId":"b","requestId":"r9","type":"click","time":"2026-11-01T10:00:02Z"}}"#,
+        ] {
+            engine.apply(parse_line(line, &validator).unwrap());
+        }
+        (engine, settings)
+    }
+
+    #[test]
+    fn restores_what_it_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut engine, settings) = engine_with_traffic();
+        let file = StateFile::new(dir.path(), "fingerprint".into());
+        file.save(&engine.state()).unwrap();
+        let state = file.load().unwrap().unwrap();
+        let mut restored = Engine::restore(settings.join(&[std::time::Duration::from_secs(60)]), settings.evaluator(), state);
+        assert_eq!((restored.open_impressions(), restored.waiting_interactions()), (1, 1));
+        engine.finish();
+        restored.finish();
+        assert_eq!(restored.counters(), engine.counters());
+        assert_eq!(restored.aggregates()[0].totals, engine.aggregates()[0].totals);
+    }
+
+    #[test]
+    fn refuses_damaged_and_foreign_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _) = engine_with_traffic();
+        let file = StateFile::new(dir.path(), "k=[1]".into());
+        assert!(file.load().unwrap().is_none(), "no file is no state");
+        file.save(&engine.state()).unwrap();
+        let other = StateFile::new(dir.path(), "k=[2]".into());
+        assert!(matches!(other.load(), Err(StateError::Incompatible { .. })));
+        let mut bytes = fs::read(file.path()).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(file.path(), &bytes).unwrap();
+        assert!(matches!(file.load(), Err(StateError::Corrupt { .. })));
+        let aside = file.set_aside().unwrap();
+        assert!(aside.exists() && !file.path().exists());
+    }
+}
