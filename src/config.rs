@@ -106,6 +106,9 @@ pub struct FileSettings {
     max_waiting_interactions: Option<usize>,
     max_message_size: Option<usize>,
     max_streams: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
     max_inflight_batches: Option<usize>,
 }
 
@@ -300,6 +303,26 @@ pub struct ServerArgs {
     /// Limit: batches queued for the engine across all streams before ingest waits (back-pressure) [default: 64].
     #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES")]
     pub max_inflight_batches: Option<usize>,
+    /// PEM certificate chain: serve gRPC over TLS (with --tls-key) [default: plaintext].
+    #[arg(long, env = "RANKWATCH_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "RANKWATCH_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: require client certificates signed by them (mutual TLS).
+    #[arg(long, env = "RANKWATCH_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+/// TLS on the gRPC listener.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsSettings {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle for client certificates; `None` means no client authentication.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Server settings, resolved and validated.
@@ -315,6 +338,7 @@ pub struct ServerSettings {
     pub max_message_size: usize,
     pub max_streams: usize,
     pub max_inflight_batches: usize,
+    pub tls: Option<TlsSettings>,
 }
 
 impl ServerSettings {
@@ -335,7 +359,17 @@ impl ServerSettings {
                 Ok(value)
             }
         };
+        let tls = match (
+            args.tls_cert.clone().or_else(|| file.tls_cert.clone()),
+            args.tls_key.clone().or_else(|| file.tls_key.clone()),
+            args.tls_client_ca.clone().or_else(|| file.tls_client_ca.clone()),
+        ) {
+            (Some(cert), Some(key), client_ca) => Some(TlsSettings { cert, key, client_ca }),
+            (None, None, None) => None,
+            _ => return Err(invalid("tls_cert/tls_key", "TLS needs both tls_cert and tls_key (and tls_client_ca only with them)")),
+        };
         Ok(Self {
+            tls,
             grpc_addr: args.grpc_addr.or(file.grpc_addr).unwrap_or(([127, 0, 0, 1], 50051).into()),
             http_addr: args.http_addr.or(file.http_addr).unwrap_or(([127, 0, 0, 1], 9477).into()),
             wall_clock_advance: args.wall_clock_advance.or(file.wall_clock_advance).unwrap_or(true),

@@ -9,7 +9,7 @@ mod http;
 pub use collector::wall_clock;
 pub use engine_task::{EngineHandle, EngineStopped};
 
-use crate::config::{EngineSettings, ServerSettings};
+use crate::config::{EngineSettings, ServerSettings, TlsSettings};
 use crate::join::Engine;
 use crate::state::StateFile;
 use crate::proto::{collector_server::CollectorServer, evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
@@ -132,7 +132,11 @@ pub async fn serve(
         settings.max_inflight_batches,
         shutdown.clone(),
     );
-    let grpc = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls_config(tls)?)?;
+    }
+    let grpc = builder
         .add_service(health_service)
         .add_service(reflection)
         .add_service(CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size))
@@ -148,6 +152,17 @@ pub async fn serve(
     }
     tracing::info!("rankwatch stopped");
     Ok(())
+}
+
+/// The rustls configuration of the gRPC listener.
+fn tls_config(tls: &TlsSettings) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
+    let read = |path: &std::path::Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let identity = tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
+    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &tls.client_ca {
+        config = config.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    Ok(config)
 }
 
 /// The engine to start with: the saved state when there is a usable one.
