@@ -8,4 +8,5 @@ cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
 cargo build --release --locked --bins
 cargo test --release --locked
+target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
 bash deploy/prometheus/check.sh
