@@ -148,7 +148,7 @@ pub struct EngineArgs {
     /// Half-life α of half-life utility, in ranks [default: 5].
     #[arg(long, env = "RANKWATCH_HALF_LIFE")]
     pub half_life: Option<f64>,
-    /// Grade of an interaction type, TYPE=GRADE, repeatable [default: click=1 add_to_cart=2 purchase=3].
+    /// Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table [default: click=1 add_to_cart=2 purchase=3].
     #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade)]
     pub grades: Option<Vec<(String, f64)>>,
     /// Limit: most items in one impression; longer lists are rejected (too_many_items) [default: 1000].
@@ -202,11 +202,12 @@ impl EngineSettings {
             GainName::Linear => Gain::Linear,
             GainName::Exponential => Gain::Exponential,
         };
-        let grades = match (&args.grades, &file.grades) {
-            (Some(pairs), _) => GradeTable::new(pairs.iter().cloned()),
-            (None, Some(table)) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
-            (None, None) => GradeTable::default(),
+        // The file's table replaces the defaults; flags add types or override them.
+        let base = match &file.grades {
+            Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
+            None => GradeTable::default(),
         };
+        let grades = GradeTable::new(base.pairs().iter().cloned().chain(args.grades.iter().flatten().cloned()));
         if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| !(g.is_finite() && *g >= 0.0)) {
             return Err(invalid("grades", format!("grade of {name:?} is {grade}; grades are finite numbers >= 0")));
         }
@@ -398,14 +399,17 @@ mod tests {
     fn flags_override_file_which_overrides_defaults() {
         let file: FileSettings =
             toml::from_str("k = [3, 7]\nallowed_lateness = \"10s\"\ngain = \"exponential\"\n[grades]\nview = 0.5\n").unwrap();
-        let args = EngineArgs { k: Some(vec![50]), ..Default::default() };
+        let args = EngineArgs { k: Some(vec![50]), grades: Some(vec![("buy".into(), 4.0)]), ..Default::default() };
         let settings = EngineSettings::resolve(&args, &file).unwrap();
         assert_eq!(settings.k, vec![50]);
         assert_eq!(settings.allowed_lateness, Duration::from_secs(10));
         assert_eq!(settings.attribution_window, Duration::from_secs(300));
         assert_eq!(settings.metrics.gain, Gain::Exponential);
         assert_eq!(settings.grades.grade("view"), Some(0.5));
-        assert_eq!(settings.grades.grade("click"), None);
+        assert_eq!(settings.grades.grade("click"), None, "the file's table replaces the defaults");
+        assert_eq!(settings.grades.grade("buy"), Some(4.0), "flags add to the table");
+        let flag_only = EngineSettings::resolve(&args, &FileSettings::default()).unwrap();
+        assert_eq!((flag_only.grades.grade("click"), flag_only.grades.grade("buy")), (Some(1.0), Some(4.0)));
     }
 
     #[test]

@@ -230,6 +230,8 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters);
+        // Most users hold one list at a time: grow by one, not by the default four.
+        user.open.reserve_exact(1);
         user.open.push(open);
         self.counters.impressions += 1;
         self.open_impressions += 1;
@@ -254,6 +256,7 @@ impl Engine {
             return;
         }
         self.counters.interactions += 1;
+        user.waiting.reserve_exact(1);
         user.waiting.push(Waiting { seq, interaction });
         self.waiting_interactions += 1;
         self.give_ups.push(Reverse((interaction.time, user_id, seq)));
@@ -368,6 +371,12 @@ mod tests {
         let totals = &engine.aggregates()[0].totals;
         assert_eq!((totals.lists, totals.engaged), (2, 1));
         assert_eq!(totals.sums[mrr_at_1], 0.0, "r2 got the click, at rank 2");
+    }
+
+    #[test]
+    fn open_state_stays_compact() {
+        assert_eq!(std::mem::size_of::<OpenImpression>(), 56);
+        assert_eq!(std::mem::size_of::<UserState>(), 48);
     }
 
     #[test]
