@@ -5,6 +5,7 @@
 pub mod json;
 mod time;
 mod validate;
+pub mod wire;
 
 pub use time::{format_rfc3339, from_timestamp, parse_rfc3339, Nanos, NANOS_PER_SECOND};
 pub use validate::{GradeTable, RawImpression, RawInteraction, RawTime, Validator};
@@ -63,21 +64,6 @@ pub enum Event<'a> {
 }
 
 impl Event<'_> {
-    /// The event with its group names owned, to outlive the message it came from.
-    pub fn into_owned(self) -> Event<'static> {
-        match self {
-            Event::Impression(m) => Event::Impression(Impression {
-                model: Cow::Owned(m.model.into_owned()),
-                surface: Cow::Owned(m.surface.into_owned()),
-                request: m.request,
-                user: m.user,
-                items: m.items,
-                time: m.time,
-            }),
-            Event::Interaction(x) => Event::Interaction(x),
-        }
-    }
-
     /// The event's time.
     pub fn time(&self) -> Nanos {
         match self {

@@ -2,7 +2,7 @@
 //! event or a [`Rejection`] with a stable reason.
 
 use super::{id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection, DEFAULT_GROUP_NAME};
-use crate::proto;
+use super::wire::EventView;
 use std::borrow::Cow;
 
 /// Grades of the configured interaction types.
@@ -93,37 +93,33 @@ pub struct Validator {
 }
 
 impl Validator {
-    /// Validates a protobuf event; `now` is the wall clock for the future check.
-    pub fn proto<'a>(&self, event: &'a proto::Event, now: Nanos) -> Result<Event<'a>, Rejection> {
-        use proto::event::Kind;
-        let time = |t: &Option<prost_types::Timestamp>| match t {
-            None => RawTime::Missing,
-            Some(t) => super::from_timestamp(t.seconds, t.nanos).map_or(RawTime::Invalid, RawTime::At),
-        };
-        match &event.kind {
-            None => Err(Rejection::new(Reason::EmptyEvent, "event has neither an impression nor an interaction")),
-            Some(Kind::Impression(m)) => self
+    /// Validates an event read from the wire; `items` are its batch's item
+    /// ids and `now` is the wall clock for the future check.
+    pub fn view<'a>(&self, event: &EventView<'a>, items: &[&'a str], now: Nanos) -> Result<Event<'a>, Rejection> {
+        match event {
+            EventView::Empty => Err(Rejection::new(Reason::EmptyEvent, "event has neither an impression nor an interaction")),
+            EventView::Impression(m) => self
                 .impression(
                     RawImpression {
-                        request_id: &m.request_id,
-                        user_id: &m.user_id,
-                        item_ids: &m.item_ids,
-                        time: time(&m.time),
-                        model: Cow::Borrowed(&m.model),
-                        surface: Cow::Borrowed(&m.surface),
+                        request_id: m.request_id,
+                        user_id: m.user_id,
+                        item_ids: &items[m.items.clone()],
+                        time: m.time.unwrap_or(RawTime::Missing),
+                        model: Cow::Borrowed(m.model),
+                        surface: Cow::Borrowed(m.surface),
                     },
                     Some(now),
                 )
                 .map(Event::Impression),
-            Some(Kind::Interaction(x)) => self
+            EventView::Interaction(x) => self
                 .interaction(
                     RawInteraction {
-                        event_id: &x.event_id,
-                        user_id: &x.user_id,
-                        item_id: &x.item_id,
-                        request_id: &x.request_id,
-                        kind: &x.r#type,
-                        time: time(&x.time),
+                        event_id: x.event_id,
+                        user_id: x.user_id,
+                        item_id: x.item_id,
+                        request_id: x.request_id,
+                        kind: x.kind,
+                        time: x.time.unwrap_or(RawTime::Missing),
                         grade: x.grade,
                     },
                     Some(now),

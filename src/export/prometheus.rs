@@ -70,6 +70,8 @@ fn render_counters(out: &mut String, snapshot: &Snapshot, now: Nanos) {
     let c = &snapshot.counters;
     let accepted =
         c.impressions + c.interactions + c.late_impressions + c.duplicate_impressions + c.duplicate_interactions;
+    let rejected: u64 = c.rejected.values().sum();
+    single(out, "rankwatch_events_received_total", "counter", "Events received in batches, valid or not.", accepted + rejected);
     single(out, "rankwatch_events_accepted_total", "counter", "Valid events applied to the join.", accepted);
     header(out, "rankwatch_events_rejected_total", "counter", "Invalid events, by reason.");
     for reason in Reason::ALL {

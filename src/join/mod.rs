@@ -226,7 +226,7 @@ impl Engine {
         }
         let group = self.groups.id(&impression.model, &impression.surface);
         let seq = self.seq();
-        let mut open = OpenImpression::new(seq, group, &impression);
+        let mut open = OpenImpression::new(seq, group, impression);
         let index = shard_index(user_id, self.shards.len());
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters);

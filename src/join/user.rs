@@ -30,14 +30,14 @@ struct Credits {
 }
 
 impl OpenImpression {
-    /// A newly opened impression.
-    pub fn new(seq: u64, group: GroupId, impression: &Impression<'_>) -> Self {
+    /// A newly opened impression, taking over its item hashes.
+    pub fn new(seq: u64, group: GroupId, impression: Impression<'_>) -> Self {
         Self {
             seq,
             request: impression.request,
             time: impression.time,
             group,
-            items: impression.items.as_slice().into(),
+            items: impression.items.into_boxed_slice(),
             credits: None,
         }
     }

@@ -2,18 +2,23 @@
 //! answers for snapshots and reports. Everything reaches it over one bounded
 //! channel, so a full queue pushes back on the ingest streams.
 
+use super::codec::RawBatch;
 use crate::config::EngineSettings;
-use crate::event::{Event, Nanos, Reason};
+use crate::event::wire::{parse_batch, WireError};
+use crate::event::{Nanos, Validator};
 use crate::export::{Report, Snapshot};
 use crate::join::{Engine, EngineState};
+use crate::proto::{IngestAck, Rejection};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
-/// A batch's validated events and the reasons of its rejected ones, in batch order.
-pub type Batch = Vec<Result<Event<'static>, Reason>>;
+/// The engine's answer to a batch: its ack, or why its bytes are not a batch.
+pub type Applied = Result<IngestAck, WireError>;
 
 /// What the engine thread is asked to do.
 enum Command {
-    Apply { batch: Batch, done: oneshot::Sender<()> },
+    Apply { batch: RawBatch, stream_failed: Arc<AtomicBool>, done: oneshot::Sender<Applied> },
     AdvanceIfIdle { now: Nanos },
     Snapshot { reply: oneshot::Sender<Snapshot> },
     Report { window: Option<usize>, reply: oneshot::Sender<Report> },
@@ -32,27 +37,34 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Starts the engine thread on `engine` with a queue of `capacity` commands.
-    pub fn start(engine: Engine, settings: EngineSettings, capacity: usize) -> Self {
+    /// Starts the engine thread on `engine`, validating with `validator`, with
+    /// a queue of `capacity` commands.
+    pub fn start(engine: Engine, validator: Validator, settings: EngineSettings, capacity: usize) -> Self {
         let (commands, receiver) = mpsc::channel(capacity);
         std::thread::Builder::new()
             .name("rankwatch-engine".into())
-            .spawn(move || run(engine, settings, receiver))
+            .spawn(move || run(engine, validator, settings, receiver))
             .expect("the engine thread could not start");
         Self { commands }
     }
 
-    /// Queues a batch (waiting while the queue is full); the receiver
-    /// completes once the batch is applied.
-    pub async fn submit(&self, batch: Batch) -> Result<oneshot::Receiver<()>, EngineStopped> {
+    /// Queues a batch of a stream (waiting while the queue is full); the
+    /// receiver gets its ack once it is applied. Once a batch of the stream
+    /// turns out malformed, `stream_failed` is set and its later batches are
+    /// dropped unapplied.
+    pub async fn submit(
+        &self,
+        batch: RawBatch,
+        stream_failed: Arc<AtomicBool>,
+    ) -> Result<oneshot::Receiver<Applied>, EngineStopped> {
         let (done, applied) = oneshot::channel();
-        self.commands.send(Command::Apply { batch, done }).await.map_err(|_| EngineStopped)?;
+        self.commands.send(Command::Apply { batch, stream_failed, done }).await.map_err(|_| EngineStopped)?;
         Ok(applied)
     }
 
-    /// Applies a batch in arrival order; returns once it is applied.
-    pub async fn apply(&self, batch: Batch) -> Result<(), EngineStopped> {
-        self.submit(batch).await?.await.map_err(|_| EngineStopped)
+    /// Applies one batch; returns its ack once it is applied.
+    pub async fn apply(&self, batch: RawBatch) -> Result<Applied, EngineStopped> {
+        self.submit(batch, Arc::default()).await?.await.map_err(|_| EngineStopped)
     }
 
     /// Moves the watermark to the wall clock `now` if no event arrived since the last call.
@@ -82,21 +94,20 @@ impl EngineHandle {
     }
 }
 
-fn run(mut engine: Engine, settings: EngineSettings, mut commands: mpsc::Receiver<Command>) {
+fn run(mut engine: Engine, validator: Validator, settings: EngineSettings, mut commands: mpsc::Receiver<Command>) {
     let mut idle = true;
     while let Some(command) = commands.blocking_recv() {
         match command {
-            Command::Apply { batch, done } => {
-                for event in batch {
-                    match event {
-                        Ok(event) => {
-                            engine.apply(event);
-                            idle = false;
-                        }
-                        Err(reason) => engine.reject(reason),
-                    }
+            Command::Apply { batch, stream_failed, done } => {
+                if stream_failed.load(Ordering::Relaxed) {
+                    continue;
                 }
-                let _ = done.send(());
+                let applied = apply(&mut engine, &validator, &batch);
+                match &applied {
+                    Ok(ack) => idle &= ack.accepted == 0,
+                    Err(_) => stream_failed.store(true, Ordering::Relaxed),
+                }
+                let _ = done.send(applied);
             }
             Command::AdvanceIfIdle { now } => {
                 if idle {
@@ -119,4 +130,28 @@ fn run(mut engine: Engine, settings: EngineSettings, mut commands: mpsc::Receive
             }
         }
     }
+}
+
+/// Reads, validates and applies one batch, event by event.
+fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
+    let view = parse_batch(&batch.0)?;
+    let now = super::wall_clock();
+    let mut ack = IngestAck { sequence: view.sequence, accepted: 0, rejections: Vec::new() };
+    for (index, event) in view.events.iter().enumerate() {
+        match validator.view(event, &view.items, now) {
+            Ok(event) => {
+                engine.apply(event);
+                ack.accepted += 1;
+            }
+            Err(rejection) => {
+                engine.reject(rejection.reason);
+                ack.rejections.push(Rejection {
+                    index: index as u32,
+                    reason: rejection.reason.as_str().to_owned(),
+                    message: rejection.message,
+                });
+            }
+        }
+    }
+    Ok(ack)
 }

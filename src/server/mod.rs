@@ -1,10 +1,16 @@
 //! The online sidecar: gRPC ingest and query, the HTTP listener, and a
 //! graceful shutdown that reaches every task.
 
+pub mod codec;
 mod collector;
 mod engine_task;
 mod evaluation;
 mod http;
+
+/// The generated server of `rankwatch.v1.Collector` over [`codec::RawCodec`].
+mod wire_service {
+    include!(concat!(env!("OUT_DIR"), "/rankwatch.v1.Collector.rs"));
+}
 
 pub use collector::wall_clock;
 pub use engine_task::{EngineHandle, EngineStopped};
@@ -12,7 +18,8 @@ pub use engine_task::{EngineHandle, EngineStopped};
 use crate::config::{EngineSettings, ServerSettings, TlsSettings};
 use crate::join::Engine;
 use crate::state::StateFile;
-use crate::proto::{collector_server::CollectorServer, evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
+use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
+use wire_service::collector_server::CollectorServer;
 use anyhow::Context;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
@@ -40,7 +47,6 @@ fn recorder() -> anyhow::Result<PrometheusHandle> {
 }
 
 fn describe_health_series() {
-    metrics::describe_counter!("rankwatch_events_received_total", "Events received in batches, valid or not.");
     metrics::describe_histogram!(
         "rankwatch_batch_duration_seconds",
         metrics::Unit::Seconds,
@@ -48,7 +54,10 @@ fn describe_health_series() {
     );
     metrics::describe_gauge!("rankwatch_ingest_streams", "Open Ingest streams.");
     metrics::describe_counter!("rankwatch_streams_refused_total", "Ingest streams refused past max_streams.");
-    metrics::describe_counter!("rankwatch_streams_failed_total", "Ingest streams ended by a malformed message.");
+    metrics::describe_counter!(
+        "rankwatch_streams_failed_total",
+        "Ingest RPCs ended by a malformed or oversize message."
+    );
     metrics::describe_gauge!("rankwatch_limit", "Configured limits, by name.");
     metrics::describe_counter!("rankwatch_state_saves_total", "State snapshots written to the state directory.");
     metrics::describe_counter!("rankwatch_state_save_failures_total", "State snapshots that could not be written.");
@@ -58,7 +67,6 @@ fn describe_health_series() {
     );
     metrics::describe_gauge!("rankwatch_state_bytes", metrics::Unit::Bytes, "Size of the last saved state.");
     // Zero series exist from the start, so that rate() and alerts see them.
-    metrics::counter!("rankwatch_events_received_total").absolute(0);
     metrics::counter!("rankwatch_streams_refused_total").absolute(0);
     metrics::counter!("rankwatch_streams_failed_total").absolute(0);
     metrics::gauge!("rankwatch_ingest_streams").set(0.0);
@@ -110,7 +118,7 @@ pub async fn serve(
     let state_file =
         settings.state_dir.as_deref().map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
     let restored = restore(&engine_settings, &settings, state_file.as_ref());
-    let engine = EngineHandle::start(restored, engine_settings.clone(), settings.max_inflight_batches);
+    let engine = EngineHandle::start(restored, validator, engine_settings.clone(), settings.max_inflight_batches);
     if settings.wall_clock_advance {
         tokio::spawn(advance_with_wall_clock(engine.clone(), shutdown.clone()));
     }
@@ -127,7 +135,6 @@ pub async fn serve(
         .build_v1()?;
     let collector = collector::CollectorService::new(
         engine.clone(),
-        validator,
         settings.max_streams,
         settings.max_inflight_batches,
         shutdown.clone(),

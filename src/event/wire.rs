@@ -1,0 +1,261 @@
+//! A zero-copy reader of `EventBatch` in the protobuf wire format: ids are
+//! borrowed from the received bytes, never copied into strings, so ingest
+//! allocates nothing per event but the item hashes of a new list.
+//!
+//! It reads exactly the fields of `proto/rankwatch/v1/rankwatch.proto` and
+//! skips unknown ones, as any protobuf parser does; a repeated singular field
+//! keeps its last value.
+
+use super::{from_timestamp, RawTime};
+
+/// Bytes that are not an `EventBatch`.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed EventBatch: {0}")]
+pub struct WireError(&'static str);
+
+/// One event of a batch, borrowed from its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventView<'a> {
+    /// Neither field of the `kind` oneof was set.
+    Empty,
+    /// An impression; its items are `BatchView::items[items]`.
+    Impression(ImpressionView<'a>),
+    /// An interaction.
+    Interaction(InteractionView<'a>),
+}
+
+/// An `Impression`'s fields.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImpressionView<'a> {
+    pub request_id: &'a str,
+    pub user_id: &'a str,
+    /// Range of this impression's ids in [`BatchView::items`].
+    pub items: std::ops::Range<usize>,
+    pub time: Option<RawTime>,
+    pub model: &'a str,
+    pub surface: &'a str,
+}
+
+/// An `Interaction`'s fields.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InteractionView<'a> {
+    pub event_id: &'a str,
+    pub user_id: &'a str,
+    pub item_id: &'a str,
+    pub request_id: &'a str,
+    pub kind: &'a str,
+    pub time: Option<RawTime>,
+    pub grade: Option<f64>,
+}
+
+/// An `EventBatch`, borrowed from its bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BatchView<'a> {
+    pub sequence: u64,
+    pub events: Vec<EventView<'a>>,
+    /// The item ids of every impression of the batch, back to back.
+    pub items: Vec<&'a str>,
+}
+
+/// Reads an `EventBatch`.
+pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
+    let mut batch = BatchView::default();
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (1, Value::Varint(sequence)) => batch.sequence = sequence,
+            (2, Value::Bytes(event)) => {
+                let event = parse_event(event, &mut batch.items)?;
+                batch.events.push(event);
+            }
+            _ => {}
+        }
+    }
+    Ok(batch)
+}
+
+fn parse_event<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<EventView<'a>, WireError> {
+    let mut event = EventView::Empty;
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (1, Value::Bytes(m)) => event = EventView::Impression(parse_impression(m, items)?),
+            (2, Value::Bytes(x)) => event = EventView::Interaction(parse_interaction(x)?),
+            _ => {}
+        }
+    }
+    Ok(event)
+}
+
+fn parse_impression<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<ImpressionView<'a>, WireError> {
+    let start = items.len();
+    let mut m = ImpressionView::default();
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (1, Value::Bytes(b)) => m.request_id = text(b)?,
+            (2, Value::Bytes(b)) => m.user_id = text(b)?,
+            (3, Value::Bytes(b)) => items.push(text(b)?),
+            (4, Value::Bytes(b)) => m.time = Some(parse_timestamp(b)?),
+            (5, Value::Bytes(b)) => m.model = text(b)?,
+            (6, Value::Bytes(b)) => m.surface = text(b)?,
+            _ => {}
+        }
+    }
+    m.items = start..items.len();
+    Ok(m)
+}
+
+fn parse_interaction(bytes: &[u8]) -> Result<InteractionView<'_>, WireError> {
+    let mut x = InteractionView::default();
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (1, Value::Bytes(b)) => x.event_id = text(b)?,
+            (2, Value::Bytes(b)) => x.user_id = text(b)?,
+            (3, Value::Bytes(b)) => x.item_id = text(b)?,
+            (4, Value::Bytes(b)) => x.request_id = text(b)?,
+            (5, Value::Bytes(b)) => x.kind = text(b)?,
+            (6, Value::Bytes(b)) => x.time = Some(parse_timestamp(b)?),
+            (7, Value::Fixed64(bits)) => x.grade = Some(f64::from_bits(bits)),
+            _ => {}
+        }
+    }
+    Ok(x)
+}
+
+fn parse_timestamp(bytes: &[u8]) -> Result<RawTime, WireError> {
+    let (mut seconds, mut nanos) = (0i64, 0i32);
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (1, Value::Varint(v)) => seconds = v as i64,
+            (2, Value::Varint(v)) => nanos = v as i32,
+            _ => {}
+        }
+    }
+    Ok(from_timestamp(seconds, nanos).map_or(RawTime::Invalid, RawTime::At))
+}
+
+fn text(bytes: &[u8]) -> Result<&str, WireError> {
+    std::str::from_utf8(bytes).map_err(|_| WireError("a string field is not valid UTF-8"))
+}
+
+enum Value<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Bytes(&'a [u8]),
+    Fixed32,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// The next field number and value, `None` at the end.
+    fn field(&mut self) -> Result<Option<(u64, Value<'a>)>, WireError> {
+        if self.bytes.is_empty() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        let field = key >> 3;
+        if field == 0 {
+            return Err(WireError("field number 0"));
+        }
+        let value = match key & 7 {
+            0 => Value::Varint(self.varint()?),
+            1 => Value::Fixed64(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| WireError("short fixed64"))?)),
+            2 => {
+                let len = usize::try_from(self.varint()?).map_err(|_| WireError("length too large"))?;
+                Value::Bytes(self.take(len)?)
+            }
+            5 => {
+                self.take(4)?;
+                Value::Fixed32
+            }
+            _ => return Err(WireError("unsupported wire type")),
+        };
+        Ok(Some((field, value)))
+    }
+
+    fn varint(&mut self) -> Result<u64, WireError> {
+        let mut value = 0u64;
+        for (i, &byte) in self.bytes.iter().enumerate().take(10) {
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte < 0x80 {
+                self.bytes = &self.bytes[i + 1..];
+                return Ok(value);
+            }
+        }
+        Err(WireError("truncated or overlong varint"))
+    }
+
+    fn take(&mut self, len: usize) -> Result<&'a [u8], WireError> {
+        if len > self.bytes.len() {
+            return Err(WireError("a field runs past the end of its message"));
+        }
+        let (head, tail) = self.bytes.split_at(len);
+        self.bytes = tail;
+        Ok(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{event::Kind, Event, EventBatch, Impression, Interaction};
+    use prost::Message;
+
+    fn timestamp(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {
+        Some(prost_types::Timestamp { seconds, nanos })
+    }
+
+    #[test]
+    fn reads_what_prost_writes() {
+        let batch = EventBatch {
+            sequence: 42,
+            events: vec![
+                Event { kind: Some(Kind::Impression(Impression {
+                    request_id: "r1".into(),
+                    user_id: "u1".into(),
+                    item_ids: vec!["a".into(), "b".into()],
+                    time: timestamp(1_793_527_200, 5),
+                    model: "v7".into(),
+                    surface: String::new(),
+                })) },
+                Event { kind: None },
+                Event { kind: Some(Kind::Interaction(Interaction {
+                    event_id: "e1".into(),
+                    user_id: "u1".into(),
+                    item_id: "b".into(),
+                    request_id: String::new(),
+                    r#type: "click".into(),
+                    time: timestamp(-1, 0),
+                    grade: Some(2.5),
+                })) },
+            ],
+        };
+        let bytes = batch.encode_to_vec();
+        let view = parse_batch(&bytes).unwrap();
+        assert_eq!(view.sequence, 42);
+        assert_eq!(view.items, ["a", "b"]);
+        let EventView::Impression(m) = &view.events[0] else { panic!("impression expected") };
+        assert_eq!((m.request_id, m.user_id, m.model, m.surface), ("r1", "u1", "v7", ""));
+        assert_eq!(m.time, Some(RawTime::At(1_793_527_200_000_000_005)));
+        assert_eq!(view.events[1], EventView::Empty);
+        let EventView::Interaction(x) = &view.events[2] else { panic!("interaction expected") };
+        assert_eq!((x.event_id, x.item_id, x.kind, x.grade), ("e1", "b", "click", Some(2.5)));
+        assert_eq!(x.time, Some(RawTime::At(-1_000_000_000)));
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_event_batch() {
+        assert!(parse_batch(&[0x12, 0x05, 0x0a]).is_err(), "a length past the end");
+        assert!(parse_batch(&[0xff; 11]).is_err(), "an endless varint");
+        assert!(parse_batch(&[0x0b]).is_err(), "a group wire type");
+        assert!(parse_batch(&[0x12, 0x04, 0x12, 0x02, 0x12, 0x00]).is_ok(), "nested empty messages");
+        let bad_utf8 = [0x12, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe];
+        assert_eq!(parse_batch(&bad_utf8).unwrap_err(), WireError("a string field is not valid UTF-8"));
+    }
+}
