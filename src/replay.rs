@@ -30,6 +30,20 @@ pub struct ReplayOptions {
     pub chunk_lines: usize,
 }
 
+/// Counts the bytes read through it, for progress on compressed logs.
+struct Counted<R> {
+    inner: R,
+    read: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
 impl Default for ReplayOptions {
     fn default() -> Self {
         Self { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), chunk_lines: 16_384 }
@@ -48,7 +62,8 @@ pub struct BadLine<'a> {
 }
 
 /// Replays `paths` in order as one stream and reports. `progress` is told
-/// the bytes read so far; `on_bad_line` hears of every rejected line.
+/// the bytes read from disk so far (compressed bytes for `.gz`), which
+/// [`total_bytes`] totals; `on_bad_line` hears of every rejected line.
 pub fn replay(
     paths: &[PathBuf],
     settings: &EngineSettings,
@@ -59,17 +74,17 @@ pub fn replay(
     let mut engine = Engine::new(settings.join(&[]), settings.evaluator());
     let validator = settings.validator(None);
     let mut chunk = Chunk::default();
-    let mut bytes_read = 0;
+    let mut bytes_done = 0;
     for path in paths {
         let fail = |source| ReplayError { path: path.clone(), source };
-        let mut reader = open(path).map_err(fail)?;
+        let file_bytes = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut reader = open(path, file_bytes.clone()).map_err(fail)?;
         let mut line_number = 0u64;
         loop {
-            let read = chunk.fill(&mut reader, options.chunk_lines).map_err(fail)?;
+            chunk.fill(&mut reader, options.chunk_lines.max(1)).map_err(fail)?;
             if chunk.is_empty() {
                 break;
             }
-            bytes_read += read;
             let results = chunk.parse(&validator, options.threads);
             for (offset, result) in results.into_iter().enumerate() {
                 let Some(result) = result else { continue };
@@ -82,8 +97,9 @@ pub fn replay(
                 }
             }
             line_number += chunk.len() as u64;
-            progress(bytes_read);
+            progress(bytes_done + file_bytes.get());
         }
+        bytes_done += file_bytes.get();
     }
     engine.finish();
     Ok(Report::since_start(&engine, settings))
@@ -94,9 +110,9 @@ pub fn total_bytes(paths: &[PathBuf]) -> u64 {
     paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
 }
 
-fn open(path: &Path) -> io::Result<Box<dyn BufRead>> {
+fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn BufRead>> {
     let raw: Box<dyn Read> = if path == Path::new("-") { Box::new(io::stdin().lock()) } else { Box::new(File::open(path)?) };
-    let mut reader = BufReader::with_capacity(1 << 20, raw);
+    let mut reader = BufReader::with_capacity(1 << 20, Counted { inner: raw, read });
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
     Ok(if gzip { Box::new(BufReader::with_capacity(1 << 20, MultiGzDecoder::new(reader))) } else { Box::new(reader) })
 }
@@ -110,23 +126,21 @@ struct Chunk {
 }
 
 impl Chunk {
-    /// Reads up to `lines` lines; returns the bytes read.
-    fn fill(&mut self, reader: &mut dyn BufRead, lines: usize) -> io::Result<u64> {
+    /// Reads up to `lines` lines.
+    fn fill(&mut self, reader: &mut dyn BufRead, lines: usize) -> io::Result<()> {
         self.bytes.clear();
         self.ends.clear();
-        let mut read = 0;
         while self.ends.len() < lines {
             let n = reader.read_until(b'\n', &mut self.bytes)?;
             if n == 0 {
                 break;
             }
-            read += n as u64;
             while matches!(self.bytes.last(), Some(b'\n' | b'\r')) {
                 self.bytes.pop();
             }
             self.ends.push(self.bytes.len());
         }
-        Ok(read)
+        Ok(())
     }
 
     fn len(&self) -> usize {

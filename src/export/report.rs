@@ -110,6 +110,7 @@ impl Report {
             .iter()
             .zip(engine.group_names())
             .map(|(aggregates, (model, surface))| group_report(model, surface, &totals_of(aggregates), ks))
+            .filter(|group| group.lists > 0)
             .collect();
         groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
         Self {

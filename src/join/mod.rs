@@ -248,10 +248,17 @@ impl Engine {
         if user.attribute(interaction, window, &mut self.counters) {
             return;
         }
-        if self.waiting_interactions >= self.settings.max_waiting_interactions {
-            self.counters.shed_interactions += 1;
+        // One that finds nothing when the watermark has passed it gives up at once.
+        let gives_up = self.max_time.is_some_and(|t| interaction.time <= t.saturating_sub(self.settings.allowed_lateness));
+        if gives_up || self.waiting_interactions >= self.settings.max_waiting_interactions {
             if user.is_empty() {
                 self.shards[index].remove(&user_id);
+            }
+            if gives_up {
+                self.counters.interactions += 1;
+                self.counters.unattributed(Unattributed::NoImpression);
+            } else {
+                self.counters.shed_interactions += 1;
             }
             return;
         }
@@ -390,6 +397,17 @@ mod tests {
         assert_eq!((counters.impressions, counters.shed_impressions), (1, 1));
         assert_eq!((counters.interactions, counters.shed_interactions), (1, 1));
         assert_eq!((engine.open_impressions(), engine.waiting_interactions()), (1, 1));
+    }
+
+    #[test]
+    fn an_interaction_behind_the_watermark_that_finds_nothing_gives_up_at_once() {
+        let mut engine = engine(10, 10);
+        engine.apply(impression("w", "r9", &["x"], 1000 * S));
+        engine.apply(click("u", "a", None, 900 * S));
+        assert_eq!(engine.waiting_interactions(), 0);
+        engine.apply(impression("u", "r1", &["a", "b"], 800 * S));
+        assert_eq!(engine.counters().credited, 0, "the click gave up before r1 arrived");
+        assert_eq!(engine.counters().unattributed_count(Unattributed::NoImpression), 1);
     }
 
     #[test]

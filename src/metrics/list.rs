@@ -138,9 +138,9 @@ pub struct ListEvaluator {
 }
 
 impl ListEvaluator {
-    /// An evaluator for cutoffs `ks` (any order; duplicates are dropped).
+    /// An evaluator for cutoffs `ks` (any order; duplicates and 0 are dropped).
     pub fn new(settings: MetricSettings, ks: &[usize]) -> Self {
-        let mut ks = ks.to_vec();
+        let mut ks: Vec<usize> = ks.iter().copied().filter(|&k| k > 0).collect();
         ks.sort_unstable();
         ks.dedup();
         let max_k = ks.last().copied().unwrap_or(0);
