@@ -175,6 +175,11 @@ async fn a_malformed_message_ends_only_its_own_stream() {
     };
     let status = client.ingest_batch(big).await.unwrap_err();
     assert!(matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted), "{status:?}");
+    // Bytes that are not an EventBatch end that RPC with INVALID_ARGUMENT.
+    let truncated = vec![0x12, 0x05, 0x0a];
+    let status = common::server::ingest_raw_bytes(&server, truncated).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("malformed EventBatch"), "{}", status.message());
     // Garbage on a raw connection: the server drops that connection only.
     let mut raw = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
     raw.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08\x00\x00\x00\x00\x00garbage-garbage").await.unwrap();
