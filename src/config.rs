@@ -254,6 +254,19 @@ impl EngineSettings {
         }
     }
 
+    /// These settings with the demo's join timing (a 10 s window, 2 s of
+    /// lateness) where neither flags, environment nor file set one, so
+    /// that lists finalize within seconds.
+    pub fn with_quick_join(mut self, args: &EngineArgs, file: &FileSettings) -> Self {
+        if args.attribution_window.or(file.attribution_window).is_none() {
+            self.attribution_window = Duration::from_secs(10);
+        }
+        if args.allowed_lateness.or(file.allowed_lateness).is_none() {
+            self.allowed_lateness = Duration::from_secs(2);
+        }
+        self
+    }
+
     /// What saved state must have been computed under to be restored:
     /// the cutoffs, the metric settings and the rolling windows.
     pub fn fingerprint(&self, windows: &[Duration]) -> String {

@@ -4,6 +4,7 @@
 //! offline (`replay`) with the same engine.
 
 pub mod config;
+pub mod demo;
 pub mod event;
 pub mod export;
 pub mod join;

@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings, ServerArgs, ServerSettings};
 use rankwatch::replay::{self, ReplayOptions};
+use rankwatch::demo::{self, DemoArgs};
+use rankwatch::loadgen::{self, LoadgenArgs};
 use rankwatch::server;
 use tokio_util::sync::CancellationToken;
 use std::io::IsTerminal;
@@ -22,12 +24,26 @@ struct Cli {
 enum Command {
     /// Run the sidecar: gRPC ingest and query, /metrics, /healthz, /readyz.
     Serve(ServeArgs),
+    /// Run the sidecar with built-in synthetic traffic from two models of different quality.
+    Demo(DemoCommand),
+    /// Send synthetic traffic to a running server; report events/s and ack latency.
+    Loadgen(LoadgenArgs),
     /// Evaluate recorded logs (JSON Lines, `-` for standard input, .gz read transparently).
     Replay(ReplayArgs),
 }
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(clap::Args)]
+struct DemoCommand {
+    #[command(flatten)]
+    demo: DemoArgs,
     #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
@@ -62,6 +78,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::Demo(args) => run_demo(args),
+        Command::Loadgen(args) => run_loadgen(args),
         Command::Replay(args) => run_replay(args),
     };
     match result {
@@ -122,6 +140,29 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         server::serve(engine, server, shutdown, |_| {}).await
     })
+}
+
+fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
+    init_logging();
+    let file = FileSettings::load(args.engine.config.as_deref())?;
+    let engine = EngineSettings::resolve(&args.engine, &file)?.with_quick_join(&args.engine, &file);
+    let server = ServerSettings::resolve(&args.server, &file)?;
+    runtime()?.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        demo::run(args.demo, engine, server, shutdown).await
+    })
+}
+
+fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
+    init_logging();
+    let report = runtime()?.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        loadgen::run_until(&args, shutdown).await
+    })?;
+    println!("{report}");
+    Ok(())
 }
 
 fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {

@@ -1,0 +1,74 @@
+//! `rankwatch demo`: the server plus built-in synthetic traffic from a good
+//! and a worse model, so a new user sees live, differing metrics at
+//! `/metrics` within a minute.
+
+use crate::config::{EngineSettings, ServerSettings};
+use crate::loadgen::{self, ModelSpec, Traffic, TrafficConfig};
+use crate::proto::collector_client::CollectorClient;
+use crate::server;
+use anyhow::Context;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// Settings of the demo's traffic.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DemoArgs {
+    /// Events per second of built-in traffic.
+    #[arg(long, env = "RANKWATCH_DEMO_RATE", default_value_t = 2_000.0)]
+    pub rate: f64,
+    /// Models and their ranking quality in [0, 1], as NAME=QUALITY.
+    #[arg(long, env = "RANKWATCH_DEMO_MODELS", value_delimiter = ',', default_value = "control=0.9,candidate=0.4")]
+    pub models: Vec<ModelSpec>,
+    /// Degrade a model after a while, as NAME=QUALITY@DELAY (e.g. candidate=0.05@2m), to watch an alert fire.
+    #[arg(long, env = "RANKWATCH_DEMO_DEGRADE", value_parser = parse_degrade)]
+    pub degrade: Option<(ModelSpec, Duration)>,
+}
+
+fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
+    let (model, delay) = text.split_once('@').ok_or_else(|| format!("{text:?} is not NAME=QUALITY@DELAY"))?;
+    let model: ModelSpec = model.parse().map_err(|e: loadgen::TrafficError| e.to_string())?;
+    let delay = humantime::parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
+    Ok((model, delay))
+}
+
+/// Serves and feeds the server its own traffic until `shutdown`.
+pub async fn run(
+    args: DemoArgs,
+    engine: EngineSettings,
+    server: ServerSettings,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (bound_sender, bound) = oneshot::channel();
+    let serving = tokio::spawn(server::serve(engine, server, shutdown.clone(), move |bound| {
+        let _ = bound_sender.send(bound);
+    }));
+    let Ok(bound) = bound.await else {
+        return serving.await.context("the server task failed")?;
+    };
+    let client = CollectorClient::connect(format!("http://{}", bound.grpc)).await.context("connecting to the demo server")?;
+    let traffic = Traffic::new(TrafficConfig { models: args.models.clone(), ..TrafficConfig::default() })?;
+    if let Some((model, delay)) = args.degrade {
+        let qualities = traffic.quality_handle();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(delay) => match qualities.set(&model.name, model.quality) {
+                    Ok(()) => tracing::info!(model = %model.name, quality = model.quality, "model degraded"),
+                    Err(error) => tracing::warn!(%error, "cannot degrade"),
+                },
+            }
+        });
+    }
+    tracing::info!(
+        "demo traffic at {} events/s; within a minute: curl -s http://{}/metrics | grep 'rankwatch_ndcg{{.*k=\"10\",window=\"1m\",scope=\"all\"'",
+        args.rate,
+        bound.http
+    );
+    let feeding = tokio::spawn(loadgen::feed(client, traffic, args.rate, 100, shutdown.clone()));
+    let served = serving.await.context("the server task failed")?;
+    shutdown.cancel();
+    feeding.await.context("the traffic task failed")??;
+    served
+}
