@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tokio_util::sync::CancellationToken;
 
 /// Bucket bounds of `rankwatch_batch_duration_seconds`.
@@ -148,7 +148,11 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size))
         .add_service(EvaluationServer::new(evaluation::EvaluationService::new(engine.clone(), settings.windows.clone())))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown.clone().cancelled_owned());
+        .serve_with_incoming_shutdown(
+            // Without TCP_NODELAY a small ack waits for the client's next packet.
+            TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+            shutdown.clone().cancelled_owned(),
+        );
     let http = axum::serve(http_listener, http::router(engine.clone(), recorder, settings.windows.clone(), shutdown.clone()))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (grpc, http) = tokio::join!(grpc, async { http.await });
