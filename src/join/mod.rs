@@ -230,9 +230,7 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters);
-        // Most users hold one list at a time: grow by one, not by the default four.
-        user.open.reserve_exact(1);
-        user.open.push(open);
+        user.insert_open(open);
         self.counters.impressions += 1;
         self.open_impressions += 1;
         self.waiting_interactions -= claimed;

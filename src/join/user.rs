@@ -111,7 +111,7 @@ pub struct Waiting {
 /// Everything held for one user.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct UserState {
-    /// Open impressions in arrival order.
+    /// Open impressions ordered by (time, arrival): the latest last.
     pub open: Vec<OpenImpression>,
     /// Waiting interactions in arrival order.
     pub waiting: Vec<Waiting>,
@@ -125,14 +125,23 @@ impl UserState {
 
     /// Whether an open impression has this request id.
     pub fn has_open_request(&self, request: u64) -> bool {
-        self.open.iter().any(|m| m.request == request)
+        self.open.iter().rev().any(|m| m.request == request)
+    }
+
+    /// Adds a newly opened impression in (time, arrival) order; it is
+    /// usually the latest, so the search starts from the end.
+    pub fn insert_open(&mut self, open: OpenImpression) {
+        let index = self.open.iter().rposition(|m| m.time <= open.time).map_or(0, |i| i + 1);
+        // Most users hold one list at a time: grow by one, not by the default four.
+        self.open.reserve_exact(1);
+        self.open.insert(index, open);
     }
 
     /// Credits, counts as unattributed or as a duplicate; returns `false`
     /// when the interaction must wait for its impression (and is not counted yet).
     pub fn attribute(&mut self, x: Interaction, window: Nanos, counters: &mut Counters) -> bool {
         let target = match x.request {
-            Some(request) => match self.open.iter().position(|m| m.request == request) {
+            Some(request) => match self.open.iter().rposition(|m| m.request == request) {
                 Some(index) => match self.open[index].matching_rank(&x, window) {
                     Some(rank) => Some((index, rank)),
                     None => {
@@ -157,13 +166,19 @@ impl UserState {
         true
     }
 
-    /// The latest (by time, then arrival) open impression the interaction matches.
+    /// The latest (by time, then arrival) open impression the interaction
+    /// matches. `open` is in that order, so the search runs from the end and
+    /// stops at the first list shown more than a window before the interaction.
     fn latest_match(&self, x: &Interaction, window: Nanos) -> Option<(usize, usize)> {
-        self.open
-            .iter()
-            .enumerate()
-            .filter_map(|(index, m)| m.matching_rank(x, window).map(|rank| (index, rank)))
-            .max_by_key(|&(index, _)| (self.open[index].time, self.open[index].seq))
+        for (index, m) in self.open.iter().enumerate().rev() {
+            if m.time.saturating_add(window) < x.time {
+                return None;
+            }
+            if let Some(rank) = m.matching_rank(x, window) {
+                return Some((index, rank));
+            }
+        }
+        None
     }
 
     /// Settles the waiting interactions that a newly opened impression
