@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn open_state_stays_compact() {
-        assert_eq!(std::mem::size_of::<OpenImpression>(), 56);
+        assert_eq!(std::mem::size_of::<OpenImpression>(), 72);
         assert_eq!(std::mem::size_of::<UserState>(), 48);
     }
 
