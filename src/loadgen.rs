@@ -153,7 +153,8 @@ pub struct TrafficConfig {
     pub catalogue: u32,
     /// Items in every impression.
     pub items_per_list: usize,
-    /// Target share of interactions among all events, in [0, 1). The click
+    /// Target share of interactions among all events, in [0, 1); 0 sends
+    /// impressions only. The click
     /// model's own feedback is topped up with repeat clicks on engaged items or
     /// thinned by sending only the deepest step of a click → cart → purchase
     /// chain; neither changes a list's grades. A share below what one event per
@@ -464,6 +465,9 @@ impl Traffic {
     /// interactions, shaped to the interaction share without changing grades.
     fn schedule_feedback(&mut self, user: u32, list: u64, time: Nanos) {
         self.engaged.clear();
+        if self.per_list_target == 0.0 {
+            return; // an interaction share of 0: impressions only, for memory benchmarks
+        }
         for (rank, &item) in self.shown.iter().enumerate() {
             let relevance = self.relevance[item as usize];
             if self.rng.f64() >= self.examination[rank] || self.rng.f64() >= click_probability(relevance) {
