@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# End-to-end benchmarks: the server pinned to core 0 and loadgen on core 1
+# over loopback gRPC, plus replay and /metrics timings. Prints one table of
+# medians over RUNS runs (default 3). Needs 2 cores, taskset, curl, python3.
+# Not part of the tests: figures, not assertions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+BIN=target/release/rankwatch
+GRPC=127.0.0.1:50071
+HTTP=127.0.0.1:19571
+work=$(mktemp -d)
+server_pid=
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+cargo build --release --locked --bins >/dev/null 2>&1
+
+start_server() {
+  taskset -c 0 "$BIN" serve --grpc-addr "$GRPC" --http-addr "$HTTP" --wall-clock-advance false "$@" >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 50); do curl -sf "http://$HTTP/readyz" >/dev/null && return; sleep 0.1; done
+  echo "server did not start" >&2; exit 1
+}
+stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server_pid/status"; }
+metric() { curl -s "http://$HTTP/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
+loadgen() { taskset -c 1 "$BIN" loadgen --target "http://$GRPC" --batch-size 100 "$@"; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+field() { awk -v key="$1" '$1 == key {print $2}'; }
+
+# 1. Ingest throughput, unpaced: events/s and server CPU seconds per million events.
+for _ in $(seq "$RUNS"); do
+  start_server
+  before=$(cpu_ticks)
+  loadgen --rate 0 --streams 4 --max-inflight 16 --users 1000000 --duration 10s >"$work/load.txt"
+  ticks=$(( $(cpu_ticks) - before )); accepted=$(metric rankwatch_events_accepted_total)
+  stop_server
+  rate=$(awk '/throughput/ {print $2}' "$work/load.txt")
+  echo "$rate $(python3 -c "print(round($ticks / 100 / $accepted * 1e6, 2))")" >>"$work/ingest"
+done
+ingest_rate=$(cut -d' ' -f1 "$work/ingest" | median)
+ingest_cpu=$(cut -d' ' -f2 "$work/ingest" | median)
+
+# 2. Ack latency at 100,000 events/s.
+for _ in $(seq "$RUNS"); do
+  start_server
+  loadgen --rate 100000 --streams 1 --users 1000000 --duration 10s >"$work/load.txt"
+  stop_server
+  awk "/ack latency/ {print \$4, \$10}" "$work/load.txt" >>"$work/latency"
+done
+p50=$(cut -d' ' -f1 "$work/latency" | median)
+p99=$(cut -d' ' -f2 "$work/latency" | median)
+
+# 3. Memory: 1,000,000 open impressions of 20 items (the default max_open_impressions sheds the rest).
+for _ in $(seq "$RUNS"); do
+  start_server --attribution-window 1h
+  base=$(rss_kib)
+  loadgen --rate 0 --streams 4 --users 1000000 --interaction-share 0 --duration 8s >/dev/null
+  open=$(metric rankwatch_open_impressions)
+  echo "$(python3 -c "print(round(($(rss_kib) - $base) * 1024 / $open, 1))")" >>"$work/memory"
+  stop_server
+done
+memory=$(median <"$work/memory")
+
+# 4. Replay of a 1,000,000-event JSONL file on one core.
+python3 benches/gen_log.py 1000000 "$work/log.jsonl"
+for _ in $(seq "$RUNS"); do
+  start=$(date +%s.%N)
+  taskset -c 0 "$BIN" replay "$work/log.jsonl" --threads 1 >/dev/null
+  python3 -c "print(round(1e6 / ($(date +%s.%N) - $start)))" >>"$work/replay"
+done
+replay_rate=$(median <"$work/replay")
+
+# 5. A /metrics scrape of about 10,000 series (40 groups).
+models=$(python3 -c "print(','.join(f'm{i}={i / 20}' for i in range(20)))")
+start_server --attribution-window 2s --allowed-lateness 1s
+loadgen --rate 50000 --streams 1 --duration 15s --models "$models" --feedback-delay 50ms >/dev/null
+curl -s "http://$HTTP/metrics" >"$work/scrape.txt"
+series=$(grep -vc '^#' "$work/scrape.txt")
+for _ in $(seq 5); do curl -s -o /dev/null -w '%{time_total}\n' "http://$HTTP/metrics" >>"$work/scrape"; done
+stop_server
+scrape_ms=$(awk '{print $1 * 1000}' "$work/scrape" | median)
+
+cat <<TABLE
+
+rankwatch benchmarks: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), median of $RUNS runs
+
+| scenario                                              | result                          | target            |
+|-------------------------------------------------------|---------------------------------|-------------------|
+| ingest, 4 streams, batches of 100, 80% interactions   | $ingest_rate events/s           | >= 1,000,000      |
+| server CPU per million events (one core)              | $ingest_cpu s                   |                   |
+| ack latency at 100,000 events/s                       | p50 $p50 ms, p99 $p99 ms        | p99 < 1 ms        |
+| memory per open impression of 20 items                | $memory bytes                   | <= 416 (16x20+96) |
+| replay, one core, 1,000,000 events                    | $replay_rate events/s           | >= 1,000,000      |
+| /metrics scrape, $series series                      | $scrape_ms ms                   | < 50 ms           |
+TABLE
