@@ -25,7 +25,7 @@ const LIST_LEN: usize = 20;
 const CATALOG: u64 = 100_000;
 
 /// Time of the first event: 2026-11-01T10:00:00Z.
-const START: Nanos = 1_761_991_200 * NANOS_PER_SECOND;
+const START: Nanos = 1_793_527_200 * NANOS_PER_SECOND;
 
 /// Nominal time between two events (100 events/s).
 const EVENT_SPACING: Nanos = NANOS_PER_SECOND / 100;

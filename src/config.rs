@@ -47,7 +47,8 @@ pub enum DiscountName {
     Jarvelin,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+/// Parses a duration written like `300ms`, `30s`, `5m`, `1h`, with a hint when it is not one.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (write durations like 300ms, 30s, 5m, 1h)"))
 }
 

@@ -28,7 +28,7 @@ pub struct DemoArgs {
 fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
     let (model, delay) = text.split_once('@').ok_or_else(|| format!("{text:?} is not NAME=QUALITY@DELAY"))?;
     let model: ModelSpec = model.parse().map_err(|e: loadgen::TrafficError| e.to_string())?;
-    let delay = humantime::parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
+    let delay = crate::config::parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
     Ok((model, delay))
 }
 

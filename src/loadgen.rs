@@ -10,6 +10,7 @@
 //! This module only speaks the public gRPC API: it knows nothing of the join,
 //! the metrics or the server's internals, exactly like an external client.
 
+use crate::config::parse_duration;
 use crate::event::{Nanos, NANOS_PER_SECOND};
 use crate::proto::collector_client::CollectorClient;
 use crate::proto::{event::Kind, Event, EventBatch, Impression, IngestAck, Interaction};
@@ -574,9 +575,6 @@ pub fn unix_nanos(time: SystemTime) -> Nanos {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| Nanos::try_from(since.as_nanos()).unwrap_or(Nanos::MAX))
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (write durations like 300ms, 30s, 5m, 1h)"))
-}
 
 /// `rankwatch loadgen`: synthetic traffic against a running server.
 #[derive(clap::Args, Clone, Debug)]
