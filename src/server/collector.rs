@@ -42,15 +42,16 @@ fn engine_stopped() -> Status {
     Status::unavailable("rankwatch is shutting down; retry against the restarted server")
 }
 
-/// The reply to a batch: its ack, or the status that ends the RPC.
-fn reply(applied: Result<Applied, oneshot::error::RecvError>) -> Result<IngestAck, Status> {
+/// The reply to a batch: its ack, or the status that ends the RPC
+/// (`None`: the engine stopped before answering).
+fn reply(applied: Option<Applied>) -> Result<IngestAck, Status> {
     match applied {
-        Ok(Ok(ack)) => Ok(ack),
-        Ok(Err(malformed)) => {
+        Some(Ok(ack)) => Ok(ack),
+        Some(Err(malformed)) => {
             metrics::counter!("rankwatch_streams_failed_total").increment(1);
             Err(Status::invalid_argument(malformed.to_string()))
         }
-        Err(_) => Err(engine_stopped()),
+        None => Err(engine_stopped()),
     }
 }
 
@@ -105,7 +106,7 @@ impl Collector for CollectorService {
         });
         tokio::spawn(async move {
             while let Some((started, applied)) = in_order.recv().await {
-                let reply = reply(applied.await);
+                let reply = reply(applied.await.ok());
                 metrics::histogram!("rankwatch_batch_duration_seconds").record(started.elapsed().as_secs_f64());
                 let failed = reply.is_err();
                 if acks.send(reply).await.is_err() || failed {
@@ -118,10 +119,7 @@ impl Collector for CollectorService {
 
     async fn ingest_batch(&self, request: Request<RawBatch>) -> Result<Response<IngestAck>, Status> {
         let started = Instant::now();
-        let (done, applied) = oneshot::channel();
-        let result = self.engine.apply(request.into_inner()).await.map_err(|_| engine_stopped())?;
-        let _ = done.send(result);
-        let ack = reply(applied.await)?;
+        let ack = reply(self.engine.apply(request.into_inner()).await.ok())?;
         metrics::histogram!("rankwatch_batch_duration_seconds").record(started.elapsed().as_secs_f64());
         Ok(Response::new(ack))
     }

@@ -74,23 +74,24 @@ impl EngineHandle {
 
     /// The engine's figures now.
     pub async fn snapshot(&self) -> Result<Snapshot, EngineStopped> {
+        self.ask(|reply| Command::Snapshot { reply }).await
+    }
+
+    /// Sends the command that `command` makes of a reply channel, and awaits the reply.
+    async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, EngineStopped> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(Command::Snapshot { reply }).await.map_err(|_| EngineStopped)?;
+        self.commands.send(command(reply)).await.map_err(|_| EngineStopped)?;
         answer.await.map_err(|_| EngineStopped)
     }
 
     /// A copy of the engine's state, to save.
     pub async fn state(&self) -> Result<EngineState, EngineStopped> {
-        let (reply, answer) = oneshot::channel();
-        self.commands.send(Command::State { reply }).await.map_err(|_| EngineStopped)?;
-        answer.await.map_err(|_| EngineStopped)
+        self.ask(|reply| Command::State { reply }).await
     }
 
     /// The report since start (`None`) or for rolling window `index`.
     pub async fn report(&self, window: Option<usize>) -> Result<Report, EngineStopped> {
-        let (reply, answer) = oneshot::channel();
-        self.commands.send(Command::Report { window, reply }).await.map_err(|_| EngineStopped)?;
-        answer.await.map_err(|_| EngineStopped)
+        self.ask(|reply| Command::Report { window, reply }).await
     }
 }
 
