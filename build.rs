@@ -36,7 +36,12 @@ fn compile_raw_collector_server() {
     let service = Service::builder()
         .name("Collector")
         .package("rankwatch.v1")
-        .method(method("ingest", "Ingest").client_streaming().server_streaming().build())
+        .method(
+            method("ingest", "Ingest")
+                .client_streaming()
+                .server_streaming()
+                .build(),
+        )
         .method(method("ingest_batch", "IngestBatch").build())
         .build();
     Builder::new().build_client(false).compile(&[service]);

@@ -40,7 +40,9 @@ fn stream() -> Vec<Event<'static>> {
     let models = ["v7", "v8"];
     (0..EVENTS)
         .map(|n| {
-            let time = START + n as Nanos * EVENT_SPACING + rng.i64(-2 * NANOS_PER_SECOND..2 * NANOS_PER_SECOND);
+            let time = START
+                + n as Nanos * EVENT_SPACING
+                + rng.i64(-2 * NANOS_PER_SECOND..2 * NANOS_PER_SECOND);
             let user = rng.u64(0..USERS);
             if rng.u8(0..5) == 0 {
                 let request = rng.u64(..);
@@ -56,7 +58,9 @@ fn stream() -> Vec<Event<'static>> {
                 });
             }
             let (request, item) = match &latest[user as usize] {
-                Some((request, items)) if rng.u8(0..10) < 7 => (Some(*request), items[rng.usize(0..items.len())]),
+                Some((request, items)) if rng.u8(0..10) < 7 => {
+                    (Some(*request), items[rng.usize(0..items.len())])
+                }
                 _ => (None, rng.u64(0..CATALOG)),
             };
             Event::Interaction(Interaction {
@@ -89,7 +93,10 @@ fn bench_windows(c: &mut Criterion, name: &str, windows: &[Duration]) {
         .expect("the default settings are valid");
     let events = stream();
     let mut group = c.benchmark_group("engine_apply");
-    group.throughput(Throughput::Elements(EVENTS as u64)).sample_size(20).measurement_time(Duration::from_secs(5));
+    group
+        .throughput(Throughput::Elements(EVENTS as u64))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
     group.bench_function(name, |b| {
         b.iter_batched(
             || events.clone(),

@@ -37,7 +37,9 @@ fn bench_settings(c: &mut Criterion, name: &str, settings: MetricSettings) {
     let mut evaluator = ListEvaluator::new(settings, &KS);
     let mut row = vec![0.0; evaluator.width()];
     let mut group = c.benchmark_group("evaluate");
-    group.throughput(Throughput::Elements(LISTS as u64)).measurement_time(Duration::from_secs(5));
+    group
+        .throughput(Throughput::Elements(LISTS as u64))
+        .measurement_time(Duration::from_secs(5));
     group.bench_function(name, |b| {
         b.iter(|| {
             for grades in &lists {
@@ -52,8 +54,11 @@ fn bench_settings(c: &mut Criterion, name: &str, settings: MetricSettings) {
 /// The default settings, and the costlier exponential gain with the Järvelin discount.
 fn evaluate(c: &mut Criterion) {
     bench_settings(c, "linear_log2", MetricSettings::default());
-    let exponential =
-        MetricSettings { gain: Gain::Exponential, discount: Discount::Jarvelin { base: 2.0 }, half_life: 5.0 };
+    let exponential = MetricSettings {
+        gain: Gain::Exponential,
+        discount: Discount::Jarvelin { base: 2.0 },
+        half_life: 5.0,
+    };
     bench_settings(c, "exponential_jarvelin", exponential);
 }
 

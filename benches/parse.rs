@@ -10,7 +10,9 @@ use std::time::Duration;
 
 /// An impression as a recommender logs it: 20 items, model and surface set.
 fn impression_line() -> String {
-    let items: Vec<String> = (0..20).map(|i| format!("\"item-{:06}\"", 104_729 * (i + 1) % 1_000_000)).collect();
+    let items: Vec<String> = (0..20)
+        .map(|i| format!("\"item-{:06}\"", 104_729 * (i + 1) % 1_000_000))
+        .collect();
     format!(
         r#"{{"impression":{{"requestId":"req-5f3a9c1e-000123","userId":"user-0048213","itemIds":[{}],"time":"2026-11-01T10:00:00.125Z","model":"v7","surface":"home"}}}}"#,
         items.join(",")
@@ -27,12 +29,21 @@ fn parse(c: &mut Criterion) {
     let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
         .expect("the default settings are valid");
     let validator = settings.validator(None);
-    let lines = [("impression", impression_line()), ("interaction", interaction_line())];
+    let lines = [
+        ("impression", impression_line()),
+        ("interaction", interaction_line()),
+    ];
     for (group_name, bytes) in [("parse_line", false), ("parse_line_bytes", true)] {
         let mut group = c.benchmark_group(group_name);
-        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+        group
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3));
         for (name, line) in &lines {
-            group.throughput(if bytes { Throughput::Bytes(line.len() as u64) } else { Throughput::Elements(1) });
+            group.throughput(if bytes {
+                Throughput::Bytes(line.len() as u64)
+            } else {
+                Throughput::Elements(1)
+            });
             group.bench_function(*name, |b| {
                 b.iter(|| {
                     let event = parse_line(black_box(line), &validator).expect("the line is valid");

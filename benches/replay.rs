@@ -36,13 +36,19 @@ fn write_log(path: &Path) -> std::io::Result<()> {
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     let mut latest: Vec<Option<(u64, Vec<u64>)>> = vec![None; USERS as usize];
     for n in 0..EVENTS {
-        let time =
-            format_rfc3339(START + n as Nanos * EVENT_SPACING + rng.i64(-2 * NANOS_PER_SECOND..2 * NANOS_PER_SECOND));
+        let time = format_rfc3339(
+            START
+                + n as Nanos * EVENT_SPACING
+                + rng.i64(-2 * NANOS_PER_SECOND..2 * NANOS_PER_SECOND),
+        );
         let user = rng.u64(0..USERS);
         if rng.u8(0..5) == 0 {
             let request = rng.u64(..);
             let items = list(&mut rng);
-            let item_ids: Vec<String> = items.iter().map(|item| format!("\"item-{item}\"")).collect();
+            let item_ids: Vec<String> = items
+                .iter()
+                .map(|item| format!("\"item-{item}\""))
+                .collect();
             let model = ["v7", "v8"][rng.usize(0..2)];
             writeln!(
                 out,
@@ -53,7 +59,9 @@ fn write_log(path: &Path) -> std::io::Result<()> {
             continue;
         }
         let (request, item) = match &latest[user as usize] {
-            Some((request, items)) if rng.u8(0..10) < 7 => (Some(*request), items[rng.usize(0..items.len())]),
+            Some((request, items)) if rng.u8(0..10) < 7 => {
+                (Some(*request), items[rng.usize(0..items.len())])
+            }
             _ => (None, rng.u64(0..CATALOG)),
         };
         let request_field = match request.filter(|_| rng.bool()) {
@@ -89,9 +97,19 @@ fn bench_replay(c: &mut Criterion) {
     write_log(&log).expect("write the log");
     let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
         .expect("the default settings are valid");
-    let check =
-        replay(std::slice::from_ref(&log), &settings, ReplayOptions::default(), |_| {}, |_| {}).expect("replay");
-    assert!(check.counters.rejected.is_empty(), "the generated log is valid: {:?}", check.counters);
+    let check = replay(
+        std::slice::from_ref(&log),
+        &settings,
+        ReplayOptions::default(),
+        |_| {},
+        |_| {},
+    )
+    .expect("replay");
+    assert!(
+        check.counters.rejected.is_empty(),
+        "the generated log is valid: {:?}",
+        check.counters
+    );
     let mut group = c.benchmark_group("replay");
     group
         .throughput(Throughput::Elements(EVENTS as u64))
@@ -100,9 +118,21 @@ fn bench_replay(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(2))
         .measurement_time(Duration::from_secs(8));
     for threads in [1, 2] {
-        let options = ReplayOptions { threads, ..ReplayOptions::default() };
+        let options = ReplayOptions {
+            threads,
+            ..ReplayOptions::default()
+        };
         group.bench_function(format!("threads_{threads}"), |b| {
-            b.iter(|| replay(std::slice::from_ref(&log), &settings, options, |_| {}, |_| {}).expect("replay"))
+            b.iter(|| {
+                replay(
+                    std::slice::from_ref(&log),
+                    &settings,
+                    options,
+                    |_| {},
+                    |_| {},
+                )
+                .expect("replay")
+            })
         });
     }
     group.finish();

@@ -16,17 +16,26 @@ use std::time::Duration;
 pub enum ConfigError {
     /// The config file could not be read.
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The config file is not valid TOML for rankwatch.
     #[error("config file {path}: {source}")]
-    Parse { path: PathBuf, source: toml::de::Error },
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
     /// A value is out of range.
     #[error("setting `{key}`: {message}")]
     Invalid { key: &'static str, message: String },
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key, message: message.into() }
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
 }
 
 /// Gain setting as written in configs.
@@ -49,12 +58,18 @@ pub enum DiscountName {
 
 /// Parses a duration written like `300ms`, `30s`, `5m`, `1h`, with a hint when it is not one.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (write durations like 300ms, 30s, 5m, 1h)"))
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (write durations like 300ms, 30s, 5m, 1h)"))
 }
 
 fn parse_grade(text: &str) -> Result<(String, f64), String> {
-    let (name, grade) = text.split_once('=').ok_or_else(|| format!("{text:?} is not TYPE=GRADE, e.g. click=1"))?;
-    let grade: f64 = grade.trim().parse().map_err(|_| format!("grade of {name:?} is not a number"))?;
+    let (name, grade) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not TYPE=GRADE, e.g. click=1"))?;
+    let grade: f64 = grade
+        .trim()
+        .parse()
+        .map_err(|_| format!("grade of {name:?} is not a number"))?;
     Ok((name.trim().to_owned(), grade))
 }
 
@@ -68,12 +83,18 @@ mod duration_serde {
 
     pub fn one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let text = String::deserialize(d)?;
-        super::parse_duration(&text).map(Some).map_err(serde::de::Error::custom)
+        super::parse_duration(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
     }
 
     pub fn many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Duration>>, D::Error> {
         let texts = Vec::<String>::deserialize(d)?;
-        texts.iter().map(|t| super::parse_duration(t).map_err(serde::de::Error::custom)).collect::<Result<_, _>>().map(Some)
+        texts
+            .iter()
+            .map(|t| super::parse_duration(t).map_err(serde::de::Error::custom))
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 }
 
@@ -116,9 +137,17 @@ pub struct FileSettings {
 impl FileSettings {
     /// Reads `path`, or nothing when no file is given.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let Some(path) = path else { return Ok(Self::default()) };
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        })
     }
 }
 
@@ -183,19 +212,36 @@ pub struct EngineSettings {
 impl EngineSettings {
     /// Resolves flags and environment over `file` over defaults.
     pub fn resolve(args: &EngineArgs, file: &FileSettings) -> Result<Self, ConfigError> {
-        let k = args.k.clone().or_else(|| file.k.clone()).unwrap_or_else(|| vec![1, 5, 10, 20]);
+        let k = args
+            .k
+            .clone()
+            .or_else(|| file.k.clone())
+            .unwrap_or_else(|| vec![1, 5, 10, 20]);
         if k.is_empty() || k.contains(&0) {
-            return Err(invalid("k", "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20"));
+            return Err(invalid(
+                "k",
+                "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
+            ));
         }
         let half_life = args.half_life.or(file.half_life).unwrap_or(5.0);
         if !(half_life.is_finite() && half_life > 1.0) {
-            return Err(invalid("half_life", format!("{half_life} must be a number greater than 1")));
+            return Err(invalid(
+                "half_life",
+                format!("{half_life} must be a number greater than 1"),
+            ));
         }
         let log_base = args.log_base.or(file.log_base).unwrap_or(2.0);
         if !(log_base.is_finite() && log_base > 1.0) {
-            return Err(invalid("log_base", format!("{log_base} must be a number greater than 1")));
+            return Err(invalid(
+                "log_base",
+                format!("{log_base} must be a number greater than 1"),
+            ));
         }
-        let discount = match args.discount.or(file.discount).unwrap_or(DiscountName::Log2) {
+        let discount = match args
+            .discount
+            .or(file.discount)
+            .unwrap_or(DiscountName::Log2)
+        {
             DiscountName::Log2 => Discount::Log2,
             DiscountName::Jarvelin => Discount::Jarvelin { base: log_base },
         };
@@ -208,9 +254,21 @@ impl EngineSettings {
             Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
             None => GradeTable::default(),
         };
-        let grades = GradeTable::new(base.pairs().iter().cloned().chain(args.grades.iter().flatten().cloned()));
-        if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| !(g.is_finite() && *g >= 0.0)) {
-            return Err(invalid("grades", format!("grade of {name:?} is {grade}; grades are finite numbers >= 0")));
+        let grades = GradeTable::new(
+            base.pairs()
+                .iter()
+                .cloned()
+                .chain(args.grades.iter().flatten().cloned()),
+        );
+        if let Some((name, grade)) = grades
+            .pairs()
+            .iter()
+            .find(|(_, g)| !(g.is_finite() && *g >= 0.0))
+        {
+            return Err(invalid(
+                "grades",
+                format!("grade of {name:?} is {grade}; grades are finite numbers >= 0"),
+            ));
         }
         let limit = |key: &'static str, value: usize| {
             if value == 0 {
@@ -219,21 +277,41 @@ impl EngineSettings {
                 Ok(value)
             }
         };
-        let max_items = limit("max_items", args.max_items.or(file.max_items).unwrap_or(1000))?;
-        let max_groups = limit("max_groups", args.max_groups.or(file.max_groups).unwrap_or(1000))?;
+        let max_items = limit(
+            "max_items",
+            args.max_items.or(file.max_items).unwrap_or(1000),
+        )?;
+        let max_groups = limit(
+            "max_groups",
+            args.max_groups.or(file.max_groups).unwrap_or(1000),
+        )?;
         let max_open_impressions = limit(
             "max_open_impressions",
-            args.max_open_impressions.or(file.max_open_impressions).unwrap_or(1_000_000),
+            args.max_open_impressions
+                .or(file.max_open_impressions)
+                .unwrap_or(1_000_000),
         )?;
         let max_waiting_interactions = limit(
             "max_waiting_interactions",
-            args.max_waiting_interactions.or(file.max_waiting_interactions).unwrap_or(1_000_000),
+            args.max_waiting_interactions
+                .or(file.max_waiting_interactions)
+                .unwrap_or(1_000_000),
         )?;
         Ok(Self {
-            attribution_window: args.attribution_window.or(file.attribution_window).unwrap_or(Duration::from_secs(300)),
-            allowed_lateness: args.allowed_lateness.or(file.allowed_lateness).unwrap_or(Duration::from_secs(30)),
+            attribution_window: args
+                .attribution_window
+                .or(file.attribution_window)
+                .unwrap_or(Duration::from_secs(300)),
+            allowed_lateness: args
+                .allowed_lateness
+                .or(file.allowed_lateness)
+                .unwrap_or(Duration::from_secs(30)),
             k,
-            metrics: MetricSettings { gain, discount, half_life },
+            metrics: MetricSettings {
+                gain,
+                discount,
+                half_life,
+            },
             grades,
             max_items,
             max_groups,
@@ -259,7 +337,11 @@ impl EngineSettings {
     /// lateness) where neither flags, environment nor file set one, so
     /// that lists finalize within seconds.
     pub fn with_quick_join(mut self, args: &EngineArgs, file: &FileSettings) -> Self {
-        if args.attribution_window.or(file.attribution_window).is_none() {
+        if args
+            .attribution_window
+            .or(file.attribution_window)
+            .is_none()
+        {
             self.attribution_window = Duration::from_secs(10);
         }
         if args.allowed_lateness.or(file.allowed_lateness).is_none() {
@@ -271,7 +353,11 @@ impl EngineSettings {
     /// What saved state must have been computed under to be restored:
     /// the cutoffs, the metric settings and the rolling windows.
     pub fn fingerprint(&self, windows: &[Duration]) -> String {
-        format!("k={:?} metrics={:?} windows={windows:?}", self.evaluator().ks(), self.metrics)
+        format!(
+            "k={:?} metrics={:?} windows={windows:?}",
+            self.evaluator().ks(),
+            self.metrics
+        )
     }
 
     /// The list evaluator for these settings.
@@ -281,7 +367,11 @@ impl EngineSettings {
 
     /// A validator; `max_future_skew` is `None` where there is no wall clock.
     pub fn validator(&self, max_future_skew: Option<Duration>) -> Validator {
-        Validator { grades: self.grades.clone(), max_items: self.max_items, max_future_skew: max_future_skew.map(nanos) }
+        Validator {
+            grades: self.grades.clone(),
+            max_items: self.max_items,
+            max_future_skew: max_future_skew.map(nanos),
+        }
     }
 }
 
@@ -363,9 +453,18 @@ impl ServerSettings {
             .windows
             .clone()
             .or_else(|| file.windows.clone())
-            .unwrap_or_else(|| vec![Duration::from_secs(60), Duration::from_secs(300), Duration::from_secs(3600)]);
+            .unwrap_or_else(|| {
+                vec![
+                    Duration::from_secs(60),
+                    Duration::from_secs(300),
+                    Duration::from_secs(3600),
+                ]
+            });
         if windows.is_empty() || windows.iter().any(|w| *w < Duration::from_secs(1)) {
-            return Err(invalid("windows", "give at least one window of 1s or more, e.g. 1m,5m,1h"));
+            return Err(invalid(
+                "windows",
+                "give at least one window of 1s or more, e.g. 1m,5m,1h",
+            ));
         }
         let positive = |key: &'static str, value: usize| {
             if value == 0 {
@@ -377,29 +476,62 @@ impl ServerSettings {
         let tls = match (
             args.tls_cert.clone().or_else(|| file.tls_cert.clone()),
             args.tls_key.clone().or_else(|| file.tls_key.clone()),
-            args.tls_client_ca.clone().or_else(|| file.tls_client_ca.clone()),
+            args.tls_client_ca
+                .clone()
+                .or_else(|| file.tls_client_ca.clone()),
         ) {
-            (Some(cert), Some(key), client_ca) => Some(TlsSettings { cert, key, client_ca }),
+            (Some(cert), Some(key), client_ca) => Some(TlsSettings {
+                cert,
+                key,
+                client_ca,
+            }),
             (None, None, None) => None,
-            _ => return Err(invalid("tls_cert/tls_key", "TLS needs both tls_cert and tls_key (and tls_client_ca only with them)")),
+            _ => {
+                return Err(invalid(
+                    "tls_cert/tls_key",
+                    "TLS needs both tls_cert and tls_key (and tls_client_ca only with them)",
+                ))
+            }
         };
         Ok(Self {
             tls,
-            grpc_addr: args.grpc_addr.or(file.grpc_addr).unwrap_or(([127, 0, 0, 1], 50051).into()),
-            http_addr: args.http_addr.or(file.http_addr).unwrap_or(([127, 0, 0, 1], 9477).into()),
-            wall_clock_advance: args.wall_clock_advance.or(file.wall_clock_advance).unwrap_or(true),
-            max_future_skew: args.max_future_skew.or(file.max_future_skew).unwrap_or(Duration::from_secs(300)),
+            grpc_addr: args
+                .grpc_addr
+                .or(file.grpc_addr)
+                .unwrap_or(([127, 0, 0, 1], 50051).into()),
+            http_addr: args
+                .http_addr
+                .or(file.http_addr)
+                .unwrap_or(([127, 0, 0, 1], 9477).into()),
+            wall_clock_advance: args
+                .wall_clock_advance
+                .or(file.wall_clock_advance)
+                .unwrap_or(true),
+            max_future_skew: args
+                .max_future_skew
+                .or(file.max_future_skew)
+                .unwrap_or(Duration::from_secs(300)),
             windows,
             state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
-            snapshot_interval: args.snapshot_interval.or(file.snapshot_interval).unwrap_or(Duration::from_secs(30)),
+            snapshot_interval: args
+                .snapshot_interval
+                .or(file.snapshot_interval)
+                .unwrap_or(Duration::from_secs(30)),
             max_message_size: positive(
                 "max_message_size",
-                args.max_message_size.or(file.max_message_size).unwrap_or(4 << 20),
+                args.max_message_size
+                    .or(file.max_message_size)
+                    .unwrap_or(4 << 20),
             )?,
-            max_streams: positive("max_streams", args.max_streams.or(file.max_streams).unwrap_or(256))?,
+            max_streams: positive(
+                "max_streams",
+                args.max_streams.or(file.max_streams).unwrap_or(256),
+            )?,
             max_inflight_batches: positive(
                 "max_inflight_batches",
-                args.max_inflight_batches.or(file.max_inflight_batches).unwrap_or(64),
+                args.max_inflight_batches
+                    .or(file.max_inflight_batches)
+                    .unwrap_or(64),
             )?,
         })
     }
@@ -413,27 +545,54 @@ mod tests {
     fn flags_override_file_which_overrides_defaults() {
         let file: FileSettings =
             toml::from_str("k = [3, 7]\nallowed_lateness = \"10s\"\ngain = \"exponential\"\n[grades]\nview = 0.5\n").unwrap();
-        let args = EngineArgs { k: Some(vec![50]), grades: Some(vec![("buy".into(), 4.0)]), ..Default::default() };
+        let args = EngineArgs {
+            k: Some(vec![50]),
+            grades: Some(vec![("buy".into(), 4.0)]),
+            ..Default::default()
+        };
         let settings = EngineSettings::resolve(&args, &file).unwrap();
         assert_eq!(settings.k, vec![50]);
         assert_eq!(settings.allowed_lateness, Duration::from_secs(10));
         assert_eq!(settings.attribution_window, Duration::from_secs(300));
         assert_eq!(settings.metrics.gain, Gain::Exponential);
         assert_eq!(settings.grades.grade("view"), Some(0.5));
-        assert_eq!(settings.grades.grade("click"), None, "the file's table replaces the defaults");
-        assert_eq!(settings.grades.grade("buy"), Some(4.0), "flags add to the table");
+        assert_eq!(
+            settings.grades.grade("click"),
+            None,
+            "the file's table replaces the defaults"
+        );
+        assert_eq!(
+            settings.grades.grade("buy"),
+            Some(4.0),
+            "flags add to the table"
+        );
         let flag_only = EngineSettings::resolve(&args, &FileSettings::default()).unwrap();
-        assert_eq!((flag_only.grades.grade("click"), flag_only.grades.grade("buy")), (Some(1.0), Some(4.0)));
+        assert_eq!(
+            (
+                flag_only.grades.grade("click"),
+                flag_only.grades.grade("buy")
+            ),
+            (Some(1.0), Some(4.0))
+        );
     }
 
     #[test]
     fn explains_bad_values() {
-        let bad = EngineArgs { half_life: Some(1.0), ..Default::default() };
-        let error = EngineSettings::resolve(&bad, &FileSettings::default()).unwrap_err().to_string();
+        let bad = EngineArgs {
+            half_life: Some(1.0),
+            ..Default::default()
+        };
+        let error = EngineSettings::resolve(&bad, &FileSettings::default())
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("half_life"), "{error}");
-        let unknown = toml::from_str::<FileSettings>("attribution_windw = \"5m\"").unwrap_err().to_string();
+        let unknown = toml::from_str::<FileSettings>("attribution_windw = \"5m\"")
+            .unwrap_err()
+            .to_string();
         assert!(unknown.contains("attribution_windw"), "{unknown}");
-        let duration = toml::from_str::<FileSettings>("allowed_lateness = \"soon\"").unwrap_err().to_string();
+        let duration = toml::from_str::<FileSettings>("allowed_lateness = \"soon\"")
+            .unwrap_err()
+            .to_string();
         assert!(duration.contains("30s"), "{duration}");
     }
 }

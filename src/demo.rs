@@ -18,7 +18,12 @@ pub struct DemoArgs {
     #[arg(long, env = "RANKWATCH_DEMO_RATE", default_value_t = 2_000.0)]
     pub rate: f64,
     /// Models and their ranking quality in [0, 1], as NAME=QUALITY.
-    #[arg(long, env = "RANKWATCH_DEMO_MODELS", value_delimiter = ',', default_value = "control=0.9,candidate=0.4")]
+    #[arg(
+        long,
+        env = "RANKWATCH_DEMO_MODELS",
+        value_delimiter = ',',
+        default_value = "control=0.9,candidate=0.4"
+    )]
     pub models: Vec<ModelSpec>,
     /// Degrade a model after a while, as NAME=QUALITY@DELAY (e.g. candidate=0.05@2m), to watch an alert fire.
     #[arg(long, env = "RANKWATCH_DEMO_DEGRADE", value_parser = parse_degrade)]
@@ -26,9 +31,14 @@ pub struct DemoArgs {
 }
 
 fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
-    let (model, delay) = text.split_once('@').ok_or_else(|| format!("{text:?} is not NAME=QUALITY@DELAY"))?;
-    let model: ModelSpec = model.parse().map_err(|e: loadgen::TrafficError| e.to_string())?;
-    let delay = crate::config::parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
+    let (model, delay) = text
+        .split_once('@')
+        .ok_or_else(|| format!("{text:?} is not NAME=QUALITY@DELAY"))?;
+    let model: ModelSpec = model
+        .parse()
+        .map_err(|e: loadgen::TrafficError| e.to_string())?;
+    let delay =
+        crate::config::parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
     Ok((model, delay))
 }
 
@@ -40,14 +50,24 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (bound_sender, bound) = oneshot::channel();
-    let serving = tokio::spawn(server::serve(engine, server, shutdown.clone(), move |bound| {
-        let _ = bound_sender.send(bound);
-    }));
+    let serving = tokio::spawn(server::serve(
+        engine,
+        server,
+        shutdown.clone(),
+        move |bound| {
+            let _ = bound_sender.send(bound);
+        },
+    ));
     let Ok(bound) = bound.await else {
         return serving.await.context("the server task failed")?;
     };
-    let client = CollectorClient::connect(format!("http://{}", bound.grpc)).await.context("connecting to the demo server")?;
-    let traffic = Traffic::new(TrafficConfig { models: args.models.clone(), ..TrafficConfig::default() })?;
+    let client = CollectorClient::connect(format!("http://{}", bound.grpc))
+        .await
+        .context("connecting to the demo server")?;
+    let traffic = Traffic::new(TrafficConfig {
+        models: args.models.clone(),
+        ..TrafficConfig::default()
+    })?;
     if let Some((model, delay)) = args.degrade {
         let qualities = traffic.quality_handle();
         let shutdown = shutdown.clone();
@@ -66,7 +86,13 @@ pub async fn run(
         args.rate,
         bound.http
     );
-    let feeding = tokio::spawn(loadgen::feed(client, traffic, args.rate, 100, shutdown.clone()));
+    let feeding = tokio::spawn(loadgen::feed(
+        client,
+        traffic,
+        args.rate,
+        100,
+        shutdown.clone(),
+    ));
     let served = serving.await.context("the server task failed")?;
     shutdown.cancel();
     feeding.await.context("the traffic task failed")??;

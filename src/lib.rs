@@ -21,5 +21,6 @@ pub mod proto {
     tonic::include_proto!("rankwatch.v1");
 
     /// Encoded descriptors of the API, for gRPC server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("rankwatch_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("rankwatch_descriptor");
 }

@@ -109,7 +109,10 @@ pub struct ModelSpec {
 impl ModelSpec {
     /// A model `name` of `quality`.
     pub fn new(name: impl Into<String>, quality: f64) -> Self {
-        Self { name: name.into(), quality }
+        Self {
+            name: name.into(),
+            quality,
+        }
     }
 }
 
@@ -118,9 +121,14 @@ impl FromStr for ModelSpec {
 
     /// Parses `NAME=QUALITY`, e.g. `control=0.9`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (name, quality) = text.split_once('=').ok_or_else(|| TrafficError::ModelSpec(text.to_owned()))?;
+        let (name, quality) = text
+            .split_once('=')
+            .ok_or_else(|| TrafficError::ModelSpec(text.to_owned()))?;
         let name = name.trim();
-        let quality: f64 = quality.trim().parse().map_err(|_| TrafficError::ModelSpec(text.to_owned()))?;
+        let quality: f64 = quality
+            .trim()
+            .parse()
+            .map_err(|_| TrafficError::ModelSpec(text.to_owned()))?;
         if name.is_empty() {
             return Err(TrafficError::ModelSpec(text.to_owned()));
         }
@@ -139,7 +147,10 @@ fn check_quality(model: &str, quality: f64) -> Result<(), TrafficError> {
     if (0.0..=1.0).contains(&quality) {
         Ok(())
     } else {
-        Err(TrafficError::Quality { model: model.to_owned(), quality })
+        Err(TrafficError::Quality {
+            model: model.to_owned(),
+            quality,
+        })
     }
 }
 
@@ -186,7 +197,10 @@ impl Default for TrafficConfig {
             interaction_share: 0.8,
             request_id_share: 0.9,
             feedback_delay: Duration::from_secs(2),
-            models: vec![ModelSpec::new("control", 0.9), ModelSpec::new("candidate", 0.4)],
+            models: vec![
+                ModelSpec::new("control", 0.9),
+                ModelSpec::new("candidate", 0.4),
+            ],
             surfaces: vec!["home".to_owned(), "search".to_owned()],
             id_prefix: String::new(),
         }
@@ -200,7 +214,10 @@ impl TrafficConfig {
         }
         for (index, model) in self.models.iter().enumerate() {
             check_quality(&model.name, model.quality)?;
-            if self.models[..index].iter().any(|earlier| earlier.name == model.name) {
+            if self.models[..index]
+                .iter()
+                .any(|earlier| earlier.name == model.name)
+            {
                 return Err(TrafficError::DuplicateModel(model.name.clone()));
             }
         }
@@ -211,7 +228,10 @@ impl TrafficConfig {
             return Err(TrafficError::NoUsers);
         }
         if self.items_per_list == 0 || self.items_per_list > self.catalogue as usize {
-            return Err(TrafficError::ItemsPerList { items: self.items_per_list, catalogue: self.catalogue });
+            return Err(TrafficError::ItemsPerList {
+                items: self.items_per_list,
+                catalogue: self.catalogue,
+            });
         }
         if !(0.0..1.0).contains(&self.interaction_share) {
             return Err(TrafficError::InteractionShare(self.interaction_share));
@@ -232,16 +252,29 @@ pub struct QualityHandle {
 
 impl QualityHandle {
     fn new(models: &[ModelSpec]) -> Self {
-        Self { models: models.iter().map(|m| (m.name.clone(), AtomicU64::new(m.quality.to_bits()))).collect() }
+        Self {
+            models: models
+                .iter()
+                .map(|m| (m.name.clone(), AtomicU64::new(m.quality.to_bits())))
+                .collect(),
+        }
     }
 
     /// Sets `model`'s quality from the next impression on.
     pub fn set(&self, model: &str, quality: f64) -> Result<(), TrafficError> {
         check_quality(model, quality)?;
-        let (_, bits) =
-            self.models.iter().find(|(name, _)| name == model).ok_or_else(|| TrafficError::UnknownModel {
+        let (_, bits) = self
+            .models
+            .iter()
+            .find(|(name, _)| name == model)
+            .ok_or_else(|| TrafficError::UnknownModel {
                 model: model.to_owned(),
-                known: self.models.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", "),
+                known: self
+                    .models
+                    .iter()
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })?;
         bits.store(quality.to_bits(), Ordering::Relaxed);
         Ok(())
@@ -249,7 +282,10 @@ impl QualityHandle {
 
     /// `model`'s current quality, if there is such a model.
     pub fn get(&self, model: &str) -> Option<f64> {
-        self.models.iter().find(|(name, _)| name == model).map(|(_, bits)| f64::from_bits(bits.load(Ordering::Relaxed)))
+        self.models
+            .iter()
+            .find(|(name, _)| name == model)
+            .map(|(_, bits)| f64::from_bits(bits.load(Ordering::Relaxed)))
     }
 
     fn len(&self) -> usize {
@@ -346,9 +382,14 @@ impl Traffic {
         let share = config.interaction_share;
         let mut catalogue_rng = fastrand::Rng::with_seed(CATALOGUE_SEED);
         // Most items are weak, a few are very relevant.
-        let relevance = (0..config.catalogue).map(|_| catalogue_rng.f64().powi(2)).collect();
-        let examination = (1..=config.items_per_list).map(|rank| (rank as f64).powf(-EXAMINATION_EXPONENT)).collect();
-        let candidates = (config.items_per_list * CANDIDATES_PER_SLOT).min(config.catalogue as usize);
+        let relevance = (0..config.catalogue)
+            .map(|_| catalogue_rng.f64().powi(2))
+            .collect();
+        let examination = (1..=config.items_per_list)
+            .map(|rank| (rank as f64).powf(-EXAMINATION_EXPONENT))
+            .collect();
+        let candidates =
+            (config.items_per_list * CANDIDATES_PER_SLOT).min(config.catalogue as usize);
         Ok(Self {
             rng: fastrand::Rng::with_seed(config.seed),
             models: QualityHandle::new(&config.models),
@@ -391,7 +432,10 @@ impl Traffic {
     /// at or after every event before it.
     pub fn next_event(&mut self, now: Nanos) -> Event {
         let clock = self.clock.max(now);
-        let due = self.pending.peek().is_some_and(|Reverse(next)| next.time <= clock);
+        let due = self
+            .pending
+            .peek()
+            .is_some_and(|Reverse(next)| next.time <= clock);
         if due || self.pending.len() >= MAX_PENDING {
             if let Some(Reverse(next)) = self.pending.pop() {
                 // Early only when too many wait: then it goes out now, still after its impression.
@@ -431,7 +475,11 @@ impl Traffic {
     fn interaction(&mut self, scheduled: Scheduled) -> Event {
         let event = self.events;
         self.events += 1;
-        let request_id = if scheduled.with_request { self.request_id(scheduled.list) } else { String::new() };
+        let request_id = if scheduled.with_request {
+            self.request_id(scheduled.list)
+        } else {
+            String::new()
+        };
         Event {
             kind: Some(Kind::Interaction(Interaction {
                 event_id: format!("{}e{event}", self.prefix),
@@ -459,7 +507,12 @@ impl Traffic {
         }
         self.scored.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
         self.shown.clear();
-        self.shown.extend(self.scored.iter().take(self.items_per_list).map(|&(_, item)| item));
+        self.shown.extend(
+            self.scored
+                .iter()
+                .take(self.items_per_list)
+                .map(|&(_, item)| item),
+        );
     }
 
     /// Runs the click model on the list in `shown` and schedules its
@@ -471,7 +524,9 @@ impl Traffic {
         }
         for (rank, &item) in self.shown.iter().enumerate() {
             let relevance = self.relevance[item as usize];
-            if self.rng.f64() >= self.examination[rank] || self.rng.f64() >= click_probability(relevance) {
+            if self.rng.f64() >= self.examination[rank]
+                || self.rng.f64() >= click_probability(relevance)
+            {
                 continue;
             }
             let mut depth = 1;
@@ -481,7 +536,11 @@ impl Traffic {
                     depth = 3;
                 }
             }
-            self.engaged.push(Engagement { item, depth, first: 0 });
+            self.engaged.push(Engagement {
+                item,
+                depth,
+                first: 0,
+            });
         }
         let limit = 2.0 * self.per_list_target.ceil() + 4.0;
         self.owed = (self.owed + self.per_list_target).clamp(-limit, limit);
@@ -489,7 +548,8 @@ impl Traffic {
             return;
         }
         let full: usize = self.engaged.iter().map(|e| e.depth).sum();
-        let wanted = (self.owed.round().max(0.0) as usize).clamp(self.engaged.len(), full + limit as usize);
+        let wanted =
+            (self.owed.round().max(0.0) as usize).clamp(self.engaged.len(), full + limit as usize);
         // Too many: send only the deeper steps of a chain, which keeps its grade.
         let mut total = full;
         for engagement in &mut self.engaged {
@@ -502,7 +562,11 @@ impl Traffic {
         for engagement in &engaged {
             let mut delays = [self.delay(), self.delay(), self.delay()];
             delays.sort_unstable();
-            let chain = Feedback::CHAIN.iter().zip(delays).take(engagement.depth).skip(engagement.first);
+            let chain = Feedback::CHAIN
+                .iter()
+                .zip(delays)
+                .take(engagement.depth)
+                .skip(engagement.first);
             for (&feedback, delay) in chain {
                 self.schedule(time + delay, user, engagement.item, list, feedback);
             }
@@ -521,7 +585,15 @@ impl Traffic {
         let with_request = self.rng.f64() < self.request_id_share;
         let order = self.scheduled;
         self.scheduled += 1;
-        self.pending.push(Reverse(Scheduled { time, order, list, user, item, feedback, with_request }));
+        self.pending.push(Reverse(Scheduled {
+            time,
+            order,
+            list,
+            user,
+            item,
+            feedback,
+            with_request,
+        }));
     }
 
     fn delay(&mut self) -> Nanos {
@@ -572,15 +644,20 @@ fn timestamp(time: Nanos) -> prost_types::Timestamp {
 
 /// `time` as nanoseconds since the Unix epoch (0 before it), the clock [`Traffic`] takes.
 pub fn unix_nanos(time: SystemTime) -> Nanos {
-    time.duration_since(UNIX_EPOCH).map_or(0, |since| Nanos::try_from(since.as_nanos()).unwrap_or(Nanos::MAX))
+    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        Nanos::try_from(since.as_nanos()).unwrap_or(Nanos::MAX)
+    })
 }
-
 
 /// `rankwatch loadgen`: synthetic traffic against a running server.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LoadgenArgs {
     /// gRPC address of the server.
-    #[arg(long, env = "RANKWATCH_LOADGEN_TARGET", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_TARGET",
+        default_value = "http://127.0.0.1:50051"
+    )]
     pub target: String,
     /// Events per second across all streams; 0 sends as fast as acks allow.
     #[arg(long, env = "RANKWATCH_LOADGEN_RATE", default_value_t = 10_000.0)]
@@ -604,10 +681,18 @@ pub struct LoadgenArgs {
     #[arg(long, env = "RANKWATCH_LOADGEN_ITEMS_PER_LIST", default_value_t = 20)]
     pub items_per_list: usize,
     /// Share of interactions among all events, in [0, 1).
-    #[arg(long, env = "RANKWATCH_LOADGEN_INTERACTION_SHARE", default_value_t = 0.8)]
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_INTERACTION_SHARE",
+        default_value_t = 0.8
+    )]
     pub interaction_share: f64,
     /// Share of interactions that carry their impression's request id.
-    #[arg(long, env = "RANKWATCH_LOADGEN_REQUEST_ID_SHARE", default_value_t = 0.9)]
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_REQUEST_ID_SHARE",
+        default_value_t = 0.9
+    )]
     pub request_id_share: f64,
     /// Mean delay from an impression to its interactions, in event time. Short
     /// by default so that a short run reaches the interaction share quickly.
@@ -617,10 +702,20 @@ pub struct LoadgenArgs {
     #[arg(long, env = "RANKWATCH_LOADGEN_SEED", default_value_t = 1)]
     pub seed: u64,
     /// Models and their ranking quality in [0, 1], as NAME=QUALITY.
-    #[arg(long, env = "RANKWATCH_LOADGEN_MODELS", value_delimiter = ',', default_value = "control=0.9,candidate=0.4")]
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_MODELS",
+        value_delimiter = ',',
+        default_value = "control=0.9,candidate=0.4"
+    )]
     pub models: Vec<ModelSpec>,
     /// Surfaces the lists are shown on.
-    #[arg(long, env = "RANKWATCH_LOADGEN_SURFACES", value_delimiter = ',', default_value = "home,search")]
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_SURFACES",
+        value_delimiter = ',',
+        default_value = "home,search"
+    )]
     pub surfaces: Vec<String>,
     /// Most batches a stream leaves unacknowledged before it waits.
     #[arg(long, env = "RANKWATCH_LOADGEN_MAX_INFLIGHT", default_value_t = 8)]
@@ -629,13 +724,19 @@ pub struct LoadgenArgs {
 
 impl LoadgenArgs {
     fn validate(&self) -> Result<(), LoadError> {
-        let positive =
-            [("batch-size", self.batch_size), ("streams", self.streams), ("max-inflight", self.max_inflight)];
+        let positive = [
+            ("batch-size", self.batch_size),
+            ("streams", self.streams),
+            ("max-inflight", self.max_inflight),
+        ];
         if let Some((name, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(LoadError::Setting(format!("--{name} must be at least 1")));
         }
         if !self.rate.is_finite() || self.rate < 0.0 {
-            return Err(LoadError::Setting(format!("--rate is {}; give events per second, 0 for unpaced", self.rate)));
+            return Err(LoadError::Setting(format!(
+                "--rate is {}; give events per second, 0 for unpaced",
+                self.rate
+            )));
         }
         Ok(())
     }
@@ -729,9 +830,17 @@ impl LatencySummary {
         samples.sort_unstable();
         let at = |p: f64| {
             let rank = (p * samples.len() as f64).ceil() as usize;
-            samples.get(rank.saturating_sub(1)).copied().unwrap_or_default()
+            samples
+                .get(rank.saturating_sub(1))
+                .copied()
+                .unwrap_or_default()
         };
-        Self { p50: at(0.50), p90: at(0.90), p99: at(0.99), max: samples.last().copied().unwrap_or_default() }
+        Self {
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: samples.last().copied().unwrap_or_default(),
+        }
     }
 }
 
@@ -766,9 +875,20 @@ pub struct LoadReport {
 
 impl fmt::Display for LoadReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let share = |part: u64| if self.events_sent == 0 { 0.0 } else { 100.0 * part as f64 / self.events_sent as f64 };
+        let share = |part: u64| {
+            if self.events_sent == 0 {
+                0.0
+            } else {
+                100.0 * part as f64 / self.events_sent as f64
+            }
+        };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        writeln!(f, "rankwatch loadgen: {} stream(s), {:.2} s", self.streams, self.elapsed.as_secs_f64())?;
+        writeln!(
+            f,
+            "rankwatch loadgen: {} stream(s), {:.2} s",
+            self.streams,
+            self.elapsed.as_secs_f64()
+        )?;
         writeln!(
             f,
             "  sent         {} events in {} batches ({:.1}% impressions, {:.1}% interactions)",
@@ -777,7 +897,11 @@ impl fmt::Display for LoadReport {
             share(self.impressions_sent),
             share(self.interactions_sent)
         )?;
-        writeln!(f, "  acked        {} accepted, {} rejected", self.accepted, self.rejected)?;
+        writeln!(
+            f,
+            "  acked        {} accepted, {} rejected",
+            self.accepted, self.rejected
+        )?;
         writeln!(f, "  throughput   {:.0} events/s", self.events_per_second)?;
         writeln!(
             f,
@@ -791,7 +915,11 @@ impl fmt::Display for LoadReport {
             writeln!(f, "  rejected     {reason}: {count}")?;
         }
         if self.unacked_batches > 0 {
-            writeln!(f, "  unacked      {} batches (no ack within {:?})", self.unacked_batches, DRAIN_TIMEOUT)?;
+            writeln!(
+                f,
+                "  unacked      {} batches (no ack within {:?})",
+                self.unacked_batches, DRAIN_TIMEOUT
+            )?;
         }
         Ok(())
     }
@@ -813,14 +941,20 @@ struct StreamStats {
 impl StreamStats {
     fn sent(&mut self, events: &[Event]) {
         self.batches += 1;
-        let impressions = events.iter().filter(|e| matches!(e.kind, Some(Kind::Impression(_)))).count() as u64;
+        let impressions = events
+            .iter()
+            .filter(|e| matches!(e.kind, Some(Kind::Impression(_))))
+            .count() as u64;
         self.impressions += impressions;
         self.interactions += events.len() as u64 - impressions;
     }
 
     fn acked(&mut self, ack: IngestAck, sent: Sent) -> Result<(), LoadError> {
         if ack.sequence != sent.sequence {
-            return Err(LoadError::AckOutOfOrder { expected: sent.sequence, got: ack.sequence });
+            return Err(LoadError::AckOutOfOrder {
+                expected: sent.sequence,
+                got: ack.sequence,
+            });
         }
         self.latencies.push(sent.at.elapsed());
         self.accepted += u64::from(ack.accepted);
@@ -862,7 +996,11 @@ impl StreamStats {
             rejected_by_reason: self.rejected_by_reason,
             unacked_batches: self.unacked,
             elapsed,
-            events_per_second: if seconds > 0.0 { acked as f64 / seconds } else { 0.0 },
+            events_per_second: if seconds > 0.0 {
+                acked as f64 / seconds
+            } else {
+                0.0
+            },
             ack_latency: LatencySummary::of(self.latencies),
         }
     }
@@ -884,8 +1022,12 @@ struct Pacer {
 impl Pacer {
     /// `rate` events per second in batches of `batch_size`; 0 is unpaced.
     fn new(rate: f64, batch_size: usize) -> Self {
-        let period = (rate > 0.0).then(|| Duration::from_secs_f64((batch_size as f64 / rate).min(3600.0)));
-        Self { period, next: Instant::now() }
+        let period =
+            (rate > 0.0).then(|| Duration::from_secs_f64((batch_size as f64 / rate).min(3600.0)));
+        Self {
+            period,
+            next: Instant::now(),
+        }
     }
 
     /// Waits for the next batch's turn; cancel-safe.
@@ -920,7 +1062,10 @@ async fn drive(
     stop: CancellationToken,
 ) -> Result<StreamStats, LoadError> {
     let (batches, outbound) = mpsc::channel::<EventBatch>(plan.max_inflight);
-    let mut acks = client.ingest(ReceiverStream::new(outbound)).await?.into_inner();
+    let mut acks = client
+        .ingest(ReceiverStream::new(outbound))
+        .await?
+        .into_inner();
     let mut batches = Some(batches);
     let mut pacer = Pacer::new(plan.rate, plan.batch_size);
     let mut inflight: VecDeque<Sent> = VecDeque::with_capacity(plan.max_inflight);
@@ -971,10 +1116,16 @@ pub async fn run(args: &LoadgenArgs) -> anyhow::Result<LoadReport> {
 }
 
 /// Like [`run`], but also stops early, with a report, when `shutdown` is cancelled (Ctrl-C).
-pub async fn run_until(args: &LoadgenArgs, shutdown: CancellationToken) -> anyhow::Result<LoadReport> {
+pub async fn run_until(
+    args: &LoadgenArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<LoadReport> {
     args.validate()?;
     let endpoint = Endpoint::from_shared(args.target.clone())
-        .map_err(|source| LoadError::Target { target: args.target.clone(), source })?
+        .map_err(|source| LoadError::Target {
+            target: args.target.clone(),
+            source,
+        })?
         .tcp_nodelay(true);
     // Distinct ids per run, so that a second run is not taken for retries of the first.
     let run_id = u64::try_from(unix_nanos(SystemTime::now()) / 1_000_000).unwrap_or_default();
@@ -987,8 +1138,13 @@ pub async fn run_until(args: &LoadgenArgs, shutdown: CancellationToken) -> anyho
     for stream in 0..args.streams {
         let traffic = Traffic::new(args.traffic(run_id, stream))?;
         // One connection per stream, so that the server can spread them over its cores.
-        let channel =
-            endpoint.connect().await.map_err(|source| LoadError::Connect { target: args.target.clone(), source })?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|source| LoadError::Connect {
+                target: args.target.clone(),
+                source,
+            })?;
         streams.push((CollectorClient::new(channel), traffic));
     }
     let stop = shutdown.child_token();
@@ -1031,7 +1187,11 @@ pub async fn feed(
     batch_size: usize,
     shutdown: CancellationToken,
 ) -> Result<(), LoadError> {
-    let plan = StreamPlan { rate: rate.max(0.0), batch_size: batch_size.max(1), max_inflight: FEED_MAX_INFLIGHT };
+    let plan = StreamPlan {
+        rate: rate.max(0.0),
+        batch_size: batch_size.max(1),
+        max_inflight: FEED_MAX_INFLIGHT,
+    };
     match drive(client, traffic, plan, shutdown.clone()).await {
         Ok(_) => Ok(()),
         Err(_) if shutdown.is_cancelled() => Ok(()),
@@ -1049,7 +1209,11 @@ mod tests {
     const START: Nanos = 1_793_527_200 * NANOS_PER_SECOND;
 
     fn config(seed: u64) -> TrafficConfig {
-        TrafficConfig { seed, feedback_delay: Duration::from_millis(20), ..TrafficConfig::default() }
+        TrafficConfig {
+            seed,
+            feedback_delay: Duration::from_millis(20),
+            ..TrafficConfig::default()
+        }
     }
 
     /// `count` events from a clock moving `step` per event, then the rest of the feedback.
@@ -1074,7 +1238,8 @@ mod tests {
             Some(Kind::Interaction(x)) => x.time,
             None => None,
         };
-        time.map(|t| t.seconds * NANOS_PER_SECOND + i64::from(t.nanos)).unwrap_or(Nanos::MIN)
+        time.map(|t| t.seconds * NANOS_PER_SECOND + i64::from(t.nanos))
+            .unwrap_or(Nanos::MIN)
     }
 
     /// Per model: the share of impressions whose rank-1 item gets any interaction.
@@ -1087,7 +1252,9 @@ mod tests {
                     lists.insert(&m.request_id, (&m.model, &m.item_ids[0]));
                 }
                 Some(Kind::Interaction(x))
-                    if lists.get(x.request_id.as_str()).is_some_and(|(_, first)| *first == x.item_id) =>
+                    if lists
+                        .get(x.request_id.as_str())
+                        .is_some_and(|(_, first)| *first == x.item_id) =>
                 {
                     engaged.insert(&x.request_id);
                 }
@@ -1100,26 +1267,48 @@ mod tests {
             count.0 += 1;
             count.1 += u64::from(engaged.contains(request));
         }
-        counts.into_iter().map(|(model, (lists, engaged))| (model, engaged as f64 / lists as f64)).collect()
+        counts
+            .into_iter()
+            .map(|(model, (lists, engaged))| (model, engaged as f64 / lists as f64))
+            .collect()
     }
 
     fn interaction_share(events: &[Event]) -> f64 {
-        let interactions = events.iter().filter(|e| matches!(e.kind, Some(Kind::Interaction(_)))).count();
+        let interactions = events
+            .iter()
+            .filter(|e| matches!(e.kind, Some(Kind::Interaction(_))))
+            .count();
         interactions as f64 / events.len() as f64
     }
 
     #[test]
     fn the_same_seed_gives_the_same_events() {
-        let first = generate(&mut Traffic::new(config(7)).expect("valid config"), 5_000, 100_000);
-        let second = generate(&mut Traffic::new(config(7)).expect("valid config"), 5_000, 100_000);
-        let other = generate(&mut Traffic::new(config(8)).expect("valid config"), 5_000, 100_000);
+        let first = generate(
+            &mut Traffic::new(config(7)).expect("valid config"),
+            5_000,
+            100_000,
+        );
+        let second = generate(
+            &mut Traffic::new(config(7)).expect("valid config"),
+            5_000,
+            100_000,
+        );
+        let other = generate(
+            &mut Traffic::new(config(8)).expect("valid config"),
+            5_000,
+            100_000,
+        );
         assert_eq!(first, second);
         assert_ne!(first, other);
     }
 
     #[test]
     fn events_are_in_time_order_and_interactions_follow_their_impression() {
-        let mut traffic = Traffic::new(TrafficConfig { request_id_share: 1.0, ..config(3) }).expect("valid config");
+        let mut traffic = Traffic::new(TrafficConfig {
+            request_id_share: 1.0,
+            ..config(3)
+        })
+        .expect("valid config");
         let events = generate(&mut traffic, 50_000, 100_000);
         let mut impressions: HashMap<&str, (&str, &[String], Nanos)> = HashMap::new();
         let mut previous = Nanos::MIN;
@@ -1130,14 +1319,24 @@ mod tests {
             match &event.kind {
                 Some(Kind::Impression(m)) => {
                     assert_eq!(m.item_ids.len(), 20);
-                    assert_eq!(m.item_ids.iter().collect::<HashSet<_>>().len(), 20, "duplicate item");
-                    assert!(impressions.insert(&m.request_id, (&m.user_id, &m.item_ids, t)).is_none());
+                    assert_eq!(
+                        m.item_ids.iter().collect::<HashSet<_>>().len(),
+                        20,
+                        "duplicate item"
+                    );
+                    assert!(impressions
+                        .insert(&m.request_id, (&m.user_id, &m.item_ids, t))
+                        .is_none());
                 }
                 Some(Kind::Interaction(x)) => {
                     let (user, items, shown) = impressions[x.request_id.as_str()];
                     assert_eq!(user, x.user_id);
                     assert!(items.contains(&x.item_id));
-                    assert!(t >= shown && t - shown <= 2 * NANOS_PER_SECOND, "{} ns after its impression", t - shown);
+                    assert!(
+                        t >= shown && t - shown <= 2 * NANOS_PER_SECOND,
+                        "{} ns after its impression",
+                        t - shown
+                    );
                     assert!(!x.event_id.is_empty());
                 }
                 None => panic!("empty event"),
@@ -1148,15 +1347,26 @@ mod tests {
     #[test]
     fn the_interaction_share_is_near_the_configured_one() {
         for share in [0.7, 0.8, 0.9] {
-            let mut traffic = Traffic::new(TrafficConfig { interaction_share: share, ..config(11) }).expect("valid");
+            let mut traffic = Traffic::new(TrafficConfig {
+                interaction_share: share,
+                ..config(11)
+            })
+            .expect("valid");
             let measured = interaction_share(&generate(&mut traffic, 100_000, 100_000));
-            assert!((measured - share).abs() < 0.01, "share {share}: measured {measured}");
+            assert!(
+                (measured - share).abs() < 0.01,
+                "share {share}: measured {measured}"
+            );
         }
     }
 
     #[test]
     fn most_interactions_carry_their_request_id() {
-        let events = generate(&mut Traffic::new(config(5)).expect("valid config"), 50_000, 100_000);
+        let events = generate(
+            &mut Traffic::new(config(5)).expect("valid config"),
+            50_000,
+            100_000,
+        );
         let interactions: Vec<&Interaction> = events
             .iter()
             .filter_map(|e| match &e.kind {
@@ -1164,7 +1374,10 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let with_id = interactions.iter().filter(|x| !x.request_id.is_empty()).count() as f64;
+        let with_id = interactions
+            .iter()
+            .filter(|x| !x.request_id.is_empty())
+            .count() as f64;
         let measured = with_id / interactions.len() as f64;
         assert!((measured - 0.9).abs() < 0.02, "measured {measured}");
     }
@@ -1174,14 +1387,20 @@ mod tests {
         let mut traffic = Traffic::new(config(13)).expect("valid config");
         let measured = rank_one_engagement(&generate(&mut traffic, 100_000, 100_000));
         let (control, candidate) = (measured["control"], measured["candidate"]);
-        assert!(control > candidate + 0.05, "control {control}, candidate {candidate}");
+        assert!(
+            control > candidate + 0.05,
+            "control {control}, candidate {candidate}"
+        );
     }
 
     #[test]
     fn a_degraded_model_loses_engagement() {
         let mut traffic = Traffic::new(config(17)).expect("valid config");
         let before = rank_one_engagement(&generate(&mut traffic, 50_000, 100_000))["control"];
-        traffic.quality_handle().set("control", 0.0).expect("known model");
+        traffic
+            .quality_handle()
+            .set("control", 0.0)
+            .expect("known model");
         let after = rank_one_engagement(&generate(&mut traffic, 50_000, 100_000))["control"];
         assert!(after < before - 0.1, "before {before}, after {after}");
     }
@@ -1197,15 +1416,39 @@ mod tests {
 
     #[test]
     fn bad_settings_are_explained() {
-        assert_eq!("control=0.9".parse::<ModelSpec>().expect("valid"), ModelSpec::new("control", 0.9));
-        assert!(matches!("control".parse::<ModelSpec>(), Err(TrafficError::ModelSpec(_))));
-        assert!(matches!("control=1.5".parse::<ModelSpec>(), Err(TrafficError::Quality { .. })));
+        assert_eq!(
+            "control=0.9".parse::<ModelSpec>().expect("valid"),
+            ModelSpec::new("control", 0.9)
+        );
+        assert!(matches!(
+            "control".parse::<ModelSpec>(),
+            Err(TrafficError::ModelSpec(_))
+        ));
+        assert!(matches!(
+            "control=1.5".parse::<ModelSpec>(),
+            Err(TrafficError::Quality { .. })
+        ));
         let traffic = Traffic::new(config(1)).expect("valid config");
-        assert!(matches!(traffic.set_quality("nope", 0.5), Err(TrafficError::UnknownModel { .. })));
-        let too_long = TrafficConfig { items_per_list: 6_000, ..config(1) };
-        assert!(matches!(Traffic::new(too_long), Err(TrafficError::ItemsPerList { .. })));
-        let all = TrafficConfig { interaction_share: 1.0, ..config(1) };
-        assert!(matches!(Traffic::new(all), Err(TrafficError::InteractionShare(_))));
+        assert!(matches!(
+            traffic.set_quality("nope", 0.5),
+            Err(TrafficError::UnknownModel { .. })
+        ));
+        let too_long = TrafficConfig {
+            items_per_list: 6_000,
+            ..config(1)
+        };
+        assert!(matches!(
+            Traffic::new(too_long),
+            Err(TrafficError::ItemsPerList { .. })
+        ));
+        let all = TrafficConfig {
+            interaction_share: 1.0,
+            ..config(1)
+        };
+        assert!(matches!(
+            Traffic::new(all),
+            Err(TrafficError::InteractionShare(_))
+        ));
     }
 
     #[test]
@@ -1227,16 +1470,38 @@ mod tests {
 
     #[test]
     fn flags_have_the_documented_defaults() {
-        let args = Command::try_parse_from(["loadgen"]).expect("defaults parse").args;
-        assert_eq!(args.target, "http://127.0.0.1:50051");
-        assert_eq!((args.rate, args.batch_size, args.streams, args.max_inflight), (10_000.0, 100, 1, 8));
-        assert_eq!(args.duration, Duration::from_secs(10));
-        assert_eq!(args.models, vec![ModelSpec::new("control", 0.9), ModelSpec::new("candidate", 0.4)]);
-        assert_eq!(args.surfaces, ["home", "search"]);
-        let args = Command::try_parse_from(["loadgen", "--models", "a=1,b=0", "--duration", "1m", "--rate", "0"])
-            .expect("flags parse")
+        let args = Command::try_parse_from(["loadgen"])
+            .expect("defaults parse")
             .args;
-        assert_eq!(args.models, vec![ModelSpec::new("a", 1.0), ModelSpec::new("b", 0.0)]);
+        assert_eq!(args.target, "http://127.0.0.1:50051");
+        assert_eq!(
+            (args.rate, args.batch_size, args.streams, args.max_inflight),
+            (10_000.0, 100, 1, 8)
+        );
+        assert_eq!(args.duration, Duration::from_secs(10));
+        assert_eq!(
+            args.models,
+            vec![
+                ModelSpec::new("control", 0.9),
+                ModelSpec::new("candidate", 0.4)
+            ]
+        );
+        assert_eq!(args.surfaces, ["home", "search"]);
+        let args = Command::try_parse_from([
+            "loadgen",
+            "--models",
+            "a=1,b=0",
+            "--duration",
+            "1m",
+            "--rate",
+            "0",
+        ])
+        .expect("flags parse")
+        .args;
+        assert_eq!(
+            args.models,
+            vec![ModelSpec::new("a", 1.0), ModelSpec::new("b", 0.0)]
+        );
         assert_eq!(args.duration, Duration::from_secs(60));
         assert!(args.validate().is_ok());
         assert!(Command::try_parse_from(["loadgen", "--models", "a=2"]).is_err());
@@ -1256,7 +1521,10 @@ mod tests {
         };
         let text = stats.report(1, Duration::from_secs(1)).to_string();
         assert!(text.contains("1000 events/s"), "{text}");
-        assert!(text.contains("20.0% impressions, 80.0% interactions"), "{text}");
+        assert!(
+            text.contains("20.0% impressions, 80.0% interactions"),
+            "{text}"
+        );
         assert!(text.contains("p99 2.00 ms"), "{text}");
         assert!(text.contains("time_in_future: 1"), "{text}");
     }

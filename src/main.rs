@@ -4,17 +4,21 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings, ServerArgs, ServerSettings};
-use rankwatch::replay::{self, ReplayOptions};
 use rankwatch::demo::{self, DemoArgs};
 use rankwatch::loadgen::{self, LoadgenArgs};
+use rankwatch::replay::{self, ReplayOptions};
 use rankwatch::server;
-use tokio_util::sync::CancellationToken;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "rankwatch", version, about = "Evaluation sidecar for online recommenders")]
+#[command(
+    name = "rankwatch",
+    version,
+    about = "Evaluation sidecar for online recommenders"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -98,7 +102,8 @@ fn main() -> ExitCode {
 fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RANKWATCH_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("RANKWATCH_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -106,7 +111,10 @@ fn init_logging() {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.
@@ -179,8 +187,10 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(replay::total_bytes(&args.files));
         bar.set_style(
-            ProgressStyle::with_template("{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}")
-                .context("progress bar template")?,
+            ProgressStyle::with_template(
+                "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+            )
+            .context("progress bar template")?,
         );
         bar
     } else {
@@ -201,7 +211,10 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     )?;
     bar.finish_and_clear();
     if bad_lines > BAD_LINES_SHOWN {
-        eprintln!("... {} more bad lines (counted under `rejected`)", bad_lines - BAD_LINES_SHOWN);
+        eprintln!(
+            "... {} more bad lines (counted under `rejected`)",
+            bad_lines - BAD_LINES_SHOWN
+        );
     }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),

@@ -46,7 +46,10 @@ impl<R: Read> Read for Counted<R> {
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), chunk_lines: 16_384 }
+        Self {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            chunk_lines: 16_384,
+        }
     }
 }
 
@@ -76,12 +79,17 @@ pub fn replay(
     let mut chunk = Chunk::default();
     let mut bytes_done = 0;
     for path in paths {
-        let fail = |source| ReplayError { path: path.clone(), source };
+        let fail = |source| ReplayError {
+            path: path.clone(),
+            source,
+        };
         let file_bytes = std::rc::Rc::new(std::cell::Cell::new(0));
         let mut reader = open(path, file_bytes.clone()).map_err(fail)?;
         let mut line_number = 0u64;
         loop {
-            chunk.fill(&mut reader, options.chunk_lines.max(1)).map_err(fail)?;
+            chunk
+                .fill(&mut reader, options.chunk_lines.max(1))
+                .map_err(fail)?;
             if chunk.is_empty() {
                 break;
             }
@@ -92,7 +100,11 @@ pub fn replay(
                     Ok(event) => engine.apply(event),
                     Err(rejection) => {
                         engine.reject(rejection.reason);
-                        on_bad_line(BadLine { path, line: line_number + offset as u64 + 1, rejection: &rejection });
+                        on_bad_line(BadLine {
+                            path,
+                            line: line_number + offset as u64 + 1,
+                            rejection: &rejection,
+                        });
                     }
                 }
             }
@@ -107,14 +119,29 @@ pub fn replay(
 
 /// Total size of the logs on disk, for a progress bar (0 for standard input).
 pub fn total_bytes(paths: &[PathBuf]) -> u64 {
-    paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
+    paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn BufRead>> {
-    let raw: Box<dyn Read> = if path == Path::new("-") { Box::new(io::stdin().lock()) } else { Box::new(File::open(path)?) };
+    let raw: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(io::stdin().lock())
+    } else {
+        Box::new(File::open(path)?)
+    };
     let mut reader = BufReader::with_capacity(1 << 20, Counted { inner: raw, read });
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gzip { Box::new(BufReader::with_capacity(1 << 20, MultiGzDecoder::new(reader))) } else { Box::new(reader) })
+    Ok(if gzip {
+        Box::new(BufReader::with_capacity(
+            1 << 20,
+            MultiGzDecoder::new(reader),
+        ))
+    } else {
+        Box::new(reader)
+    })
 }
 
 /// A run of lines held in one buffer.
@@ -157,7 +184,11 @@ impl Chunk {
     }
 
     /// Parses every line, in parallel over `threads`; blank lines give `None`.
-    fn parse(&self, validator: &crate::event::Validator, threads: usize) -> Vec<Option<Result<Event<'_>, Rejection>>> {
+    fn parse(
+        &self,
+        validator: &crate::event::Validator,
+        threads: usize,
+    ) -> Vec<Option<Result<Event<'_>, Rejection>>> {
         let parse_one = |index: usize| {
             let line = self.line(index);
             if line.iter().all(u8::is_ascii_whitespace) {
@@ -165,7 +196,10 @@ impl Chunk {
             }
             Some(match std::str::from_utf8(line) {
                 Ok(text) => parse_line(text, validator),
-                Err(_) => Err(Rejection::new(Reason::InvalidJson, "line is not valid UTF-8")),
+                Err(_) => Err(Rejection::new(
+                    Reason::InvalidJson,
+                    "line is not valid UTF-8",
+                )),
             })
         };
         let threads = threads.clamp(1, self.len().div_ceil(1024).max(1));
@@ -181,7 +215,10 @@ impl Chunk {
                     scope.spawn(move || (start..end).map(parse_one).collect::<Vec<_>>())
                 })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().expect("a parser thread panicked")).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a parser thread panicked"))
+                .collect()
         })
     }
 }

@@ -40,7 +40,10 @@ pub struct StateFile {
 impl StateFile {
     /// The state file in `dir` for engines whose metric settings print as `fingerprint`.
     pub fn new(dir: &Path, fingerprint: String) -> Self {
-        Self { path: dir.join(FILE_NAME), fingerprint }
+        Self {
+            path: dir.join(FILE_NAME),
+            fingerprint,
+        }
     }
 
     /// Where the state lives.
@@ -50,7 +53,10 @@ impl StateFile {
 
     /// Writes `state` atomically; returns the bytes written.
     pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
-        let io_error = |source| StateError::Io { path: self.path.clone(), source };
+        let io_error = |source| StateError::Io {
+            path: self.path.clone(),
+            source,
+        };
         let payload = postcard::to_stdvec(&(&self.fingerprint, state))
             .map_err(|e| io_error(io::Error::other(e.to_string())))?;
         let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
@@ -68,7 +74,9 @@ impl StateFile {
         file.sync_all().map_err(io_error)?;
         fs::rename(&temporary, &self.path).map_err(io_error)?;
         if let Some(dir) = self.path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io_error)?;
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_error)?;
         }
         Ok(bytes.len() as u64)
     }
@@ -78,18 +86,33 @@ impl StateFile {
         let bytes = match fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(StateError::Io { path: self.path.clone(), source }),
+            Err(source) => {
+                return Err(StateError::Io {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
         };
-        let corrupt = |reason: &str| StateError::Corrupt { path: self.path.clone(), reason: reason.to_owned() };
+        let corrupt = |reason: &str| StateError::Corrupt {
+            path: self.path.clone(),
+            reason: reason.to_owned(),
+        };
         if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
             return Err(corrupt("not a rankwatch state file"));
         }
-        let word = |range: std::ops::Range<usize>| bytes[range].iter().rev().fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+        let word = |range: std::ops::Range<usize>| {
+            bytes[range]
+                .iter()
+                .rev()
+                .fold(0u64, |acc, b| acc << 8 | u64::from(*b))
+        };
         let version = word(8..12) as u32;
         if version != FORMAT_VERSION {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),
-                reason: format!("format version {version}, this build reads version {FORMAT_VERSION}"),
+                reason: format!(
+                    "format version {version}, this build reads version {FORMAT_VERSION}"
+                ),
             });
         }
         let payload = &bytes[HEADER_LEN..];
@@ -104,7 +127,10 @@ impl StateFile {
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),
-                reason: format!("saved under {fingerprint}, running with {}", self.fingerprint),
+                reason: format!(
+                    "saved under {fingerprint}, running with {}",
+                    self.fingerprint
+                ),
             });
         }
         Ok(Some(state))
@@ -112,9 +138,16 @@ impl StateFile {
 
     /// Moves an unusable file aside (keeping it for a person to inspect); returns its new path.
     pub fn set_aside(&self) -> Result<PathBuf, StateError> {
-        let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let aside = self.path.with_extension(format!("state.rejected-{seconds}"));
-        fs::rename(&self.path, &aside).map_err(|source| StateError::Io { path: self.path.clone(), source })?;
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = self
+            .path
+            .with_extension(format!("state.rejected-{seconds}"));
+        fs::rename(&self.path, &aside).map_err(|source| StateError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
         Ok(aside)
     }
 }
@@ -127,8 +160,12 @@ mod tests {
     use crate::join::Engine;
 
     fn engine_with_traffic() -> (Engine, EngineSettings) {
-        let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
-        let mut engine = Engine::new(settings.join(&[std::time::Duration::from_secs(60)]), settings.evaluator());
+        let settings =
+            EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
+        let mut engine = Engine::new(
+            settings.join(&[std::time::Duration::from_secs(60)]),
+            settings.evaluator(),
+        );
         let validator = settings.validator(None);
         for line in [
             r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#,
@@ -147,12 +184,22 @@ mod tests {
         let file = StateFile::new(dir.path(), "fingerprint".into());
         file.save(&engine.state()).unwrap();
         let state = file.load().unwrap().unwrap();
-        let mut restored = Engine::restore(settings.join(&[std::time::Duration::from_secs(60)]), settings.evaluator(), state);
-        assert_eq!((restored.open_impressions(), restored.waiting_interactions()), (1, 1));
+        let mut restored = Engine::restore(
+            settings.join(&[std::time::Duration::from_secs(60)]),
+            settings.evaluator(),
+            state,
+        );
+        assert_eq!(
+            (restored.open_impressions(), restored.waiting_interactions()),
+            (1, 1)
+        );
         engine.finish();
         restored.finish();
         assert_eq!(restored.counters(), engine.counters());
-        assert_eq!(restored.aggregates()[0].totals, engine.aggregates()[0].totals);
+        assert_eq!(
+            restored.aggregates()[0].totals,
+            engine.aggregates()[0].totals
+        );
     }
 
     #[test]

@@ -26,7 +26,10 @@ impl RollingWindows {
     pub fn new(spans: &[Nanos]) -> Self {
         let windows = spans
             .iter()
-            .map(|&span| Window { bucket_span: (span / BUCKETS).max(1), slots: vec![None; BUCKETS as usize] })
+            .map(|&span| Window {
+                bucket_span: (span / BUCKETS).max(1),
+                slots: vec![None; BUCKETS as usize],
+            })
             .collect();
         Self { windows }
     }
@@ -51,7 +54,9 @@ impl RollingWindows {
     /// The totals of window `index` over lists with time in `(frontier − span, frontier]`.
     pub fn totals(&self, index: usize, frontier: Nanos) -> GroupTotals {
         let mut sum = GroupTotals::default();
-        let Some(window) = self.windows.get(index) else { return sum };
+        let Some(window) = self.windows.get(index) else {
+            return sum;
+        };
         let newest = frontier.div_euclid(window.bucket_span);
         let oldest = newest - BUCKETS + 1;
         for (id, totals) in window.slots.iter().flatten() {

@@ -47,7 +47,11 @@ fn metric_settings() -> impl Strategy<Value = MetricSettings> {
         (1.1f64..12.0).prop_map(|base| Discount::Jarvelin { base }),
     ];
     let half_life = prop_oneof![Just(5.0), 1.1f64..20.0];
-    (gain, discount, half_life).prop_map(|(gain, discount, half_life)| MetricSettings { gain, discount, half_life })
+    (gain, discount, half_life).prop_map(|(gain, discount, half_life)| MetricSettings {
+        gain,
+        discount,
+        half_life,
+    })
 }
 
 /// Every metric at every cutoff of `ks`, keyed `(K, metric)`, as `ListEvaluator` computes them.
@@ -61,7 +65,9 @@ fn evaluate(settings: &MetricSettings, ks: &[usize], grades: &[f64]) -> Vec<(usi
         .enumerate()
         .flat_map(|(k_index, &k)| {
             let row = &row;
-            Metric::ALL.into_iter().map(move |metric| (k, metric, row[k_index * Metric::COUNT + metric as usize]))
+            Metric::ALL
+                .into_iter()
+                .map(move |metric| (k, metric, row[k_index * Metric::COUNT + metric as usize]))
         })
         .collect()
 }
@@ -108,7 +114,9 @@ fn reference_half_life_sum(settings: &MetricSettings, grades: &[f64], k: usize) 
         .iter()
         .take(k)
         .enumerate()
-        .map(|(i, &g)| reference_gain(settings, g) * 2f64.powf(-(i as f64) / (settings.half_life - 1.0)))
+        .map(|(i, &g)| {
+            reference_gain(settings, g) * 2f64.powf(-(i as f64) / (settings.half_life - 1.0))
+        })
         .sum()
 }
 
@@ -123,19 +131,30 @@ fn reference(settings: &MetricSettings, grades: &[f64], k: usize, metric: Metric
     ideal.sort_by(|a, b| b.partial_cmp(a).expect("grades are finite"));
     match metric {
         Metric::HitRate => f64::from(u8::from(relevant_in_head > 0.0)),
-        Metric::Mrr => head.iter().position(relevant).map_or(0.0, |i| 1.0 / (i + 1) as f64),
+        Metric::Mrr => head
+            .iter()
+            .position(relevant)
+            .map_or(0.0, |i| 1.0 / (i + 1) as f64),
         Metric::Precision => relevant_in_head / k as f64,
         Metric::Recall => ratio_or_zero(relevant_in_head, relevant_in_list),
         Metric::Map => {
-            let precision_at = |j: usize| grades[..j].iter().filter(|g| relevant(g)).count() as f64 / j as f64;
-            let sum: f64 = (1..=m).filter(|&j| relevant(&grades[j - 1])).map(precision_at).sum();
+            let precision_at =
+                |j: usize| grades[..j].iter().filter(|g| relevant(g)).count() as f64 / j as f64;
+            let sum: f64 = (1..=m)
+                .filter(|&j| relevant(&grades[j - 1]))
+                .map(precision_at)
+                .sum();
             ratio_or_zero(sum, relevant_in_list)
         }
-        Metric::Ndcg => ratio_or_zero(reference_dcg(settings, grades, k), reference_dcg(settings, &ideal, k)),
+        Metric::Ndcg => ratio_or_zero(
+            reference_dcg(settings, grades, k),
+            reference_dcg(settings, &ideal, k),
+        ),
         Metric::Dcg => reference_dcg(settings, grades, k),
-        Metric::HalfLifeUtility => {
-            ratio_or_zero(reference_half_life_sum(settings, grades, k), reference_half_life_sum(settings, &ideal, k))
-        }
+        Metric::HalfLifeUtility => ratio_or_zero(
+            reference_half_life_sum(settings, grades, k),
+            reference_half_life_sum(settings, &ideal, k),
+        ),
         Metric::PairwiseAccuracy => {
             let (mut concordant, mut pairs) = (0.0, 0.0);
             for a in 0..m {
@@ -239,7 +258,14 @@ const BAD_LINES: [&[u8]; 10] = [
 #[derive(Clone, Debug)]
 enum Step {
     /// A ranked list of distinct items from the pool.
-    Impression { user: u8, request: u8, items: Vec<u8>, model: u8, surface: u8, shift_ms: i64 },
+    Impression {
+        user: u8,
+        request: u8,
+        items: Vec<u8>,
+        model: u8,
+        surface: u8,
+        shift_ms: i64,
+    },
     /// Feedback, named by `request_id` or not, with an explicit grade or not.
     Interaction {
         user: u8,
@@ -269,16 +295,24 @@ fn time_shift() -> impl Strategy<Value = i64> {
 /// A step, mostly interactions and impressions.
 fn step() -> impl Strategy<Value = Step> {
     let items = proptest::sample::subsequence((0u8..10).collect::<Vec<_>>(), 1..=6).prop_shuffle();
-    let impression = (0u8..3, 0u8..4, items, 0..MODELS.len() as u8, 0..SURFACES.len() as u8, time_shift()).prop_map(
-        |(user, request, items, model, surface, shift_ms)| Step::Impression {
-            user,
-            request,
-            items,
-            model,
-            surface,
-            shift_ms,
-        },
-    );
+    let impression = (
+        0u8..3,
+        0u8..4,
+        items,
+        0..MODELS.len() as u8,
+        0..SURFACES.len() as u8,
+        time_shift(),
+    )
+        .prop_map(
+            |(user, request, items, model, surface, shift_ms)| Step::Impression {
+                user,
+                request,
+                items,
+                model,
+                surface,
+                shift_ms,
+            },
+        );
     let grade = prop_oneof![4 => Just(None), 1 => select(vec![0.0, 0.5, 2.0, 4.5]).prop_map(Some)];
     let interaction = (
         0u8..3,
@@ -289,15 +323,17 @@ fn step() -> impl Strategy<Value = Step> {
         grade,
         time_shift(),
     )
-        .prop_map(|(user, item, request, event, kind, grade, shift_ms)| Step::Interaction {
-            user,
-            item,
-            request,
-            event,
-            kind,
-            grade,
-            shift_ms,
-        });
+        .prop_map(
+            |(user, item, request, event, kind, grade, shift_ms)| Step::Interaction {
+                user,
+                item,
+                request,
+                event,
+                kind,
+                grade,
+                shift_ms,
+            },
+        );
     prop_oneof![
         6 => interaction,
         3 => impression,
@@ -320,7 +356,14 @@ fn render(steps: &[Step]) -> (Vec<Vec<u8>>, Vec<bool>) {
     for (position, step) in steps.iter().enumerate() {
         let nominal_ms = LOG_START_MS + position as i64 * STEP_MS;
         let (line, is_bad) = match step {
-            Step::Impression { user, request, items, model, surface, shift_ms } => {
+            Step::Impression {
+                user,
+                request,
+                items,
+                model,
+                surface,
+                shift_ms,
+            } => {
                 let impression = serde_json::json!({"impression": {
                     "requestId": format!("r{request}"),
                     "userId": format!("u{user}"),
@@ -331,7 +374,15 @@ fn render(steps: &[Step]) -> (Vec<Vec<u8>>, Vec<bool>) {
                 }});
                 (impression.to_string().into_bytes(), false)
             }
-            Step::Interaction { user, item, request, event, kind, grade, shift_ms } => {
+            Step::Interaction {
+                user,
+                item,
+                request,
+                event,
+                kind,
+                grade,
+                shift_ms,
+            } => {
                 let mut fields = serde_json::json!({
                     "userId": format!("u{user}"),
                     "itemId": format!("i{item}"),
@@ -347,7 +398,12 @@ fn render(steps: &[Step]) -> (Vec<Vec<u8>>, Vec<bool>) {
                 if let Some(grade) = grade {
                     fields["grade"] = (*grade).into();
                 }
-                (serde_json::json!({ "interaction": fields }).to_string().into_bytes(), false)
+                (
+                    serde_json::json!({ "interaction": fields })
+                        .to_string()
+                        .into_bytes(),
+                    false,
+                )
             }
             Step::Retry(index) if position > 0 => {
                 let earlier = index.index(position);
@@ -376,8 +432,9 @@ fn engine_settings() -> impl Strategy<Value = EngineSettings> {
     let window = select(vec![20u64, 60, 300]);
     let lateness = select(vec![0u64, 10, 30]);
     (window, lateness, cutoffs(), metric_settings()).prop_map(|(window, lateness, k, metrics)| {
-        let mut settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
-            .expect("the default settings are valid");
+        let mut settings =
+            EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
+                .expect("the default settings are valid");
         settings.attribution_window = Duration::from_secs(window);
         settings.allowed_lateness = Duration::from_secs(lateness);
         settings.k = k;
@@ -390,7 +447,9 @@ fn engine_settings() -> impl Strategy<Value = EngineSettings> {
 fn write_log(path: &Path, lines: &[Vec<u8>]) {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create log"));
     for line in lines {
-        out.write_all(line).and_then(|()| out.write_all(b"\n")).expect("write log");
+        out.write_all(line)
+            .and_then(|()| out.write_all(b"\n"))
+            .expect("write log");
     }
     out.flush().expect("write log");
 }
@@ -402,18 +461,34 @@ fn write_gzip_log(path: &Path, lines: &[Vec<u8>], split: usize) {
     for part in [&lines[..split], &lines[split..]] {
         let mut encoder = flate2::write::GzEncoder::new(&mut file, flate2::Compression::fast());
         for line in part {
-            encoder.write_all(line).and_then(|()| encoder.write_all(b"\n")).expect("write log");
+            encoder
+                .write_all(line)
+                .and_then(|()| encoder.write_all(b"\n"))
+                .expect("write log");
         }
         encoder.finish().expect("write log");
     }
 }
 
 /// Replays `paths`; returns the report and the 1-based numbers of the bad lines.
-fn run(paths: &[PathBuf], settings: &EngineSettings, threads: usize, chunk_lines: usize) -> (Report, Vec<u64>) {
+fn run(
+    paths: &[PathBuf],
+    settings: &EngineSettings,
+    threads: usize,
+    chunk_lines: usize,
+) -> (Report, Vec<u64>) {
     let mut bad_lines = Vec::new();
-    let report =
-        replay(paths, settings, ReplayOptions { threads, chunk_lines }, |_| {}, |bad| bad_lines.push(bad.line))
-            .expect("the log is readable");
+    let report = replay(
+        paths,
+        settings,
+        ReplayOptions {
+            threads,
+            chunk_lines,
+        },
+        |_| {},
+        |bad| bad_lines.push(bad.line),
+    )
+    .expect("the log is readable");
     (report, bad_lines)
 }
 
@@ -432,30 +507,71 @@ fn check_replay(
     write_log(&log, &lines);
 
     let (report, bad_lines) = run(std::slice::from_ref(&log), settings, 1, chunk_sizes[0]);
-    let expected_bad: Vec<u64> = (1..).zip(&bad).filter(|(_, is_bad)| **is_bad).map(|(line, _)| line).collect();
+    let expected_bad: Vec<u64> = (1..)
+        .zip(&bad)
+        .filter(|(_, is_bad)| **is_bad)
+        .map(|(line, _)| line)
+        .collect();
     prop_assert_eq!(&bad_lines, &expected_bad);
     for threads in [1, 2, 3] {
         for &chunk_lines in chunk_sizes {
-            let (other, other_bad) = run(std::slice::from_ref(&log), settings, threads, chunk_lines);
-            prop_assert_eq!(&other, &report, "threads {}, chunk_lines {}", threads, chunk_lines);
-            prop_assert_eq!(&other_bad, &bad_lines, "threads {}, chunk_lines {}", threads, chunk_lines);
+            let (other, other_bad) =
+                run(std::slice::from_ref(&log), settings, threads, chunk_lines);
+            prop_assert_eq!(
+                &other,
+                &report,
+                "threads {}, chunk_lines {}",
+                threads,
+                chunk_lines
+            );
+            prop_assert_eq!(
+                &other_bad,
+                &bad_lines,
+                "threads {}, chunk_lines {}",
+                threads,
+                chunk_lines
+            );
         }
     }
 
     let c = &report.counters;
-    prop_assert_eq!(c.interactions, c.credited + c.unattributed.values().sum::<u64>(), "{:?}", c);
-    prop_assert_eq!(report.groups.iter().map(|g| g.lists).sum::<u64>(), c.impressions, "{:?}", c);
-    prop_assert_eq!(c.rejected.values().sum::<u64>(), expected_bad.len() as u64, "{:?}", c);
+    prop_assert_eq!(
+        c.interactions,
+        c.credited + c.unattributed.values().sum::<u64>(),
+        "{:?}",
+        c
+    );
+    prop_assert_eq!(
+        report.groups.iter().map(|g| g.lists).sum::<u64>(),
+        c.impressions,
+        "{:?}",
+        c
+    );
+    prop_assert_eq!(
+        c.rejected.values().sum::<u64>(),
+        expected_bad.len() as u64,
+        "{:?}",
+        c
+    );
 
     let split = split.index(lines.len() + 1);
     let gzip = dir.path().join("log.jsonl.gz");
     write_gzip_log(&gzip, &lines, split);
-    prop_assert_eq!(&run(&[gzip], settings, 2, chunk_sizes[0]).0, &report, "gzip");
+    prop_assert_eq!(
+        &run(&[gzip], settings, 2, chunk_sizes[0]).0,
+        &report,
+        "gzip"
+    );
 
     let (head, tail) = (dir.path().join("head.jsonl"), dir.path().join("tail.jsonl"));
     write_log(&head, &lines[..split]);
     write_log(&tail, &lines[split..]);
-    prop_assert_eq!(&run(&[head, tail], settings, 2, chunk_sizes[0]).0, &report, "split at line {}", split);
+    prop_assert_eq!(
+        &run(&[head, tail], settings, 2, chunk_sizes[0]).0,
+        &report,
+        "split at line {}",
+        split
+    );
     Ok(())
 }
 

@@ -13,7 +13,11 @@ use std::time::Duration;
 /// The conformance log's lines that are JSON, with the closing line that moves the watermark past all of them.
 fn log_lines() -> Vec<String> {
     let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
-    let mut lines: Vec<String> = log.lines().filter(|l| event_from_json(l).is_some()).map(str::to_owned).collect();
+    let mut lines: Vec<String> = log
+        .lines()
+        .filter(|l| event_from_json(l).is_some())
+        .map(str::to_owned)
+        .collect();
     lines.push(r#"{"interaction":{"userId":"closing-user","itemId":"x","type":"click","time":"2026-11-02T10:00:00Z"}}"#.into());
     lines
 }
@@ -22,12 +26,26 @@ async fn send(server: &Server, lines: &[String]) {
     let events: Vec<proto::Event> = lines.iter().filter_map(|l| event_from_json(l)).collect();
     let mut client = server.collector().await;
     for (i, chunk) in events.chunks(50).enumerate() {
-        client.ingest_batch(EventBatch { sequence: i as u64, events: chunk.to_vec() }).await.unwrap();
+        client
+            .ingest_batch(EventBatch {
+                sequence: i as u64,
+                events: chunk.to_vec(),
+            })
+            .await
+            .unwrap();
     }
 }
 
 async fn report(server: &Server) -> proto::Report {
-    server.evaluation().await.get_metrics(GetMetricsRequest { window: String::new() }).await.unwrap().into_inner()
+    server
+        .evaluation()
+        .await
+        .get_metrics(GetMetricsRequest {
+            window: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// The server's report in the replay's JSON shape, for comparison.
@@ -69,17 +87,29 @@ async fn sigterm_and_restart_lose_nothing() {
 
     let mut server = Server::start(&args);
     send(&server, first).await;
-    assert_eq!(tokio::task::spawn_blocking(move || server.terminate()).await.unwrap(), Some(0));
+    assert_eq!(
+        tokio::task::spawn_blocking(move || server.terminate())
+            .await
+            .unwrap(),
+        Some(0)
+    );
     let server = Server::start(&args);
     let restored = parse_metrics(&server.get("/metrics").1);
-    assert!(restored["rankwatch_open_impressions"] > 0.0, "open lists survived the restart");
+    assert!(
+        restored["rankwatch_open_impressions"] > 0.0,
+        "open lists survived the restart"
+    );
     send(&server, rest).await;
 
     let got = as_replay_json(&report(&server).await);
     let expected = read_json(&conformance("replay_small.expected.json"));
     let mut expected_counters = expected["counters"].clone();
-    expected_counters["rejected"].as_object_mut().unwrap().remove("invalid_json");
-    expected_counters["interactions"] = json!(expected_counters["interactions"].as_u64().unwrap() + 1);
+    expected_counters["rejected"]
+        .as_object_mut()
+        .unwrap()
+        .remove("invalid_json");
+    expected_counters["interactions"] =
+        json!(expected_counters["interactions"].as_u64().unwrap() + 1);
     common::assert_reports_match(&got["counters"], &expected_counters);
     common::assert_reports_match(&got["groups"], &expected["groups"]);
 }
@@ -88,7 +118,14 @@ async fn sigterm_and_restart_lose_nothing() {
 async fn kill_9_loses_only_what_came_after_the_last_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir, "--snapshot-interval", "200ms"];
+    let args = [
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        state_dir,
+        "--snapshot-interval",
+        "200ms",
+    ];
     let lines = log_lines();
     let (a, rest) = lines.split_at(lines.len() / 3);
     let (b, c) = rest.split_at(rest.len() / 2);
@@ -96,7 +133,12 @@ async fn kill_9_loses_only_what_came_after_the_last_snapshot() {
     let mut server = Server::start(&args);
     send(&server, a).await;
     // Wait for a snapshot taken after A was applied.
-    let saves = |server: &Server| parse_metrics(&server.get("/metrics").1).get("rankwatch_state_saves_total").copied().unwrap_or(0.0);
+    let saves = |server: &Server| {
+        parse_metrics(&server.get("/metrics").1)
+            .get("rankwatch_state_saves_total")
+            .copied()
+            .unwrap_or(0.0)
+    };
     let before = saves(&server);
     let mut waited = 0;
     while saves(&server) < before + 2.0 {
@@ -133,8 +175,15 @@ async fn a_corrupt_state_file_is_set_aside_and_counted() {
     let server = Server::start(&["--state-dir", dir.path().to_str().unwrap()]);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_state_restore_failures_total"], 1.0);
-    let names: Vec<String> =
-        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    assert!(names.iter().any(|n| n.starts_with("rankwatch.state.rejected-")), "{names:?}");
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("rankwatch.state.rejected-")),
+        "{names:?}"
+    );
     assert_eq!(server.get("/readyz").0, 200, "the server runs, empty");
 }

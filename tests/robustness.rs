@@ -18,36 +18,111 @@ async fn every_rejection_reason_over_grpc() {
     let t = r#""time":"2026-11-01T10:00:00Z""#;
     let cases = [
         ("empty_event", proto::Event { kind: None }),
-        ("missing_user_id", event(&format!(r#"{{"impression":{{"requestId":"r","itemIds":["a"],{t}}}}}"#))),
-        ("missing_request_id", event(&format!(r#"{{"impression":{{"userId":"u","itemIds":["a"],{t}}}}}"#))),
-        ("empty_item_ids", event(&format!(r#"{{"impression":{{"requestId":"r","userId":"u",{t}}}}}"#))),
-        ("too_many_items", event(&format!(r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a","b","c","d"],{t}}}}}"#))),
-        ("empty_item_id", event(&format!(r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a",""],{t}}}}}"#))),
-        ("duplicate_item_id", event(&format!(r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a","a"],{t}}}}}"#))),
-        ("missing_time", event(r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"]}}"#)),
-        ("time_in_future", event(r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"time":"2200-01-01T00:00:00Z"}}"#)),
-        ("missing_item_id", event(&format!(r#"{{"interaction":{{"userId":"u","type":"click",{t}}}}}"#))),
-        ("missing_type", event(&format!(r#"{{"interaction":{{"userId":"u","itemId":"a",{t}}}}}"#))),
-        ("unknown_type", event(&format!(r#"{{"interaction":{{"userId":"u","itemId":"a","type":"view",{t}}}}}"#))),
-        ("invalid_grade", event(&format!(r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click","grade":-2,{t}}}}}"#))),
+        (
+            "missing_user_id",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","itemIds":["a"],{t}}}}}"#
+            )),
+        ),
+        (
+            "missing_request_id",
+            event(&format!(
+                r#"{{"impression":{{"userId":"u","itemIds":["a"],{t}}}}}"#
+            )),
+        ),
+        (
+            "empty_item_ids",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u",{t}}}}}"#
+            )),
+        ),
+        (
+            "too_many_items",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a","b","c","d"],{t}}}}}"#
+            )),
+        ),
+        (
+            "empty_item_id",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a",""],{t}}}}}"#
+            )),
+        ),
+        (
+            "duplicate_item_id",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a","a"],{t}}}}}"#
+            )),
+        ),
+        (
+            "missing_time",
+            event(r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"]}}"#),
+        ),
+        (
+            "time_in_future",
+            event(
+                r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"time":"2200-01-01T00:00:00Z"}}"#,
+            ),
+        ),
+        (
+            "missing_item_id",
+            event(&format!(
+                r#"{{"interaction":{{"userId":"u","type":"click",{t}}}}}"#
+            )),
+        ),
+        (
+            "missing_type",
+            event(&format!(
+                r#"{{"interaction":{{"userId":"u","itemId":"a",{t}}}}}"#
+            )),
+        ),
+        (
+            "unknown_type",
+            event(&format!(
+                r#"{{"interaction":{{"userId":"u","itemId":"a","type":"view",{t}}}}}"#
+            )),
+        ),
+        (
+            "invalid_grade",
+            event(&format!(
+                r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click","grade":-2,{t}}}}}"#
+            )),
+        ),
     ];
-    let mut invalid_time = event(&format!(r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click",{t}}}}}"#));
+    let mut invalid_time = event(&format!(
+        r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click",{t}}}}}"#
+    ));
     if let Some(proto::event::Kind::Interaction(x)) = &mut invalid_time.kind {
         x.time.as_mut().unwrap().nanos = -1;
     }
     let mut events: Vec<proto::Event> = cases.iter().map(|(_, e)| e.clone()).collect();
     events.push(invalid_time);
     let mut client = server.collector().await;
-    let ack = client.ingest_batch(EventBatch { sequence: 7, events }).await.unwrap().into_inner();
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 7,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!((ack.sequence, ack.accepted), (7, 0));
     let mut expected: Vec<&str> = cases.iter().map(|(reason, _)| *reason).collect();
     expected.push("invalid_time");
     let got: Vec<&str> = ack.rejections.iter().map(|r| r.reason.as_str()).collect();
     assert_eq!(got, expected);
-    assert!(ack.rejections.iter().enumerate().all(|(i, r)| r.index as usize == i && r.message.len() > 10));
+    assert!(ack
+        .rejections
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.index as usize == i && r.message.len() > 10));
     let metrics = parse_metrics(&server.get("/metrics").1);
     for reason in expected {
-        assert_eq!(metrics[&format!("rankwatch_events_rejected_total{{reason=\"{reason}\"}}")], 1.0, "{reason}");
+        assert_eq!(
+            metrics[&format!("rankwatch_events_rejected_total{{reason=\"{reason}\"}}")],
+            1.0,
+            "{reason}"
+        );
     }
     assert_eq!(metrics["rankwatch_events_accepted_total"], 0.0);
 }
@@ -86,7 +161,14 @@ async fn a_client_that_vanishes_mid_stream_leaves_the_server_healthy() {
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert!(metrics["rankwatch_impressions_total"] > 0.0);
     let mut client = server.collector().await;
-    let ack = client.ingest_batch(EventBatch { sequence: 1, events: vec![] }).await.unwrap().into_inner();
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(ack.sequence, 1);
 }
 
@@ -95,22 +177,39 @@ async fn streams_past_the_limit_are_refused_and_counted() {
     let server = Server::start(&["--max-streams", "1"]);
     let mut first = server.collector().await;
     let (keep, receiver) = tokio::sync::mpsc::channel::<EventBatch>(1);
-    let _open = first.ingest(tokio_stream::wrappers::ReceiverStream::new(receiver)).await.unwrap();
+    let _open = first
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(receiver))
+        .await
+        .unwrap();
     let mut second = server.collector().await;
-    let status = second.ingest(tokio_stream::iter(Vec::<EventBatch>::new())).await.unwrap_err();
+    let status = second
+        .ingest(tokio_stream::iter(Vec::<EventBatch>::new()))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-    assert!(status.message().contains("max_streams = 1"), "{}", status.message());
-    assert_eq!(parse_metrics(&server.get("/metrics").1)["rankwatch_streams_refused_total"], 1.0);
+    assert!(
+        status.message().contains("max_streams = 1"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(
+        parse_metrics(&server.get("/metrics").1)["rankwatch_streams_refused_total"],
+        1.0
+    );
     drop(keep);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_stays_within_limits_and_every_drop_is_counted() {
     let server = Server::start(&[
-        "--wall-clock-advance", "false",
-        "--max-open-impressions", "5000",
-        "--max-waiting-interactions", "5000",
-        "--max-inflight-batches", "4",
+        "--wall-clock-advance",
+        "false",
+        "--max-open-impressions",
+        "5000",
+        "--max-waiting-interactions",
+        "5000",
+        "--max-inflight-batches",
+        "4",
     ]);
     let (streams, batches, per_batch) = (4u64, 60u64, 500u64);
     let mut senders = Vec::new();
@@ -149,8 +248,14 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
     assert_eq!(metrics["rankwatch_open_impressions"], 5000.0);
     assert_eq!(metrics["rankwatch_waiting_interactions"], 5000.0);
     let shed = |limit: &str| metrics[&format!("rankwatch_events_shed_total{{reason=\"{limit}\"}}")];
-    assert_eq!(metrics["rankwatch_impressions_total"] + shed("max_open_impressions"), (sent / 2) as f64);
-    assert_eq!(metrics["rankwatch_interactions_total"] + shed("max_waiting_interactions"), (sent / 2) as f64);
+    assert_eq!(
+        metrics["rankwatch_impressions_total"] + shed("max_open_impressions"),
+        (sent / 2) as f64
+    );
+    assert_eq!(
+        metrics["rankwatch_interactions_total"] + shed("max_waiting_interactions"),
+        (sent / 2) as f64
+    );
     let rss = metrics["process_resident_memory_bytes"];
     assert!(rss < 256.0 * 1024.0 * 1024.0, "resident memory {rss} bytes");
     assert_eq!(server.get("/healthz").0, 200);
@@ -167,7 +272,8 @@ fn log_with_event_ids() -> Vec<String> {
             let mut value: serde_json::Value = serde_json::from_str(line).ok()?;
             if let Some(x) = value.get_mut("interaction").and_then(|x| x.as_object_mut()) {
                 x.get("requestId")?;
-                x.entry("eventId").or_insert_with(|| format!("line-{n}").into());
+                x.entry("eventId")
+                    .or_insert_with(|| format!("line-{n}").into());
             }
             Some(value.to_string())
         })
@@ -181,14 +287,24 @@ async fn resending_after_a_broken_stream_gives_the_same_figures() {
     let expected = replay_json(&["-", "--format", "json"], Some(log.as_bytes()));
     let server = Server::start(&["--wall-clock-advance", "false"]);
     let events: Vec<proto::Event> = lines.iter().map(|l| event(l)).collect();
-    let batches: Vec<EventBatch> =
-        events.chunks(40).enumerate().map(|(i, c)| EventBatch { sequence: i as u64, events: c.to_vec() }).collect();
+    let batches: Vec<EventBatch> = events
+        .chunks(40)
+        .enumerate()
+        .map(|(i, c)| EventBatch {
+            sequence: i as u64,
+            events: c.to_vec(),
+        })
+        .collect();
     // Every fifth batch the stream breaks after sending; the client resends the unacknowledged batches on a new stream.
     let mut next = 0;
     while next < batches.len() {
         let end = (next + 5).min(batches.len());
         let mut client = server.collector().await;
-        let mut acks = client.ingest(tokio_stream::iter(batches[next..end].to_vec())).await.unwrap().into_inner();
+        let mut acks = client
+            .ingest(tokio_stream::iter(batches[next..end].to_vec()))
+            .await
+            .unwrap()
+            .into_inner();
         let mut acked = 0;
         while let Some(_ack) = acks.message().await.unwrap() {
             acked += 1;
@@ -199,22 +315,48 @@ async fn resending_after_a_broken_stream_gives_the_same_figures() {
             break;
         }
     }
-    let closing = event(r#"{"interaction":{"eventId":"closing","userId":"closing-user","itemId":"x","type":"click","time":"2026-11-02T10:00:00Z"}}"#);
-    server.collector().await.ingest_batch(EventBatch { sequence: 0, events: vec![closing] }).await.unwrap();
+    let closing = event(
+        r#"{"interaction":{"eventId":"closing","userId":"closing-user","itemId":"x","type":"click","time":"2026-11-02T10:00:00Z"}}"#,
+    );
+    server
+        .collector()
+        .await
+        .ingest_batch(EventBatch {
+            sequence: 0,
+            events: vec![closing],
+        })
+        .await
+        .unwrap();
     let metrics = parse_metrics(&server.get("/metrics").1);
     let mut checked = BTreeMap::new();
     for group in expected["groups"].as_array().unwrap() {
-        let labels = format!("model=\"{}\",surface=\"{}\"", group["model"].as_str().unwrap(), group["surface"].as_str().unwrap());
-        assert_eq!(metrics[&format!("rankwatch_lists_finalized_total{{{labels}}}")], group["lists"].as_f64().unwrap());
+        let labels = format!(
+            "model=\"{}\",surface=\"{}\"",
+            group["model"].as_str().unwrap(),
+            group["surface"].as_str().unwrap()
+        );
+        assert_eq!(
+            metrics[&format!("rankwatch_lists_finalized_total{{{labels}}}")],
+            group["lists"].as_f64().unwrap()
+        );
         for (key, means) in group["metrics"].as_object().unwrap() {
             let (metric, k) = key.split_once('@').unwrap();
             let sum = metrics[&format!("rankwatch_list_{metric}_sum{{k=\"{k}\",{labels}}}")];
             let mean = sum / group["lists"].as_f64().unwrap();
-            assert!((mean - means["all"].as_f64().unwrap()).abs() <= 1e-9, "{labels} {key}");
+            assert!(
+                (mean - means["all"].as_f64().unwrap()).abs() <= 1e-9,
+                "{labels} {key}"
+            );
             checked.insert(key.clone(), ());
         }
     }
     assert_eq!(checked.len(), 36);
-    assert!(metrics["rankwatch_duplicates_total{kind=\"impression\"}"] > 17.0, "the resent impressions were recognised");
-    assert!(metrics["rankwatch_duplicates_total{kind=\"interaction\"}"] > 64.0, "the resent interactions were recognised");
+    assert!(
+        metrics["rankwatch_duplicates_total{kind=\"impression\"}"] > 17.0,
+        "the resent impressions were recognised"
+    );
+    assert!(
+        metrics["rankwatch_duplicates_total{kind=\"interaction\"}"] > 64.0,
+        "the resent interactions were recognised"
+    );
 }

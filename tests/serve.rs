@@ -23,22 +23,36 @@ fn closing_event() -> proto::Event {
             user_id: "closing-user".into(),
             item_id: "closing-item".into(),
             r#type: "click".into(),
-            time: Some(prost_types::Timestamp { seconds: 1_793_613_600, nanos: 0 }),
+            time: Some(prost_types::Timestamp {
+                seconds: 1_793_613_600,
+                nanos: 0,
+            }),
             ..Default::default()
         })),
     }
 }
 
 /// Streams `events` in batches of `batch_size` over one Ingest stream; returns the acks.
-async fn stream(server: &Server, events: Vec<proto::Event>, batch_size: usize) -> Vec<proto::IngestAck> {
+async fn stream(
+    server: &Server,
+    events: Vec<proto::Event>,
+    batch_size: usize,
+) -> Vec<proto::IngestAck> {
     let batches: Vec<EventBatch> = events
         .chunks(batch_size)
         .enumerate()
-        .map(|(i, chunk)| EventBatch { sequence: i as u64 + 1, events: chunk.to_vec() })
+        .map(|(i, chunk)| EventBatch {
+            sequence: i as u64 + 1,
+            events: chunk.to_vec(),
+        })
         .collect();
     let count = batches.len();
     let mut client = server.collector().await;
-    let mut acks = client.ingest(tokio_stream::iter(batches)).await.unwrap().into_inner();
+    let mut acks = client
+        .ingest(tokio_stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner();
     let mut received = Vec::new();
     while let Some(ack) = acks.message().await.unwrap() {
         received.push(ack);
@@ -51,7 +65,10 @@ fn rejections_by_reason(acks: &[proto::IngestAck]) -> BTreeMap<String, u64> {
     let mut by_reason = BTreeMap::new();
     for ack in acks {
         for rejection in &ack.rejections {
-            assert!(!rejection.message.is_empty(), "every rejection explains itself");
+            assert!(
+                !rejection.message.is_empty(),
+                "every rejection explains itself"
+            );
             *by_reason.entry(rejection.reason.clone()).or_default() += 1;
         }
     }
@@ -72,21 +89,40 @@ fn expected_rejections(expected: &Value) -> BTreeMap<String, u64> {
 fn assert_series_match_report(metrics: &BTreeMap<String, f64>, expected: &Value) {
     let mut checked = 0;
     for group in expected["groups"].as_array().unwrap() {
-        let labels = format!("model=\"{}\",surface=\"{}\"", group["model"].as_str().unwrap(), group["surface"].as_str().unwrap());
+        let labels = format!(
+            "model=\"{}\",surface=\"{}\"",
+            group["model"].as_str().unwrap(),
+            group["surface"].as_str().unwrap()
+        );
         let lists = group["lists"].as_f64().unwrap();
         let engaged = group["engaged_lists"].as_f64().unwrap();
-        assert_eq!(metrics[&format!("rankwatch_lists_finalized_total{{{labels}}}")], lists);
-        assert_eq!(metrics[&format!("rankwatch_lists_engaged_total{{{labels}}}")], engaged);
+        assert_eq!(
+            metrics[&format!("rankwatch_lists_finalized_total{{{labels}}}")],
+            lists
+        );
+        assert_eq!(
+            metrics[&format!("rankwatch_lists_engaged_total{{{labels}}}")],
+            engaged
+        );
         for (key, means) in group["metrics"].as_object().unwrap() {
             let (metric, k) = key.split_once('@').unwrap();
-            let series = |suffix: &str| format!("rankwatch_list_{metric}_{suffix}{{k=\"{k}\",{labels}}}");
+            let series =
+                |suffix: &str| format!("rankwatch_list_{metric}_{suffix}{{k=\"{k}\",{labels}}}");
             let sum = metrics[&series("sum")];
             let count = metrics[&series("count")];
             assert_eq!(count, lists, "{}", series("count"));
             let all = means["all"].as_f64().unwrap();
             let engaged_mean = means["engaged"].as_f64().unwrap();
-            assert!((sum / count - all).abs() <= 1e-9, "{key} all: {} vs {all}", sum / count);
-            assert!((sum / engaged - engaged_mean).abs() <= 1e-9, "{key} engaged: {} vs {engaged_mean}", sum / engaged);
+            assert!(
+                (sum / count - all).abs() <= 1e-9,
+                "{key} all: {} vs {all}",
+                sum / count
+            );
+            assert!(
+                (sum / engaged - engaged_mean).abs() <= 1e-9,
+                "{key} engaged: {} vs {engaged_mean}",
+                sum / engaged
+            );
             checked += 1;
         }
     }
@@ -105,22 +141,58 @@ async fn streamed_log_gives_the_replay_figures() {
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_series_match_report(&metrics, &expected);
     let counters = &expected["counters"];
-    assert_eq!(metrics["rankwatch_interactions_credited_total"], counters["credited"].as_f64().unwrap());
-    assert_eq!(metrics["rankwatch_interactions_unattributed_total{reason=\"not_in_list\"}"], 30.0);
-    assert_eq!(metrics["rankwatch_impressions_late_total"], counters["late"]["impressions"].as_f64().unwrap());
-    assert_eq!(metrics["rankwatch_waiting_interactions"], 1.0, "only the closing event waits");
+    assert_eq!(
+        metrics["rankwatch_interactions_credited_total"],
+        counters["credited"].as_f64().unwrap()
+    );
+    assert_eq!(
+        metrics["rankwatch_interactions_unattributed_total{reason=\"not_in_list\"}"],
+        30.0
+    );
+    assert_eq!(
+        metrics["rankwatch_impressions_late_total"],
+        counters["late"]["impressions"].as_f64().unwrap()
+    );
+    assert_eq!(
+        metrics["rankwatch_waiting_interactions"], 1.0,
+        "only the closing event waits"
+    );
     assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
 
-    let report = server.evaluation().await.get_metrics(GetMetricsRequest { window: String::new() }).await.unwrap().into_inner();
+    let report = server
+        .evaluation()
+        .await
+        .get_metrics(GetMetricsRequest {
+            window: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let report_counters = report.counters.unwrap();
-    assert_eq!(report_counters.credited, counters["credited"].as_u64().unwrap());
-    assert_eq!(report_counters.interactions, counters["interactions"].as_u64().unwrap() + 1, "the closing event");
-    assert_eq!(report.groups.len(), expected["groups"].as_array().unwrap().len());
-    for (got, want) in report.groups.iter().zip(expected["groups"].as_array().unwrap()) {
+    assert_eq!(
+        report_counters.credited,
+        counters["credited"].as_u64().unwrap()
+    );
+    assert_eq!(
+        report_counters.interactions,
+        counters["interactions"].as_u64().unwrap() + 1,
+        "the closing event"
+    );
+    assert_eq!(
+        report.groups.len(),
+        expected["groups"].as_array().unwrap().len()
+    );
+    for (got, want) in report
+        .groups
+        .iter()
+        .zip(expected["groups"].as_array().unwrap())
+    {
         assert_eq!(got.model, want["model"].as_str().unwrap());
         let ndcg = &got.metrics["ndcg@10"];
         assert!((ndcg.all - want["metrics"]["ndcg@10"]["all"].as_f64().unwrap()).abs() <= 1e-9);
-        assert!((ndcg.engaged - want["metrics"]["ndcg@10"]["engaged"].as_f64().unwrap()).abs() <= 1e-9);
+        assert!(
+            (ndcg.engaged - want["metrics"]["ndcg@10"]["engaged"].as_f64().unwrap()).abs() <= 1e-9
+        );
     }
 }
 
@@ -133,7 +205,10 @@ async fn unary_batches_give_the_same_figures() {
     events.push(closing_event());
     let mut acks = Vec::new();
     for (i, chunk) in events.chunks(500).enumerate() {
-        let batch = EventBatch { sequence: i as u64, events: chunk.to_vec() };
+        let batch = EventBatch {
+            sequence: i as u64,
+            events: chunk.to_vec(),
+        };
         acks.push(client.ingest_batch(batch).await.unwrap().into_inner());
     }
     assert_eq!(rejections_by_reason(&acks), expected_rejections(&expected));
@@ -147,59 +222,130 @@ async fn bad_events_are_rejected_one_by_one_and_the_stream_goes_on() {
     let unknown_type = event_from_json(r#"{"interaction":{"userId":"u1","itemId":"a","type":"clik","time":"2026-11-01T10:00:01Z"}}"#).unwrap();
     let future = event_from_json(r#"{"interaction":{"userId":"u1","itemId":"a","type":"click","time":"2200-01-01T00:00:00Z"}}"#).unwrap();
     let empty = proto::Event { kind: None };
-    let acks = stream(&server, vec![unknown_type, good.clone(), future, empty, good], 5).await;
+    let acks = stream(
+        &server,
+        vec![unknown_type, good.clone(), future, empty, good],
+        5,
+    )
+    .await;
     let ack = &acks[0];
     assert_eq!(ack.accepted, 2);
-    let reasons: Vec<(u32, &str)> = ack.rejections.iter().map(|r| (r.index, r.reason.as_str())).collect();
-    assert_eq!(reasons, [(0, "unknown_type"), (2, "time_in_future"), (3, "empty_event")]);
-    assert_eq!(ack.rejections[0].message, r#"unknown interaction type "clik"; configured: add_to_cart, click, purchase"#);
+    let reasons: Vec<(u32, &str)> = ack
+        .rejections
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (0, "unknown_type"),
+            (2, "time_in_future"),
+            (3, "empty_event")
+        ]
+    );
+    assert_eq!(
+        ack.rejections[0].message,
+        r#"unknown interaction type "clik"; configured: add_to_cart, click, purchase"#
+    );
     let metrics = parse_metrics(&server.get("/metrics").1);
-    assert_eq!(metrics["rankwatch_events_rejected_total{reason=\"unknown_type\"}"], 1.0);
-    assert_eq!(metrics["rankwatch_events_rejected_total{reason=\"time_in_future\"}"], 1.0);
-    assert_eq!(metrics["rankwatch_duplicates_total{kind=\"impression\"}"], 1.0, "the resent impression");
+    assert_eq!(
+        metrics["rankwatch_events_rejected_total{reason=\"unknown_type\"}"],
+        1.0
+    );
+    assert_eq!(
+        metrics["rankwatch_events_rejected_total{reason=\"time_in_future\"}"],
+        1.0
+    );
+    assert_eq!(
+        metrics["rankwatch_duplicates_total{kind=\"impression\"}"], 1.0,
+        "the resent impression"
+    );
     assert_eq!(metrics["rankwatch_events_received_total"], 5.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_message_ends_only_its_own_stream() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = Server::start(&["--wall-clock-advance", "false", "--max-message-size", "1024"]);
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-message-size",
+        "1024",
+    ]);
     // An oversize message ends its RPC with RESOURCE_EXHAUSTED or OUT_OF_RANGE.
     let mut client = server.collector().await;
     let item_ids: Vec<String> = (0..200).map(|i| format!("item-{i}")).collect();
     let big = EventBatch {
         sequence: 1,
         events: vec![proto::Event {
-            kind: Some(proto::event::Kind::Impression(proto::Impression { item_ids, ..Default::default() })),
+            kind: Some(proto::event::Kind::Impression(proto::Impression {
+                item_ids,
+                ..Default::default()
+            })),
         }],
     };
     let status = client.ingest_batch(big).await.unwrap_err();
-    assert!(matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted), "{status:?}");
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{status:?}"
+    );
     // Bytes that are not an EventBatch end that RPC with INVALID_ARGUMENT.
     let truncated = vec![0x12, 0x05, 0x0a];
-    let status = common::server::ingest_raw_bytes(&server, truncated).await.unwrap_err();
+    let status = common::server::ingest_raw_bytes(&server, truncated)
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
-    assert!(status.message().contains("malformed EventBatch"), "{}", status.message());
+    assert!(
+        status.message().contains("malformed EventBatch"),
+        "{}",
+        status.message()
+    );
     // Garbage on a raw connection: the server drops that connection only.
     let mut raw = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
-    raw.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08\x00\x00\x00\x00\x00garbage-garbage").await.unwrap();
+    raw.write_all(
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08\x00\x00\x00\x00\x00garbage-garbage",
+    )
+    .await
+    .unwrap();
     let mut sink = Vec::new();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read_to_end(&mut sink)).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        raw.read_to_end(&mut sink),
+    )
+    .await;
     // The server still ingests and answers.
     let good = event_from_json(r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#).unwrap();
-    let ack = client.ingest_batch(EventBatch { sequence: 2, events: vec![good] }).await.unwrap().into_inner();
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 2,
+            events: vec![good],
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(ack.accepted, 1);
     assert_eq!(server.get("/healthz").0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_reflection_and_readiness_answer() {
-    use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+    use tonic_health::pb::{
+        health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+    };
     let server = Server::start(&[]);
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = HealthClient::new(channel.clone());
     let status = health
-        .check(HealthCheckRequest { service: "rankwatch.v1.Collector".into() })
+        .check(HealthCheckRequest {
+            service: "rankwatch.v1.Collector".into(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -209,18 +355,35 @@ async fn health_reflection_and_readiness_answer() {
     assert_eq!(server.get("/readyz").0, 200);
 
     use tonic_reflection::pb::v1::{
-        server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
-        server_reflection_response::MessageResponse, ServerReflectionRequest,
+        server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        ServerReflectionRequest,
     };
     let mut reflection = ServerReflectionClient::new(channel);
-    let request = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut responses = reflection.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) = responses.message().await.unwrap().unwrap().message_response else {
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        responses.message().await.unwrap().unwrap().message_response
+    else {
         panic!("expected a service list");
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    for service in ["rankwatch.v1.Collector", "rankwatch.v1.Evaluation", "grpc.health.v1.Health"] {
-        assert!(names.iter().any(|n| n == service), "{service} missing from {names:?}");
+    for service in [
+        "rankwatch.v1.Collector",
+        "rankwatch.v1.Evaluation",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            names.iter().any(|n| n == service),
+            "{service} missing from {names:?}"
+        );
     }
 }
 
@@ -229,14 +392,29 @@ async fn sigterm_ends_open_streams_and_exits_zero() {
     let mut server = Server::start(&["--wall-clock-advance", "false"]);
     let mut client = server.collector().await;
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
-    let mut acks = client.ingest(tokio_stream::wrappers::ReceiverStream::new(receiver)).await.unwrap().into_inner();
+    let mut acks = client
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(receiver))
+        .await
+        .unwrap()
+        .into_inner();
     let good = event_from_json(r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#).unwrap();
-    sender.send(EventBatch { sequence: 1, events: vec![good] }).await.unwrap();
+    sender
+        .send(EventBatch {
+            sequence: 1,
+            events: vec![good],
+        })
+        .await
+        .unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().sequence, 1);
     // The stream stays open while the server shuts down.
-    let code = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
     assert_eq!(code, Some(0));
-    assert!(acks.message().await.map(|m| m.is_none()).unwrap_or(true), "the stream ended");
+    assert!(
+        acks.message().await.map(|m| m.is_none()).unwrap_or(true),
+        "the stream ended"
+    );
     drop(sender);
 }
 
@@ -249,17 +427,37 @@ async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
     stream(&server, events, 100).await;
     let (status, body) = server.get("/metrics");
     assert_eq!(status, 200);
-    assert!(body.contains("process_resident_memory_bytes"), "process series are exported");
-    assert!(body.contains("rankwatch_batch_duration_seconds_bucket"), "batch latency is a histogram");
+    assert!(
+        body.contains("process_resident_memory_bytes"),
+        "process series are exported"
+    );
+    assert!(
+        body.contains("rankwatch_batch_duration_seconds_bucket"),
+        "batch latency is a histogram"
+    );
     let mut promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool is installed (tests/install-deps.sh installs Debian's prometheus package)");
-    promtool.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        .expect(
+            "promtool is installed (tests/install-deps.sh installs Debian's prometheus package)",
+        );
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let output = promtool.wait_with_output().unwrap();
-    let findings = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success() && findings.trim().is_empty(), "promtool check metrics: {findings}");
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && findings.trim().is_empty(),
+        "promtool check metrics: {findings}"
+    );
 }

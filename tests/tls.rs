@@ -21,26 +21,50 @@ fn pki() -> Pki {
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
     let leaf = |name: &str| {
         let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec![name.to_owned()]).unwrap().signed_by(&key, &ca).unwrap();
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
         (cert.pem(), key.serialize_pem())
     };
     let (server_cert, server_key) = leaf("localhost");
     let (client_cert, client_key) = leaf("serving-pod");
-    Pki { ca: ca.pem(), server_cert, server_key, client_cert, client_key }
+    Pki {
+        ca: ca.pem(),
+        server_cert,
+        server_key,
+        client_cert,
+        client_key,
+    }
 }
 
-async fn connect(server: &Server, pki: &Pki, with_identity: bool) -> Result<CollectorClient<Channel>, tonic::transport::Error> {
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&pki.ca)).domain_name("localhost");
+async fn connect(
+    server: &Server,
+    pki: &Pki,
+    with_identity: bool,
+) -> Result<CollectorClient<Channel>, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&pki.ca))
+        .domain_name("localhost");
     if with_identity {
         tls = tls.identity(Identity::from_pem(&pki.client_cert, &pki.client_key));
     }
-    let channel = Channel::from_shared(format!("https://{}", server.grpc)).unwrap().tls_config(tls)?.connect().await?;
+    let channel = Channel::from_shared(format!("https://{}", server.grpc))
+        .unwrap()
+        .tls_config(tls)?
+        .connect()
+        .await?;
     Ok(CollectorClient::new(channel))
 }
 
 fn batch() -> EventBatch {
-    let event = event_from_json(r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#);
-    EventBatch { sequence: 1, events: vec![event.unwrap()] }
+    let event = event_from_json(
+        r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#,
+    );
+    EventBatch {
+        sequence: 1,
+        events: vec![event.unwrap()],
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,11 +76,30 @@ async fn mutual_tls_admits_only_clients_with_a_certificate() {
         std::fs::write(&path, pem).unwrap();
         path.to_str().unwrap().to_owned()
     };
-    let (cert, key, ca) = (write("server.pem", &pki.server_cert), write("server.key", &pki.server_key), write("ca.pem", &pki.ca));
-    let server = Server::start(&["--tls-cert", &cert, "--tls-key", &key, "--tls-client-ca", &ca]);
+    let (cert, key, ca) = (
+        write("server.pem", &pki.server_cert),
+        write("server.key", &pki.server_key),
+        write("ca.pem", &pki.ca),
+    );
+    let server = Server::start(&[
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ]);
 
     let mut client = connect(&server, &pki, true).await.unwrap();
-    assert_eq!(client.ingest_batch(batch()).await.unwrap().into_inner().accepted, 1);
+    assert_eq!(
+        client
+            .ingest_batch(batch())
+            .await
+            .unwrap()
+            .into_inner()
+            .accepted,
+        1
+    );
 
     let refused = match connect(&server, &pki, false).await {
         Err(_) => true,

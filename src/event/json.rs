@@ -1,7 +1,9 @@
 //! The replay log format: one `Event` per line in the proto3 JSON mapping
 //! (lowerCamelCase or original field names, RFC 3339 timestamps).
 
-use super::{parse_rfc3339, Event, RawImpression, RawInteraction, RawTime, Reason, Rejection, Validator};
+use super::{
+    parse_rfc3339, Event, RawImpression, RawInteraction, RawTime, Reason, Rejection, Validator,
+};
 use serde::Deserialize;
 use std::borrow::Cow;
 
@@ -90,13 +92,21 @@ fn raw_time(field: &Option<Text<'_>>) -> RawTime {
 /// where they can; the replay has no wall clock, so times are not checked
 /// against one.
 pub fn parse_line<'a>(line: &'a str, validator: &Validator) -> Result<Event<'a>, Rejection> {
-    let parsed: Line<'a> = serde_json::from_str(line)
-        .map_err(|e| Rejection::new(Reason::InvalidJson, format!("not an Event in the proto3 JSON mapping: {e}")))?;
+    let parsed: Line<'a> = serde_json::from_str(line).map_err(|e| {
+        Rejection::new(
+            Reason::InvalidJson,
+            format!("not an Event in the proto3 JSON mapping: {e}"),
+        )
+    })?;
     match (parsed.impression, parsed.interaction) {
-        (Some(_), Some(_)) => {
-            Err(Rejection::new(Reason::InvalidJson, "an Event holds either an impression or an interaction, not both"))
-        }
-        (None, None) => Err(Rejection::new(Reason::EmptyEvent, "event has neither an impression nor an interaction")),
+        (Some(_), Some(_)) => Err(Rejection::new(
+            Reason::InvalidJson,
+            "an Event holds either an impression or an interaction, not both",
+        )),
+        (None, None) => Err(Rejection::new(
+            Reason::EmptyEvent,
+            "event has neither an impression nor an interaction",
+        )),
         (Some(m), None) => {
             let raw = RawImpression {
                 request_id: text(&m.request_id),
@@ -131,7 +141,11 @@ mod tests {
     use crate::event::GradeTable;
 
     fn validator() -> Validator {
-        Validator { grades: GradeTable::default(), max_items: 100, max_future_skew: None }
+        Validator {
+            grades: GradeTable::default(),
+            max_items: 100,
+            max_future_skew: None,
+        }
     }
 
     #[test]
@@ -139,8 +153,10 @@ mod tests {
         let camel = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z","model":"v7"}}"#;
         let snake = r#"{"impression":{"request_id":"r1","user_id":"u1","item_ids":["a","b"],"time":"2026-11-01T10:00:00Z","model":"v7"}}"#;
         let v = validator();
-        let (Event::Impression(a), Event::Impression(b)) = (parse_line(camel, &v).unwrap(), parse_line(snake, &v).unwrap())
-        else {
+        let (Event::Impression(a), Event::Impression(b)) = (
+            parse_line(camel, &v).unwrap(),
+            parse_line(snake, &v).unwrap(),
+        ) else {
             panic!("expected impressions");
         };
         assert_eq!(a, b);
@@ -151,21 +167,37 @@ mod tests {
     fn reads_grades_as_numbers_or_strings() {
         let v = validator();
         let line = |grade: &str| {
-            format!(r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z","grade":{grade}}}}}"#)
+            format!(
+                r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z","grade":{grade}}}}}"#
+            )
         };
-        let Ok(Event::Interaction(x)) = parse_line(&line("2.5"), &v) else { panic!("expected an interaction") };
+        let Ok(Event::Interaction(x)) = parse_line(&line("2.5"), &v) else {
+            panic!("expected an interaction")
+        };
         assert_eq!(x.grade, 2.5);
-        let Ok(Event::Interaction(x)) = parse_line(&line("\"4\""), &v) else { panic!("expected an interaction") };
+        let Ok(Event::Interaction(x)) = parse_line(&line("\"4\""), &v) else {
+            panic!("expected an interaction")
+        };
         assert_eq!(x.grade, 4.0);
-        assert_eq!(parse_line(&line("\"NaN\""), &v).unwrap_err().reason, Reason::InvalidGrade);
+        assert_eq!(
+            parse_line(&line("\"NaN\""), &v).unwrap_err().reason,
+            Reason::InvalidGrade
+        );
     }
 
     #[test]
     fn names_what_is_wrong() {
         let v = validator();
-        assert_eq!(parse_line("this is not json {", &v).unwrap_err().reason, Reason::InvalidJson);
+        assert_eq!(
+            parse_line("this is not json {", &v).unwrap_err().reason,
+            Reason::InvalidJson
+        );
         assert_eq!(parse_line("{}", &v).unwrap_err().reason, Reason::EmptyEvent);
-        let bad_time = r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"yesterday"}}"#;
-        assert_eq!(parse_line(bad_time, &v).unwrap_err().reason, Reason::InvalidTime);
+        let bad_time =
+            r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"yesterday"}}"#;
+        assert_eq!(
+            parse_line(bad_time, &v).unwrap_err().reason,
+            Reason::InvalidTime
+        );
     }
 }

@@ -82,7 +82,9 @@ impl Event<'_> {
 }
 
 /// Why an event was rejected: stable snake_case names, part of the API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Reason {
     /// The line is not JSON, or not an `Event` in the proto3 JSON mapping.
     InvalidJson,
@@ -177,6 +179,9 @@ pub struct Rejection {
 impl Rejection {
     /// A rejection for `reason` with `message`.
     pub fn new(reason: Reason, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into() }
+        Self {
+            reason,
+            message: message.into(),
+        }
     }
 }

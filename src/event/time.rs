@@ -13,7 +13,9 @@ pub fn from_timestamp(seconds: i64, nanos: i32) -> Option<Nanos> {
     if !(0..NANOS_PER_SECOND as i32).contains(&nanos) {
         return None;
     }
-    seconds.checked_mul(NANOS_PER_SECOND)?.checked_add(i64::from(nanos))
+    seconds
+        .checked_mul(NANOS_PER_SECOND)?
+        .checked_add(i64::from(nanos))
 }
 
 /// Parses an RFC 3339 timestamp (`2026-11-01T10:00:04.250Z`, any offset,
@@ -85,7 +87,9 @@ pub fn format_rfc3339(time: Nanos) -> String {
 }
 
 fn digits(b: &[u8]) -> Option<i64> {
-    b.iter().try_fold(0i64, |acc, &c| c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0')))
+    b.iter().try_fold(0i64, |acc, &c| {
+        c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+    })
 }
 
 fn is_leap(year: i64) -> bool {
@@ -133,15 +137,29 @@ mod tests {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
         assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(parse_rfc3339("2026-11-01T10:00:04.250Z"), Some(1_793_527_204_250_000_000));
-        assert_eq!(parse_rfc3339("2024-02-29T00:00:00.000000001Z"), Some(1_709_164_800_000_000_001));
+        assert_eq!(
+            parse_rfc3339("2026-11-01T10:00:04.250Z"),
+            Some(1_793_527_204_250_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00.000000001Z"),
+            Some(1_709_164_800_000_000_001)
+        );
     }
 
     #[test]
     fn rejects_malformed() {
-        for text in ["", "2026-11-01", "2026-11-01T10:00:04", "2026-13-01T00:00:00Z", "2023-02-29T00:00:00Z",
-            "2026-11-01T24:00:00Z", "2026-11-01T10:00:04.Z", "2026-11-01T10:00:04.1234567890Z", "9999-12-31T23:59:59Z"]
-        {
+        for text in [
+            "",
+            "2026-11-01",
+            "2026-11-01T10:00:04",
+            "2026-13-01T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2026-11-01T24:00:00Z",
+            "2026-11-01T10:00:04.Z",
+            "2026-11-01T10:00:04.1234567890Z",
+            "9999-12-31T23:59:59Z",
+        ] {
             assert_eq!(parse_rfc3339(text), None, "{text}");
         }
     }

@@ -1,8 +1,10 @@
 //! Validation: every event is checked on its own and either becomes a domain
 //! event or a [`Rejection`] with a stable reason.
 
-use super::{id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection, DEFAULT_GROUP_NAME};
 use super::wire::EventView;
+use super::{
+    id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection, DEFAULT_GROUP_NAME,
+};
 use std::borrow::Cow;
 
 /// Grades of the configured interaction types.
@@ -28,7 +30,10 @@ impl GradeTable {
 
     /// The grade of interactions of type `name`.
     pub fn grade(&self, name: &str) -> Option<f64> {
-        self.grades.iter().find(|(known, _)| known == name).map(|(_, grade)| *grade)
+        self.grades
+            .iter()
+            .find(|(known, _)| known == name)
+            .map(|(_, grade)| *grade)
     }
 
     /// `(type, grade)` pairs sorted by type.
@@ -37,13 +42,21 @@ impl GradeTable {
     }
 
     fn names(&self) -> String {
-        self.grades.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+        self.grades
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
 impl Default for GradeTable {
     fn default() -> Self {
-        Self::new([("click".into(), 1.0), ("add_to_cart".into(), 2.0), ("purchase".into(), 3.0)])
+        Self::new([
+            ("click".into(), 1.0),
+            ("add_to_cart".into(), 2.0),
+            ("purchase".into(), 3.0),
+        ])
     }
 }
 
@@ -95,9 +108,17 @@ pub struct Validator {
 impl Validator {
     /// Validates an event read from the wire; `items` are its batch's item
     /// ids and `now` is the wall clock for the future check.
-    pub fn view<'a>(&self, event: &EventView<'a>, items: &[&'a str], now: Nanos) -> Result<Event<'a>, Rejection> {
+    pub fn view<'a>(
+        &self,
+        event: &EventView<'a>,
+        items: &[&'a str],
+        now: Nanos,
+    ) -> Result<Event<'a>, Rejection> {
         match event {
-            EventView::Empty => Err(Rejection::new(Reason::EmptyEvent, "event has neither an impression nor an interaction")),
+            EventView::Empty => Err(Rejection::new(
+                Reason::EmptyEvent,
+                "event has neither an impression nor an interaction",
+            )),
             EventView::Impression(m) => self
                 .impression(
                     RawImpression {
@@ -135,25 +156,41 @@ impl Validator {
         now: Option<Nanos>,
     ) -> Result<Impression<'m>, Rejection> {
         if raw.user_id.is_empty() {
-            return Err(Rejection::new(Reason::MissingUserId, "impression has no user_id"));
+            return Err(Rejection::new(
+                Reason::MissingUserId,
+                "impression has no user_id",
+            ));
         }
         if raw.request_id.is_empty() {
-            return Err(Rejection::new(Reason::MissingRequestId, "impression has no request_id; set a unique id per served list"));
+            return Err(Rejection::new(
+                Reason::MissingRequestId,
+                "impression has no request_id; set a unique id per served list",
+            ));
         }
         if raw.item_ids.is_empty() {
-            return Err(Rejection::new(Reason::EmptyItemIds, "impression has no item_ids; send the ranked list that was shown"));
+            return Err(Rejection::new(
+                Reason::EmptyItemIds,
+                "impression has no item_ids; send the ranked list that was shown",
+            ));
         }
         if raw.item_ids.len() > self.max_items {
             return Err(Rejection::new(
                 Reason::TooManyItems,
-                format!("impression lists {} items, more than max_items = {}", raw.item_ids.len(), self.max_items),
+                format!(
+                    "impression lists {} items, more than max_items = {}",
+                    raw.item_ids.len(),
+                    self.max_items
+                ),
             ));
         }
         let mut items = Vec::with_capacity(raw.item_ids.len());
         for (rank, id) in raw.item_ids.iter().enumerate() {
             let id = id.as_ref();
             if id.is_empty() {
-                return Err(Rejection::new(Reason::EmptyItemId, format!("item_ids[{rank}] is empty")));
+                return Err(Rejection::new(
+                    Reason::EmptyItemId,
+                    format!("item_ids[{rank}] is empty"),
+                ));
             }
             items.push(id_hash(id));
         }
@@ -176,23 +213,40 @@ impl Validator {
     }
 
     /// Validates an interaction and resolves its grade.
-    pub fn interaction(&self, raw: RawInteraction<'_>, now: Option<Nanos>) -> Result<Interaction, Rejection> {
+    pub fn interaction(
+        &self,
+        raw: RawInteraction<'_>,
+        now: Option<Nanos>,
+    ) -> Result<Interaction, Rejection> {
         if raw.user_id.is_empty() {
-            return Err(Rejection::new(Reason::MissingUserId, "interaction has no user_id"));
+            return Err(Rejection::new(
+                Reason::MissingUserId,
+                "interaction has no user_id",
+            ));
         }
         if raw.item_id.is_empty() {
-            return Err(Rejection::new(Reason::MissingItemId, "interaction has no item_id"));
+            return Err(Rejection::new(
+                Reason::MissingItemId,
+                "interaction has no item_id",
+            ));
         }
         if raw.kind.is_empty() {
             return Err(Rejection::new(
                 Reason::MissingType,
-                format!("interaction has no type; configured: {}", self.grades.names()),
+                format!(
+                    "interaction has no type; configured: {}",
+                    self.grades.names()
+                ),
             ));
         }
         let Some(type_grade) = self.grades.grade(raw.kind) else {
             return Err(Rejection::new(
                 Reason::UnknownType,
-                format!("unknown interaction type {:?}; configured: {}", raw.kind, self.grades.names()),
+                format!(
+                    "unknown interaction type {:?}; configured: {}",
+                    raw.kind,
+                    self.grades.names()
+                ),
             ));
         };
         let grade = match raw.grade {
@@ -219,7 +273,12 @@ impl Validator {
 
     fn time(&self, time: RawTime, now: Option<Nanos>) -> Result<Nanos, Rejection> {
         let time = match time {
-            RawTime::Missing => return Err(Rejection::new(Reason::MissingTime, "event has no time; set the event time")),
+            RawTime::Missing => {
+                return Err(Rejection::new(
+                    Reason::MissingTime,
+                    "event has no time; set the event time",
+                ))
+            }
             RawTime::Invalid => {
                 return Err(Rejection::new(
                     Reason::InvalidTime,
@@ -259,7 +318,11 @@ fn first_repeat(items: &[u64]) -> Option<usize> {
     }
     let mut sorted: Vec<(u64, usize)> = items.iter().copied().zip(0..).collect();
     sorted.sort_unstable();
-    sorted.windows(2).filter(|pair| pair[0].0 == pair[1].0).map(|pair| pair[1].1.max(pair[0].1)).min()
+    sorted
+        .windows(2)
+        .filter(|pair| pair[0].0 == pair[1].0)
+        .map(|pair| pair[1].1.max(pair[0].1))
+        .min()
 }
 
 #[cfg(test)]
@@ -267,7 +330,11 @@ mod tests {
     use super::*;
 
     fn validator() -> Validator {
-        Validator { grades: GradeTable::default(), max_items: 3, max_future_skew: Some(10) }
+        Validator {
+            grades: GradeTable::default(),
+            max_items: 3,
+            max_future_skew: Some(10),
+        }
     }
 
     fn impression<'a>(items: &'a [&'a str]) -> RawImpression<'a, 'a, &'a str> {
@@ -282,27 +349,71 @@ mod tests {
     }
 
     fn interaction(kind: &str) -> RawInteraction<'_> {
-        RawInteraction { event_id: "", user_id: "u", item_id: "a", request_id: "", kind, time: RawTime::At(5), grade: None }
+        RawInteraction {
+            event_id: "",
+            user_id: "u",
+            item_id: "a",
+            request_id: "",
+            kind,
+            time: RawTime::At(5),
+            grade: None,
+        }
     }
 
     #[test]
     fn accepts_a_valid_impression_with_default_model() {
-        let event = validator().impression(impression(&["a", "b"]), Some(0)).unwrap();
-        assert_eq!((&*event.model, &*event.surface, event.items.len()), ("default", "home", 2));
+        let event = validator()
+            .impression(impression(&["a", "b"]), Some(0))
+            .unwrap();
+        assert_eq!(
+            (&*event.model, &*event.surface, event.items.len()),
+            ("default", "home", 2)
+        );
     }
 
     #[test]
     fn rejects_each_bad_impression_with_its_reason() {
         let v = validator();
-        let reason = |raw: RawImpression<'_, '_, &str>| v.impression(raw, Some(0)).unwrap_err().reason;
+        let reason =
+            |raw: RawImpression<'_, '_, &str>| v.impression(raw, Some(0)).unwrap_err().reason;
         assert_eq!(reason(impression(&[])), Reason::EmptyItemIds);
-        assert_eq!(reason(impression(&["a", "b", "c", "d"])), Reason::TooManyItems);
-        assert_eq!(reason(impression(&["a", "b", "a"])), Reason::DuplicateItemId);
+        assert_eq!(
+            reason(impression(&["a", "b", "c", "d"])),
+            Reason::TooManyItems
+        );
+        assert_eq!(
+            reason(impression(&["a", "b", "a"])),
+            Reason::DuplicateItemId
+        );
         assert_eq!(reason(impression(&["a", ""])), Reason::EmptyItemId);
-        assert_eq!(reason(RawImpression { user_id: "", ..impression(&["a"]) }), Reason::MissingUserId);
-        assert_eq!(reason(RawImpression { request_id: "", ..impression(&["a"]) }), Reason::MissingRequestId);
-        assert_eq!(reason(RawImpression { time: RawTime::Missing, ..impression(&["a"]) }), Reason::MissingTime);
-        assert_eq!(reason(RawImpression { time: RawTime::At(11), ..impression(&["a"]) }), Reason::TimeInFuture);
+        assert_eq!(
+            reason(RawImpression {
+                user_id: "",
+                ..impression(&["a"])
+            }),
+            Reason::MissingUserId
+        );
+        assert_eq!(
+            reason(RawImpression {
+                request_id: "",
+                ..impression(&["a"])
+            }),
+            Reason::MissingRequestId
+        );
+        assert_eq!(
+            reason(RawImpression {
+                time: RawTime::Missing,
+                ..impression(&["a"])
+            }),
+            Reason::MissingTime
+        );
+        assert_eq!(
+            reason(RawImpression {
+                time: RawTime::At(11),
+                ..impression(&["a"])
+            }),
+            Reason::TimeInFuture
+        );
     }
 
     #[test]
@@ -316,15 +427,30 @@ mod tests {
     #[test]
     fn resolves_grades_and_names_configured_types() {
         let v = validator();
-        assert_eq!(v.interaction(interaction("purchase"), None).unwrap().grade, 3.0);
-        let explicit = RawInteraction { grade: Some(0.5), ..interaction("click") };
+        assert_eq!(
+            v.interaction(interaction("purchase"), None).unwrap().grade,
+            3.0
+        );
+        let explicit = RawInteraction {
+            grade: Some(0.5),
+            ..interaction("click")
+        };
         assert_eq!(v.interaction(explicit, None).unwrap().grade, 0.5);
         let unknown = v.interaction(interaction("clik"), None).unwrap_err();
         assert_eq!(unknown.reason, Reason::UnknownType);
-        assert_eq!(unknown.message, r#"unknown interaction type "clik"; configured: add_to_cart, click, purchase"#);
+        assert_eq!(
+            unknown.message,
+            r#"unknown interaction type "clik"; configured: add_to_cart, click, purchase"#
+        );
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            let raw = RawInteraction { grade: Some(bad), ..interaction("click") };
-            assert_eq!(v.interaction(raw, None).unwrap_err().reason, Reason::InvalidGrade);
+            let raw = RawInteraction {
+                grade: Some(bad),
+                ..interaction("click")
+            };
+            assert_eq!(
+                v.interaction(raw, None).unwrap_err().reason,
+                Reason::InvalidGrade
+            );
         }
     }
 }

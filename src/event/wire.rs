@@ -87,7 +87,10 @@ fn parse_event<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<EventVie
     Ok(event)
 }
 
-fn parse_impression<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<ImpressionView<'a>, WireError> {
+fn parse_impression<'a>(
+    bytes: &'a [u8],
+    items: &mut Vec<&'a str>,
+) -> Result<ImpressionView<'a>, WireError> {
     let start = items.len();
     let mut m = ImpressionView::default();
     let mut reader = Reader { bytes };
@@ -165,9 +168,14 @@ impl<'a> Reader<'a> {
         }
         let value = match key & 7 {
             0 => Value::Varint(self.varint()?),
-            1 => Value::Fixed64(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| WireError("short fixed64"))?)),
+            1 => Value::Fixed64(u64::from_le_bytes(
+                self.take(8)?
+                    .try_into()
+                    .map_err(|_| WireError("short fixed64"))?,
+            )),
             2 => {
-                let len = usize::try_from(self.varint()?).map_err(|_| WireError("length too large"))?;
+                let len =
+                    usize::try_from(self.varint()?).map_err(|_| WireError("length too large"))?;
                 Value::Bytes(self.take(len)?)
             }
             5 => {
@@ -216,46 +224,69 @@ mod tests {
         let batch = EventBatch {
             sequence: 42,
             events: vec![
-                Event { kind: Some(Kind::Impression(Impression {
-                    request_id: "r1".into(),
-                    user_id: "u1".into(),
-                    item_ids: vec!["a".into(), "b".into()],
-                    time: timestamp(1_793_527_200, 5),
-                    model: "v7".into(),
-                    surface: String::new(),
-                })) },
+                Event {
+                    kind: Some(Kind::Impression(Impression {
+                        request_id: "r1".into(),
+                        user_id: "u1".into(),
+                        item_ids: vec!["a".into(), "b".into()],
+                        time: timestamp(1_793_527_200, 5),
+                        model: "v7".into(),
+                        surface: String::new(),
+                    })),
+                },
                 Event { kind: None },
-                Event { kind: Some(Kind::Interaction(Interaction {
-                    event_id: "e1".into(),
-                    user_id: "u1".into(),
-                    item_id: "b".into(),
-                    request_id: String::new(),
-                    r#type: "click".into(),
-                    time: timestamp(-1, 0),
-                    grade: Some(2.5),
-                })) },
+                Event {
+                    kind: Some(Kind::Interaction(Interaction {
+                        event_id: "e1".into(),
+                        user_id: "u1".into(),
+                        item_id: "b".into(),
+                        request_id: String::new(),
+                        r#type: "click".into(),
+                        time: timestamp(-1, 0),
+                        grade: Some(2.5),
+                    })),
+                },
             ],
         };
         let bytes = batch.encode_to_vec();
         let view = parse_batch(&bytes).unwrap();
         assert_eq!(view.sequence, 42);
         assert_eq!(view.items, ["a", "b"]);
-        let EventView::Impression(m) = &view.events[0] else { panic!("impression expected") };
-        assert_eq!((m.request_id, m.user_id, m.model, m.surface), ("r1", "u1", "v7", ""));
+        let EventView::Impression(m) = &view.events[0] else {
+            panic!("impression expected")
+        };
+        assert_eq!(
+            (m.request_id, m.user_id, m.model, m.surface),
+            ("r1", "u1", "v7", "")
+        );
         assert_eq!(m.time, Some(RawTime::At(1_793_527_200_000_000_005)));
         assert_eq!(view.events[1], EventView::Empty);
-        let EventView::Interaction(x) = &view.events[2] else { panic!("interaction expected") };
-        assert_eq!((x.event_id, x.item_id, x.kind, x.grade), ("e1", "b", "click", Some(2.5)));
+        let EventView::Interaction(x) = &view.events[2] else {
+            panic!("interaction expected")
+        };
+        assert_eq!(
+            (x.event_id, x.item_id, x.kind, x.grade),
+            ("e1", "b", "click", Some(2.5))
+        );
         assert_eq!(x.time, Some(RawTime::At(-1_000_000_000)));
     }
 
     #[test]
     fn refuses_what_is_not_an_event_batch() {
-        assert!(parse_batch(&[0x12, 0x05, 0x0a]).is_err(), "a length past the end");
+        assert!(
+            parse_batch(&[0x12, 0x05, 0x0a]).is_err(),
+            "a length past the end"
+        );
         assert!(parse_batch(&[0xff; 11]).is_err(), "an endless varint");
         assert!(parse_batch(&[0x0b]).is_err(), "a group wire type");
-        assert!(parse_batch(&[0x12, 0x04, 0x12, 0x02, 0x12, 0x00]).is_ok(), "nested empty messages");
+        assert!(
+            parse_batch(&[0x12, 0x04, 0x12, 0x02, 0x12, 0x00]).is_ok(),
+            "nested empty messages"
+        );
         let bad_utf8 = [0x12, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe];
-        assert_eq!(parse_batch(&bad_utf8).unwrap_err(), WireError("a string field is not valid UTF-8"));
+        assert_eq!(
+            parse_batch(&bad_utf8).unwrap_err(),
+            WireError("a string field is not valid UTF-8")
+        );
     }
 }

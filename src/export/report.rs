@@ -61,7 +61,10 @@ pub struct MeanPair {
 
 impl From<MetricMeans> for MeanPair {
     fn from(means: MetricMeans) -> Self {
-        Self { all: means.all, engaged: means.engaged }
+        Self {
+            all: means.all,
+            engaged: means.engaged,
+        }
     }
 }
 
@@ -72,17 +75,27 @@ impl ReportCounters {
             impressions: counters.impressions,
             interactions: counters.interactions,
             credited: counters.credited,
-            unattributed: Unattributed::ALL.iter().map(|r| (r.as_str(), counters.unattributed_count(*r))).collect(),
+            unattributed: Unattributed::ALL
+                .iter()
+                .map(|r| (r.as_str(), counters.unattributed_count(*r)))
+                .collect(),
             late: BTreeMap::from([("impressions", counters.late_impressions)]),
             duplicates: BTreeMap::from([
                 ("impressions", counters.duplicate_impressions),
                 ("interactions", counters.duplicate_interactions),
             ]),
-            rejected: counters.rejected.iter().map(|(reason, n)| (reason.as_str(), *n)).collect(),
-            shed: [("impressions", counters.shed_impressions), ("interactions", counters.shed_interactions)]
-                .into_iter()
-                .filter(|(_, n)| *n > 0)
+            rejected: counters
+                .rejected
+                .iter()
+                .map(|(reason, n)| (reason.as_str(), *n))
                 .collect(),
+            shed: [
+                ("impressions", counters.shed_impressions),
+                ("interactions", counters.shed_interactions),
+            ]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
         }
     }
 }
@@ -96,7 +109,9 @@ impl Report {
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
     pub fn window(engine: &Engine, settings: &EngineSettings, index: usize) -> Self {
         let frontier = engine.frontier().unwrap_or(0);
-        Self::build(engine, settings, |aggregates| aggregates.windows.totals(index, frontier))
+        Self::build(engine, settings, |aggregates| {
+            aggregates.windows.totals(index, frontier)
+        })
     }
 
     fn build(
@@ -109,7 +124,9 @@ impl Report {
             .aggregates()
             .iter()
             .zip(engine.group_names())
-            .map(|(aggregates, (model, surface))| group_report(model, surface, &totals_of(aggregates), ks))
+            .map(|(aggregates, (model, surface))| {
+                group_report(model, surface, &totals_of(aggregates), ks)
+            })
             .filter(|group| group.lists > 0)
             .collect();
         groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
@@ -140,10 +157,18 @@ impl Report {
             c.duplicates["impressions"],
             c.duplicates["interactions"],
         );
-        let rejected = if c.rejected.is_empty() { "none".to_owned() } else { join_counts(&c.rejected) };
+        let rejected = if c.rejected.is_empty() {
+            "none".to_owned()
+        } else {
+            join_counts(&c.rejected)
+        };
         let _ = writeln!(out, "rejected: {rejected}\n");
         let names = ["hit_rate", "mrr", "ndcg", "map", "precision", "recall"];
-        let _ = write!(out, "{:<14} {:<14} {:>7} {:>7} {:>4}", "model", "surface", "lists", "engaged", "K");
+        let _ = write!(
+            out,
+            "{:<14} {:<14} {:>7} {:>7} {:>4}",
+            "model", "surface", "lists", "engaged", "K"
+        );
         for name in names {
             let _ = write!(out, " {name:>9}");
         }
@@ -156,7 +181,10 @@ impl Report {
                     group.model, group.surface, group.lists, group.engaged_lists, k
                 );
                 for name in names {
-                    let mean = group.metrics.get(&format!("{name}@{k}")).map_or(0.0, |m| m.all);
+                    let mean = group
+                        .metrics
+                        .get(&format!("{name}@{k}"))
+                        .map_or(0.0, |m| m.all);
                     let _ = write!(out, " {mean:>9.4}");
                 }
                 out.push('\n');
@@ -168,7 +196,11 @@ impl Report {
 }
 
 fn join_counts(counts: &BTreeMap<&'static str, u64>) -> String {
-    counts.iter().map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) -> GroupReport {

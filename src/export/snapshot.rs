@@ -42,7 +42,11 @@ impl Snapshot {
                 surface: surface.clone(),
                 totals: aggregates.totals.clone(),
                 windows: (0..window_count)
-                    .map(|index| frontier.map(|f| aggregates.windows.totals(index, f)).unwrap_or_default())
+                    .map(|index| {
+                        frontier
+                            .map(|f| aggregates.windows.totals(index, f))
+                            .unwrap_or_default()
+                    })
                     .collect(),
             })
             .collect();

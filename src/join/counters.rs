@@ -16,7 +16,11 @@ pub enum Unattributed {
 
 impl Unattributed {
     /// Every reason, in report order.
-    pub const ALL: [Unattributed; 3] = [Unattributed::NoImpression, Unattributed::NotInList, Unattributed::OutsideWindow];
+    pub const ALL: [Unattributed; 3] = [
+        Unattributed::NoImpression,
+        Unattributed::NotInList,
+        Unattributed::OutsideWindow,
+    ];
 
     /// The stable name in reports and series.
     pub fn as_str(self) -> &'static str {

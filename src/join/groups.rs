@@ -23,12 +23,22 @@ pub struct Groups {
 impl Groups {
     /// A registry holding at most `max_groups` named groups plus the overflow group.
     pub fn new(max_groups: usize) -> Self {
-        Self { names: Vec::new(), ids: HashMap::new(), max_groups, overflow: None, overflowed: 0 }
+        Self {
+            names: Vec::new(),
+            ids: HashMap::new(),
+            max_groups,
+            overflow: None,
+            overflowed: 0,
+        }
     }
 
     /// The id of `(model, surface)`, registering it if there is room.
     pub fn id(&mut self, model: &str, surface: &str) -> GroupId {
-        if let Some(&id) = self.ids.get(model).and_then(|surfaces| surfaces.get(surface)) {
+        if let Some(&id) = self
+            .ids
+            .get(model)
+            .and_then(|surfaces| surfaces.get(surface))
+        {
             return id;
         }
         if self.names.len() - usize::from(self.overflow.is_some()) >= self.max_groups {
@@ -48,7 +58,10 @@ impl Groups {
     fn register(&mut self, model: &str, surface: &str) -> GroupId {
         let id = self.names.len() as GroupId;
         self.names.push((model.to_owned(), surface.to_owned()));
-        self.ids.entry(model.to_owned()).or_default().insert(surface.to_owned(), id);
+        self.ids
+            .entry(model.to_owned())
+            .or_default()
+            .insert(surface.to_owned(), id);
         id
     }
 

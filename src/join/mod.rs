@@ -84,7 +84,9 @@ pub struct Engine {
 impl Engine {
     /// An empty engine.
     pub fn new(settings: JoinSettings, evaluator: ListEvaluator) -> Self {
-        let shards = (0..settings.shards.max(1)).map(|_| HashMap::default()).collect();
+        let shards = (0..settings.shards.max(1))
+            .map(|_| HashMap::default())
+            .collect();
         let width = evaluator.width();
         Self {
             groups: Groups::new(settings.max_groups),
@@ -106,12 +108,14 @@ impl Engine {
 
     /// The watermark `W = T − L`, once an event has been accepted.
     pub fn watermark(&self) -> Option<Nanos> {
-        self.max_time.map(|t| t.saturating_sub(self.settings.allowed_lateness))
+        self.max_time
+            .map(|t| t.saturating_sub(self.settings.allowed_lateness))
     }
 
     /// The finalization frontier `W − A`: every list shown at or before it is final.
     pub fn frontier(&self) -> Option<Nanos> {
-        self.watermark().map(|w| w.saturating_sub(self.settings.attribution_window))
+        self.watermark()
+            .map(|w| w.saturating_sub(self.settings.attribution_window))
     }
 
     /// Applies one accepted event, then moves the watermark past its time.
@@ -135,7 +139,9 @@ impl Engine {
             return;
         }
         self.max_time = Some(time);
-        let Some(watermark) = self.watermark() else { return };
+        let Some(watermark) = self.watermark() else {
+            return;
+        };
         while let Some(&Reverse((deadline, user, seq))) = self.deadlines.peek() {
             if deadline > watermark {
                 break;
@@ -216,7 +222,11 @@ impl Engine {
             return;
         }
         let user_id = impression.user;
-        if self.shard(user_id).get(&user_id).is_some_and(|user| user.has_open_request(impression.request)) {
+        if self
+            .shard(user_id)
+            .get(&user_id)
+            .is_some_and(|user| user.has_open_request(impression.request))
+        {
             self.counters.duplicate_impressions += 1;
             return;
         }
@@ -247,7 +257,9 @@ impl Engine {
             return;
         }
         // One that finds nothing when the watermark has passed it gives up at once.
-        let gives_up = self.max_time.is_some_and(|t| interaction.time <= t.saturating_sub(self.settings.allowed_lateness));
+        let gives_up = self
+            .max_time
+            .is_some_and(|t| interaction.time <= t.saturating_sub(self.settings.allowed_lateness));
         if gives_up || self.waiting_interactions >= self.settings.max_waiting_interactions {
             if user.is_empty() {
                 self.shards[index].remove(&user_id);
@@ -264,7 +276,8 @@ impl Engine {
         user.waiting.reserve_exact(1);
         user.waiting.push(Waiting { seq, interaction });
         self.waiting_interactions += 1;
-        self.give_ups.push(Reverse((interaction.time, user_id, seq)));
+        self.give_ups
+            .push(Reverse((interaction.time, user_id, seq)));
     }
 
     fn seq(&mut self) -> u64 {
@@ -274,8 +287,12 @@ impl Engine {
 
     fn give_up(&mut self, user_id: u64, seq: u64) {
         let shard = self.shard(user_id);
-        let Some(user) = shard.get_mut(&user_id) else { return };
-        let Some(position) = user.waiting.iter().position(|w| w.seq == seq) else { return };
+        let Some(user) = shard.get_mut(&user_id) else {
+            return;
+        };
+        let Some(position) = user.waiting.iter().position(|w| w.seq == seq) else {
+            return;
+        };
         user.waiting.remove(position);
         if user.is_empty() {
             shard.remove(&user_id);
@@ -286,8 +303,12 @@ impl Engine {
 
     fn finalize(&mut self, user_id: u64, seq: u64) {
         let shard = self.shard(user_id);
-        let Some(user) = shard.get_mut(&user_id) else { return };
-        let Some(position) = user.open.iter().position(|m| m.seq == seq) else { return };
+        let Some(user) = shard.get_mut(&user_id) else {
+            return;
+        };
+        let Some(position) = user.open.iter().position(|m| m.seq == seq) else {
+            return;
+        };
         let list = user.open.remove(position);
         if user.is_empty() {
             shard.remove(&user_id);
@@ -328,7 +349,10 @@ mod tests {
             max_waiting_interactions: max_waiting,
             windows: vec![],
         };
-        Engine::new(settings, ListEvaluator::new(MetricSettings::default(), &[1, 5]))
+        Engine::new(
+            settings,
+            ListEvaluator::new(MetricSettings::default(), &[1, 5]),
+        )
     }
 
     fn impression(user: &str, request: &str, items: &[&str], time: Nanos) -> Event<'static> {
@@ -361,7 +385,13 @@ mod tests {
         assert_eq!(engine.waiting_interactions(), 2);
         engine.apply(impression("u", "r1", &["a", "b"], 4 * S));
         let counters = engine.counters();
-        assert_eq!((counters.credited, counters.unattributed_count(Unattributed::NotInList)), (1, 1));
+        assert_eq!(
+            (
+                counters.credited,
+                counters.unattributed_count(Unattributed::NotInList)
+            ),
+            (1, 1)
+        );
         assert_eq!(engine.waiting_interactions(), 0);
     }
 
@@ -394,7 +424,10 @@ mod tests {
         let counters = engine.counters();
         assert_eq!((counters.impressions, counters.shed_impressions), (1, 1));
         assert_eq!((counters.interactions, counters.shed_interactions), (1, 1));
-        assert_eq!((engine.open_impressions(), engine.waiting_interactions()), (1, 1));
+        assert_eq!(
+            (engine.open_impressions(), engine.waiting_interactions()),
+            (1, 1)
+        );
     }
 
     #[test]
@@ -404,8 +437,17 @@ mod tests {
         engine.apply(click("u", "a", None, 900 * S));
         assert_eq!(engine.waiting_interactions(), 0);
         engine.apply(impression("u", "r1", &["a", "b"], 800 * S));
-        assert_eq!(engine.counters().credited, 0, "the click gave up before r1 arrived");
-        assert_eq!(engine.counters().unattributed_count(Unattributed::NoImpression), 1);
+        assert_eq!(
+            engine.counters().credited,
+            0,
+            "the click gave up before r1 arrived"
+        );
+        assert_eq!(
+            engine
+                .counters()
+                .unattributed_count(Unattributed::NoImpression),
+            1
+        );
     }
 
     #[test]
@@ -414,8 +456,17 @@ mod tests {
         engine.apply(impression("u", "r1", &["a"], 0));
         engine.apply(click("v", "a", None, S));
         engine.apply(impression("w", "r2", &["a"], 330 * S));
-        assert_eq!(engine.open_impressions(), 1, "r1 closed at 0 + 300 <= 330 - 30");
-        assert_eq!(engine.counters().unattributed_count(Unattributed::NoImpression), 1);
+        assert_eq!(
+            engine.open_impressions(),
+            1,
+            "r1 closed at 0 + 300 <= 330 - 30"
+        );
+        assert_eq!(
+            engine
+                .counters()
+                .unattributed_count(Unattributed::NoImpression),
+            1
+        );
         engine.apply(impression("u", "r3", &["a"], 0));
         assert_eq!(engine.counters().late_impressions, 1);
     }

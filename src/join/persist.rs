@@ -21,8 +21,11 @@ pub struct EngineState {
 impl Engine {
     /// A copy of the state, in a deterministic order.
     pub fn state(&self) -> EngineState {
-        let mut users: Vec<(u64, UserState)> =
-            self.shards.iter().flat_map(|shard| shard.iter().map(|(id, user)| (*id, user.clone()))).collect();
+        let mut users: Vec<(u64, UserState)> = self
+            .shards
+            .iter()
+            .flat_map(|shard| shard.iter().map(|(id, user)| (*id, user.clone())))
+            .collect();
         users.sort_unstable_by_key(|(id, _)| *id);
         EngineState {
             max_time: self.max_time,
@@ -47,10 +50,14 @@ impl Engine {
         let window = engine.settings.attribution_window;
         for (id, user) in state.users {
             for open in &user.open {
-                engine.deadlines.push(Reverse((open.time.saturating_add(window), id, open.seq)));
+                engine
+                    .deadlines
+                    .push(Reverse((open.time.saturating_add(window), id, open.seq)));
             }
             for waiting in &user.waiting {
-                engine.give_ups.push(Reverse((waiting.interaction.time, id, waiting.seq)));
+                engine
+                    .give_ups
+                    .push(Reverse((waiting.interaction.time, id, waiting.seq)));
             }
             engine.open_impressions += user.open.len();
             engine.waiting_interactions += user.waiting.len();

@@ -52,7 +52,9 @@ impl OpenImpression {
 
     /// The rank index of the interaction's item, when the interaction matches (SPEC §3 rule 2).
     fn matching_rank(&self, x: &Interaction, window: Nanos) -> Option<usize> {
-        self.in_window(x.time, window).then(|| self.rank_of(x.item)).flatten()
+        self.in_window(x.time, window)
+            .then(|| self.rank_of(x.item))
+            .flatten()
     }
 
     fn has_credited_event(&self, event: Option<u64>) -> bool {
@@ -62,7 +64,11 @@ impl OpenImpression {
     fn credit(&mut self, rank: usize, x: &Interaction, counters: &mut Counters) {
         counters.credited += 1;
         self.credits.reserve_exact(1);
-        self.credits.push(Credit { rank: rank as u32, grade: x.grade, event: x.event.unwrap_or(0) });
+        self.credits.push(Credit {
+            rank: rank as u32,
+            grade: x.grade,
+            event: x.event.unwrap_or(0),
+        });
     }
 
     /// Why an interaction that named this impression does not match it.
@@ -121,7 +127,11 @@ impl UserState {
     /// Adds a newly opened impression in (time, arrival) order; it is
     /// usually the latest, so the search starts from the end.
     pub fn insert_open(&mut self, open: OpenImpression) {
-        let index = self.open.iter().rposition(|m| m.time <= open.time).map_or(0, |i| i + 1);
+        let index = self
+            .open
+            .iter()
+            .rposition(|m| m.time <= open.time)
+            .map_or(0, |i| i + 1);
         // Most users hold one list at a time: grow by one, not by the default four.
         self.open.reserve_exact(1);
         self.open.insert(index, open);
@@ -144,13 +154,17 @@ impl UserState {
             },
             None => self.latest_match(&x, window),
         };
-        let waiting_retry = x.event.is_some() && self.waiting.iter().any(|w| w.interaction.event == x.event);
-        let credited_retry = target.is_some_and(|(index, _)| self.open[index].has_credited_event(x.event));
+        let waiting_retry =
+            x.event.is_some() && self.waiting.iter().any(|w| w.interaction.event == x.event);
+        let credited_retry =
+            target.is_some_and(|(index, _)| self.open[index].has_credited_event(x.event));
         if waiting_retry || credited_retry {
             counters.duplicate_interactions += 1;
             return true;
         }
-        let Some((index, rank)) = target else { return false };
+        let Some((index, rank)) = target else {
+            return false;
+        };
         counters.interactions += 1;
         self.open[index].credit(rank, &x, counters);
         true
@@ -173,7 +187,12 @@ impl UserState {
 
     /// Settles the waiting interactions that a newly opened impression
     /// claims, in arrival order; returns how many left the waiting list.
-    pub fn claim_waiting(&mut self, open: &mut OpenImpression, window: Nanos, counters: &mut Counters) -> usize {
+    pub fn claim_waiting(
+        &mut self,
+        open: &mut OpenImpression,
+        window: Nanos,
+        counters: &mut Counters,
+    ) -> usize {
         let before = self.waiting.len();
         self.waiting.retain(|w| {
             let x = &w.interaction;

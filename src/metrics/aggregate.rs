@@ -26,7 +26,11 @@ pub struct MetricMeans {
 impl GroupTotals {
     /// Empty totals for rows of `width` values.
     pub fn new(width: usize) -> Self {
-        Self { lists: 0, engaged: 0, sums: vec![0.0; width] }
+        Self {
+            lists: 0,
+            engaged: 0,
+            sums: vec![0.0; width],
+        }
     }
 
     /// Adds one finalized list's values.
@@ -54,6 +58,9 @@ impl GroupTotals {
     pub fn means(&self, slot: usize) -> MetricMeans {
         let sum = self.sums.get(slot).copied().unwrap_or(0.0);
         let mean = |count: u64| if count == 0 { 0.0 } else { sum / count as f64 };
-        MetricMeans { all: mean(self.lists), engaged: mean(self.engaged) }
+        MetricMeans {
+            all: mean(self.lists),
+            engaged: mean(self.engaged),
+        }
     }
 }

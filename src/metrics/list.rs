@@ -64,7 +64,11 @@ pub struct MetricSettings {
 
 impl Default for MetricSettings {
     fn default() -> Self {
-        Self { gain: Gain::Linear, discount: Discount::Log2, half_life: 5.0 }
+        Self {
+            gain: Gain::Linear,
+            discount: Discount::Log2,
+            half_life: 5.0,
+        }
     }
 }
 
@@ -144,10 +148,20 @@ impl ListEvaluator {
         ks.sort_unstable();
         ks.dedup();
         let max_k = ks.last().copied().unwrap_or(0);
-        let discounts = (1..=max_k).map(|rank| settings.discount.at_rank(rank)).collect();
-        let half_life_weights =
-            (0..max_k).map(|j| (-(j as f64) / (settings.half_life - 1.0)).exp2()).collect();
-        Self { settings, ks, discounts, half_life_weights, ideal: Vec::new(), seen_positive: Vec::new() }
+        let discounts = (1..=max_k)
+            .map(|rank| settings.discount.at_rank(rank))
+            .collect();
+        let half_life_weights = (0..max_k)
+            .map(|j| (-(j as f64) / (settings.half_life - 1.0)).exp2())
+            .collect();
+        Self {
+            settings,
+            ks,
+            discounts,
+            half_life_weights,
+            ideal: Vec::new(),
+            seen_positive: Vec::new(),
+        }
     }
 
     /// The cutoffs, ascending: row `i` of [`evaluate`](Self::evaluate)'s output is `ks()[i]`.
@@ -165,7 +179,8 @@ impl ListEvaluator {
     pub fn evaluate(&mut self, grades: &[f64], out: &mut [f64]) {
         assert_eq!(out.len(), self.width(), "output row has the wrong width");
         self.ideal.clear();
-        self.ideal.extend(grades.iter().copied().filter(|&g| g > 0.0));
+        self.ideal
+            .extend(grades.iter().copied().filter(|&g| g > 0.0));
         self.ideal.sort_unstable_by(|a, b| b.total_cmp(a));
         self.seen_positive.clear();
         let relevant_total = self.ideal.len() as f64;
@@ -184,13 +199,21 @@ impl ListEvaluator {
                 pass.ideal_half_life += gain.apply(*ideal) * self.half_life_weights[j];
             }
             while next_k < self.ks.len() && self.ks[next_k] == j + 1 {
-                pass.write(self.ks[next_k], relevant_total, &mut out[next_k * Metric::COUNT..]);
+                pass.write(
+                    self.ks[next_k],
+                    relevant_total,
+                    &mut out[next_k * Metric::COUNT..],
+                );
                 next_k += 1;
             }
         }
         // Cutoffs beyond the list's length see the whole list.
         while next_k < self.ks.len() {
-            pass.write(self.ks[next_k], relevant_total, &mut out[next_k * Metric::COUNT..]);
+            pass.write(
+                self.ks[next_k],
+                relevant_total,
+                &mut out[next_k * Metric::COUNT..],
+            );
             next_k += 1;
         }
     }
@@ -251,7 +274,9 @@ impl Pass {
         row[Metric::Ndcg as usize] = ratio(self.dcg, self.ideal_dcg);
         row[Metric::Dcg as usize] = self.dcg;
         row[Metric::HalfLifeUtility as usize] = ratio(self.half_life, self.ideal_half_life);
-        row[Metric::PairwiseAccuracy as usize] =
-            ratio(self.concordant_pairs, self.concordant_pairs + self.discordant_pairs);
+        row[Metric::PairwiseAccuracy as usize] = ratio(
+            self.concordant_pairs,
+            self.concordant_pairs + self.discordant_pairs,
+        );
     }
 }

@@ -43,7 +43,8 @@ impl Encoder for AckEncoder {
     type Error = Status;
 
     fn encode(&mut self, ack: IngestAck, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        ack.encode(buf).map_err(|e| Status::internal(format!("encoding an ack: {e}")))
+        ack.encode(buf)
+            .map_err(|e| Status::internal(format!("encoding an ack: {e}")))
     }
 }
 

@@ -28,14 +28,27 @@ pub struct CollectorService {
 impl CollectorService {
     /// A collector feeding `engine`, with at most `max_streams` concurrent
     /// ingest streams, each with at most `max_inflight_batches` unacknowledged batches.
-    pub fn new(engine: EngineHandle, max_streams: usize, max_inflight_batches: usize, shutdown: CancellationToken) -> Self {
-        Self { engine, streams: Arc::new(Semaphore::new(max_streams)), max_streams, max_inflight_batches, shutdown }
+    pub fn new(
+        engine: EngineHandle,
+        max_streams: usize,
+        max_inflight_batches: usize,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            engine,
+            streams: Arc::new(Semaphore::new(max_streams)),
+            max_streams,
+            max_inflight_batches,
+            shutdown,
+        }
     }
 }
 
 /// Wall-clock time now, for the `time_in_future` check.
 pub fn wall_clock() -> Nanos {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as Nanos)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as Nanos)
 }
 
 fn engine_stopped() -> Status {
@@ -62,7 +75,10 @@ type Pending = (Instant, oneshot::Receiver<Applied>);
 impl Collector for CollectorService {
     type IngestStream = AckStream;
 
-    async fn ingest(&self, request: Request<Streaming<RawBatch>>) -> Result<Response<AckStream>, Status> {
+    async fn ingest(
+        &self,
+        request: Request<Streaming<RawBatch>>,
+    ) -> Result<Response<AckStream>, Status> {
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
             metrics::counter!("rankwatch_streams_refused_total").increment(1);
             return Err(Status::resource_exhausted(format!(
@@ -107,7 +123,8 @@ impl Collector for CollectorService {
         tokio::spawn(async move {
             while let Some((started, applied)) = in_order.recv().await {
                 let reply = reply(applied.await.ok());
-                metrics::histogram!("rankwatch_batch_duration_seconds").record(started.elapsed().as_secs_f64());
+                metrics::histogram!("rankwatch_batch_duration_seconds")
+                    .record(started.elapsed().as_secs_f64());
                 let failed = reply.is_err();
                 if acks.send(reply).await.is_err() || failed {
                     break;
@@ -117,10 +134,14 @@ impl Collector for CollectorService {
         Ok(Response::new(Box::pin(ReceiverStream::new(response))))
     }
 
-    async fn ingest_batch(&self, request: Request<RawBatch>) -> Result<Response<IngestAck>, Status> {
+    async fn ingest_batch(
+        &self,
+        request: Request<RawBatch>,
+    ) -> Result<Response<IngestAck>, Status> {
         let started = Instant::now();
         let ack = reply(self.engine.apply(request.into_inner()).await.ok())?;
-        metrics::histogram!("rankwatch_batch_duration_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("rankwatch_batch_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
         Ok(Response::new(ack))
     }
 }

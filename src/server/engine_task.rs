@@ -18,11 +18,24 @@ pub type Applied = Result<IngestAck, WireError>;
 
 /// What the engine thread is asked to do.
 enum Command {
-    Apply { batch: RawBatch, stream_failed: Arc<AtomicBool>, done: oneshot::Sender<Applied> },
-    AdvanceIfIdle { now: Nanos },
-    Snapshot { reply: oneshot::Sender<Snapshot> },
-    Report { window: Option<usize>, reply: oneshot::Sender<Report> },
-    State { reply: oneshot::Sender<EngineState> },
+    Apply {
+        batch: RawBatch,
+        stream_failed: Arc<AtomicBool>,
+        done: oneshot::Sender<Applied>,
+    },
+    AdvanceIfIdle {
+        now: Nanos,
+    },
+    Snapshot {
+        reply: oneshot::Sender<Snapshot>,
+    },
+    Report {
+        window: Option<usize>,
+        reply: oneshot::Sender<Report>,
+    },
+    State {
+        reply: oneshot::Sender<EngineState>,
+    },
 }
 
 /// The engine thread went away (it only does at shutdown).
@@ -39,7 +52,12 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts the engine thread on `engine`, validating with `validator`, with
     /// a queue of `capacity` commands.
-    pub fn start(engine: Engine, validator: Validator, settings: EngineSettings, capacity: usize) -> Self {
+    pub fn start(
+        engine: Engine,
+        validator: Validator,
+        settings: EngineSettings,
+        capacity: usize,
+    ) -> Self {
         let (commands, receiver) = mpsc::channel(capacity);
         std::thread::Builder::new()
             .name("rankwatch-engine".into())
@@ -58,18 +76,31 @@ impl EngineHandle {
         stream_failed: Arc<AtomicBool>,
     ) -> Result<oneshot::Receiver<Applied>, EngineStopped> {
         let (done, applied) = oneshot::channel();
-        self.commands.send(Command::Apply { batch, stream_failed, done }).await.map_err(|_| EngineStopped)?;
+        self.commands
+            .send(Command::Apply {
+                batch,
+                stream_failed,
+                done,
+            })
+            .await
+            .map_err(|_| EngineStopped)?;
         Ok(applied)
     }
 
     /// Applies one batch; returns its ack once it is applied.
     pub async fn apply(&self, batch: RawBatch) -> Result<Applied, EngineStopped> {
-        self.submit(batch, Arc::default()).await?.await.map_err(|_| EngineStopped)
+        self.submit(batch, Arc::default())
+            .await?
+            .await
+            .map_err(|_| EngineStopped)
     }
 
     /// Moves the watermark to the wall clock `now` if no event arrived since the last call.
     pub async fn advance_if_idle(&self, now: Nanos) -> Result<(), EngineStopped> {
-        self.commands.send(Command::AdvanceIfIdle { now }).await.map_err(|_| EngineStopped)
+        self.commands
+            .send(Command::AdvanceIfIdle { now })
+            .await
+            .map_err(|_| EngineStopped)
     }
 
     /// The engine's figures now.
@@ -78,9 +109,15 @@ impl EngineHandle {
     }
 
     /// Sends the command that `command` makes of a reply channel, and awaits the reply.
-    async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, EngineStopped> {
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, EngineStopped> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(command(reply)).await.map_err(|_| EngineStopped)?;
+        self.commands
+            .send(command(reply))
+            .await
+            .map_err(|_| EngineStopped)?;
         answer.await.map_err(|_| EngineStopped)
     }
 
@@ -95,11 +132,20 @@ impl EngineHandle {
     }
 }
 
-fn run(mut engine: Engine, validator: Validator, settings: EngineSettings, mut commands: mpsc::Receiver<Command>) {
+fn run(
+    mut engine: Engine,
+    validator: Validator,
+    settings: EngineSettings,
+    mut commands: mpsc::Receiver<Command>,
+) {
     let mut idle = true;
     while let Some(command) = commands.blocking_recv() {
         match command {
-            Command::Apply { batch, stream_failed, done } => {
+            Command::Apply {
+                batch,
+                stream_failed,
+                done,
+            } => {
                 if stream_failed.load(Ordering::Relaxed) {
                     continue;
                 }
@@ -137,7 +183,11 @@ fn run(mut engine: Engine, validator: Validator, settings: EngineSettings, mut c
 fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
     let view = parse_batch(&batch.0)?;
     let now = super::wall_clock();
-    let mut ack = IngestAck { sequence: view.sequence, accepted: 0, rejections: Vec::new() };
+    let mut ack = IngestAck {
+        sequence: view.sequence,
+        accepted: 0,
+        rejections: Vec::new(),
+    };
     for (index, event) in view.events.iter().enumerate() {
         match validator.view(event, &view.items, now) {
             Ok(event) => {

@@ -24,23 +24,37 @@ impl EvaluationService {
             return Ok(None);
         }
         let wanted = humantime::parse_duration(window).ok();
-        self.windows.iter().position(|w| Some(*w) == wanted).map(Some).ok_or_else(|| {
-            let configured: Vec<String> =
-                self.windows.iter().map(|w| humantime::format_duration(*w).to_string()).collect();
-            Status::invalid_argument(format!(
+        self.windows
+            .iter()
+            .position(|w| Some(*w) == wanted)
+            .map(Some)
+            .ok_or_else(|| {
+                let configured: Vec<String> = self
+                    .windows
+                    .iter()
+                    .map(|w| humantime::format_duration(*w).to_string())
+                    .collect();
+                Status::invalid_argument(format!(
                 "window {window:?} is not configured; configured: {} (or empty for since start)",
                 configured.join(", ")
             ))
-        })
+            })
     }
 }
 
 #[tonic::async_trait]
 impl Evaluation for EvaluationService {
-    async fn get_metrics(&self, request: Request<proto::GetMetricsRequest>) -> Result<Response<proto::Report>, Status> {
+    async fn get_metrics(
+        &self,
+        request: Request<proto::GetMetricsRequest>,
+    ) -> Result<Response<proto::Report>, Status> {
         let window = request.into_inner().window;
         let index = self.window_index(&window)?;
-        let report = self.engine.report(index).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let report = self
+            .engine
+            .report(index)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(to_proto(report, window)))
     }
 }
@@ -58,11 +72,19 @@ fn to_proto(report: Report, window: String) -> proto::Report {
             impressions: counters.impressions,
             interactions: counters.interactions,
             credited: counters.credited,
-            unattributed: counters.unattributed.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            unattributed: counters
+                .unattributed
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
             late_impressions: counters.late["impressions"],
             duplicate_impressions: counters.duplicates["impressions"],
             duplicate_interactions: counters.duplicates["interactions"],
-            rejected: counters.rejected.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            rejected: counters
+                .rejected
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
         }),
         groups: report
             .groups
@@ -75,7 +97,15 @@ fn to_proto(report: Report, window: String) -> proto::Report {
                 metrics: group
                     .metrics
                     .into_iter()
-                    .map(|(key, mean)| (key, proto::MetricMean { all: mean.all, engaged: mean.engaged }))
+                    .map(|(key, mean)| {
+                        (
+                            key,
+                            proto::MetricMean {
+                                all: mean.all,
+                                engaged: mean.engaged,
+                            },
+                        )
+                    })
                     .collect(),
             })
             .collect(),

@@ -24,10 +24,21 @@ struct Shared {
 }
 
 /// The HTTP routes.
-pub fn router(engine: EngineHandle, recorder: PrometheusHandle, windows: Vec<Duration>, shutdown: CancellationToken) -> Router {
+pub fn router(
+    engine: EngineHandle,
+    recorder: PrometheusHandle,
+    windows: Vec<Duration>,
+    shutdown: CancellationToken,
+) -> Router {
     let process = metrics_process::Collector::default();
     process.describe();
-    let shared = Arc::new(Shared { engine, recorder, process, windows, shutdown });
+    let shared = Arc::new(Shared {
+        engine,
+        recorder,
+        process,
+        windows,
+        shutdown,
+    });
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -37,12 +48,20 @@ pub fn router(engine: EngineHandle, recorder: PrometheusHandle, windows: Vec<Dur
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let Ok(snapshot) = shared.engine.snapshot().await else {
-        return (StatusCode::SERVICE_UNAVAILABLE, [(header::CONTENT_TYPE, "text/plain")], "shutting down\n".to_owned());
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "text/plain")],
+            "shutting down\n".to_owned(),
+        );
     };
     shared.process.collect();
     let mut text = prometheus::render(&snapshot, &shared.windows, wall_clock());
     text.push_str(&shared.recorder.render());
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
 }
 
 async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -8,6 +8,7 @@ mod evaluation;
 mod http;
 
 /// The generated server of `rankwatch.v1.Collector` over [`codec::RawCodec`].
+#[allow(clippy::default_constructed_unit_structs)]
 mod wire_service {
     include!(concat!(env!("OUT_DIR"), "/rankwatch.v1.Collector.rs"));
 }
@@ -17,21 +18,22 @@ pub use engine_task::{EngineHandle, EngineStopped};
 
 use crate::config::{EngineSettings, ServerSettings, TlsSettings};
 use crate::join::Engine;
-use crate::state::StateFile;
 use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
-use wire_service::collector_server::CollectorServer;
+use crate::state::StateFile;
 use anyhow::Context;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+use wire_service::collector_server::CollectorServer;
 
 /// Bucket bounds of `rankwatch_batch_duration_seconds`.
-const BATCH_SECONDS_BUCKETS: [f64; 12] =
-    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+const BATCH_SECONDS_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 /// The process-wide Prometheus recorder of the health series.
 fn recorder() -> anyhow::Result<PrometheusHandle> {
@@ -40,7 +42,10 @@ fn recorder() -> anyhow::Result<PrometheusHandle> {
         return Ok(handle.clone());
     }
     let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full("rankwatch_batch_duration_seconds".into()), &BATCH_SECONDS_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full("rankwatch_batch_duration_seconds".into()),
+            &BATCH_SECONDS_BUCKETS,
+        )?
         .install_recorder()?;
     describe_health_series();
     Ok(HANDLE.get_or_init(|| handle).clone())
@@ -53,19 +58,32 @@ fn describe_health_series() {
         "Time from receiving a batch to its acknowledgement."
     );
     metrics::describe_gauge!("rankwatch_ingest_streams", "Open Ingest streams.");
-    metrics::describe_counter!("rankwatch_streams_refused_total", "Ingest streams refused past max_streams.");
+    metrics::describe_counter!(
+        "rankwatch_streams_refused_total",
+        "Ingest streams refused past max_streams."
+    );
     metrics::describe_counter!(
         "rankwatch_streams_failed_total",
         "Ingest RPCs ended by a malformed or oversize message."
     );
     metrics::describe_gauge!("rankwatch_limit", "Configured limits, by name.");
-    metrics::describe_counter!("rankwatch_state_saves_total", "State snapshots written to the state directory.");
-    metrics::describe_counter!("rankwatch_state_save_failures_total", "State snapshots that could not be written.");
+    metrics::describe_counter!(
+        "rankwatch_state_saves_total",
+        "State snapshots written to the state directory."
+    );
+    metrics::describe_counter!(
+        "rankwatch_state_save_failures_total",
+        "State snapshots that could not be written."
+    );
     metrics::describe_counter!(
         "rankwatch_state_restore_failures_total",
         "Saved states that could not be restored at start (the server started empty)."
     );
-    metrics::describe_gauge!("rankwatch_state_bytes", metrics::Unit::Bytes, "Size of the last saved state.");
+    metrics::describe_gauge!(
+        "rankwatch_state_bytes",
+        metrics::Unit::Bytes,
+        "Size of the last saved state."
+    );
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!("rankwatch_streams_refused_total").absolute(0);
     metrics::counter!("rankwatch_streams_failed_total").absolute(0);
@@ -106,29 +124,50 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let recorder = recorder()?;
     export_limits(&engine_settings, &settings);
-    let grpc_listener =
-        TcpListener::bind(settings.grpc_addr).await.with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
-    let http_listener =
-        TcpListener::bind(settings.http_addr).await.with_context(|| format!("binding HTTP to {}", settings.http_addr))?;
-    let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
+    let grpc_listener = TcpListener::bind(settings.grpc_addr)
+        .await
+        .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
+    let http_listener = TcpListener::bind(settings.http_addr)
+        .await
+        .with_context(|| format!("binding HTTP to {}", settings.http_addr))?;
+    let bound = Bound {
+        grpc: grpc_listener.local_addr()?,
+        http: http_listener.local_addr()?,
+    };
     tracing::info!(grpc_addr = %bound.grpc, http_addr = %bound.http, "rankwatch serving");
     on_bound(bound);
 
     let validator = engine_settings.validator(Some(settings.max_future_skew));
-    let state_file =
-        settings.state_dir.as_deref().map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
+    let state_file = settings
+        .state_dir
+        .as_deref()
+        .map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
     let restored = restore(&engine_settings, &settings, state_file.as_ref());
-    let engine = EngineHandle::start(restored, validator, engine_settings.clone(), settings.max_inflight_batches);
+    let engine = EngineHandle::start(
+        restored,
+        validator,
+        engine_settings.clone(),
+        settings.max_inflight_batches,
+    );
     if settings.wall_clock_advance {
         tokio::spawn(advance_with_wall_clock(engine.clone(), shutdown.clone()));
     }
     if let Some(file) = &state_file {
-        tokio::spawn(save_periodically(engine.clone(), file.clone(), settings.snapshot_interval, shutdown.clone()));
+        tokio::spawn(save_periodically(
+            engine.clone(),
+            file.clone(),
+            settings.snapshot_interval,
+            shutdown.clone(),
+        ));
     }
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<CollectorServer<collector::CollectorService>>().await;
-    health.set_serving::<EvaluationServer<evaluation::EvaluationService>>().await;
+    health
+        .set_serving::<CollectorServer<collector::CollectorService>>()
+        .await;
+    health
+        .set_serving::<EvaluationServer<evaluation::EvaluationService>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -146,20 +185,35 @@ pub async fn serve(
     let grpc = builder
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size))
-        .add_service(EvaluationServer::new(evaluation::EvaluationService::new(engine.clone(), settings.windows.clone())))
+        .add_service(
+            CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size),
+        )
+        .add_service(EvaluationServer::new(evaluation::EvaluationService::new(
+            engine.clone(),
+            settings.windows.clone(),
+        )))
         .serve_with_incoming_shutdown(
             // Without TCP_NODELAY a small ack waits for the client's next packet.
             TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             shutdown.clone().cancelled_owned(),
         );
-    let http = axum::serve(http_listener, http::router(engine.clone(), recorder, settings.windows.clone(), shutdown.clone()))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let http = axum::serve(
+        http_listener,
+        http::router(
+            engine.clone(),
+            recorder,
+            settings.windows.clone(),
+            shutdown.clone(),
+        ),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (grpc, http) = tokio::join!(grpc, async { http.await });
     grpc.context("gRPC server")?;
     http.context("HTTP server")?;
     if let Some(file) = &state_file {
-        save(&engine, file).await.context("saving state at shutdown")?;
+        save(&engine, file)
+            .await
+            .context("saving state at shutdown")?;
     }
     tracing::info!("rankwatch stopped");
     Ok(())
@@ -167,7 +221,9 @@ pub async fn serve(
 
 /// The rustls configuration of the gRPC listener.
 fn tls_config(tls: &TlsSettings) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
-    let read = |path: &std::path::Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    };
     let identity = tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
     let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
     if let Some(ca) = &tls.client_ca {
@@ -198,8 +254,12 @@ fn restore(engine: &EngineSettings, server: &ServerSettings, file: Option<&State
         Err(error) => {
             metrics::counter!("rankwatch_state_restore_failures_total").increment(1);
             match file.set_aside() {
-                Ok(aside) => tracing::error!(%error, aside = %aside.display(), "STATE NOT RESTORED: starting empty; the unusable file was moved aside"),
-                Err(move_error) => tracing::error!(%error, %move_error, "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside and will be overwritten"),
+                Ok(aside) => {
+                    tracing::error!(%error, aside = %aside.display(), "STATE NOT RESTORED: starting empty; the unusable file was moved aside")
+                }
+                Err(move_error) => {
+                    tracing::error!(%error, %move_error, "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside and will be overwritten")
+                }
             }
             fresh()
         }
@@ -225,7 +285,12 @@ async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
 }
 
 /// Saves the state every `interval` until shutdown (the final save follows the drain).
-async fn save_periodically(engine: EngineHandle, file: StateFile, interval: Duration, shutdown: CancellationToken) {
+async fn save_periodically(
+    engine: EngineHandle,
+    file: StateFile,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;

@@ -8,7 +8,9 @@ use std::process::{Command, Output, Stdio};
 
 /// A file of the shared conformance data.
 pub fn conformance(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/conformance")
+        .join(name)
 }
 
 /// Parses a JSON file.
@@ -35,7 +37,11 @@ pub fn replay(args: &[&str], stdin: Option<&[u8]>) -> Output {
 /// Runs `rankwatch replay ARGS` and parses its JSON report.
 pub fn replay_json(args: &[&str], stdin: Option<&[u8]>) -> Value {
     let output = replay(args, stdin);
-    assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "replay failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap()
 }
 

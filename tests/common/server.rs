@@ -19,7 +19,13 @@ impl Server {
     /// Starts `rankwatch serve` on port 0 with `args`, and waits for its addresses.
     pub fn start(args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-            .args(["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+            ])
             .args(args)
             .env("RANKWATCH_LOG", "info")
             .stdout(Stdio::null())
@@ -50,25 +56,44 @@ impl Server {
                 }
             }
         });
-        Server { child, grpc: grpc.expect("server logs its gRPC address"), http: http.expect("server logs its HTTP address"), log }
+        Server {
+            child,
+            grpc: grpc.expect("server logs its gRPC address"),
+            http: http.expect("server logs its HTTP address"),
+            log,
+        }
     }
 
     /// A gRPC client of the collector.
-    pub async fn collector(&self) -> proto::collector_client::CollectorClient<tonic::transport::Channel> {
-        proto::collector_client::CollectorClient::connect(format!("http://{}", self.grpc)).await.unwrap()
+    pub async fn collector(
+        &self,
+    ) -> proto::collector_client::CollectorClient<tonic::transport::Channel> {
+        proto::collector_client::CollectorClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
     }
 
     /// A gRPC client of the evaluation service.
-    pub async fn evaluation(&self) -> proto::evaluation_client::EvaluationClient<tonic::transport::Channel> {
-        proto::evaluation_client::EvaluationClient::connect(format!("http://{}", self.grpc)).await.unwrap()
+    pub async fn evaluation(
+        &self,
+    ) -> proto::evaluation_client::EvaluationClient<tonic::transport::Channel> {
+        proto::evaluation_client::EvaluationClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
     }
 
     /// GETs `path` on the HTTP listener: status code and body.
     pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(self.http).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut response = Vec::new();
         stream.read_to_end(&mut response).unwrap();
         let response = String::from_utf8(response).unwrap();
@@ -76,7 +101,14 @@ impl Server {
         let body_start = response.find("\r\n\r\n").map_or(response.len(), |i| i + 4);
         let body = &response[body_start..];
         let headers = &response[..body_start];
-        let body = if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+        let body = if headers
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        };
         (status, body)
     }
 
@@ -117,7 +149,10 @@ impl Drop for Server {
 /// Parses Prometheus text into `(name{labels}, value)` pairs, labels sorted.
 pub fn parse_metrics(text: &str) -> std::collections::BTreeMap<String, f64> {
     let mut series = std::collections::BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let (key, value) = line.rsplit_once(' ').unwrap();
         let key = match key.split_once('{') {
             Some((name, labels)) => {
@@ -159,12 +194,19 @@ pub fn event_from_json(line: &str) -> Option<proto::Event> {
     use serde_json::Value;
     let value: Value = serde_json::from_str(line).ok()?;
     let text = |v: &Value, camel: &str, snake: &str| -> String {
-        v.get(camel).or_else(|| v.get(snake)).and_then(Value::as_str).unwrap_or_default().to_owned()
+        v.get(camel)
+            .or_else(|| v.get(snake))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
     };
     let time = |v: &Value| {
         v.get("time").and_then(Value::as_str).map(|t| {
             let nanos = rankwatch::event::parse_rfc3339(t).expect("valid times in the test logs");
-            prost_types::Timestamp { seconds: nanos.div_euclid(1_000_000_000), nanos: nanos.rem_euclid(1_000_000_000) as i32 }
+            prost_types::Timestamp {
+                seconds: nanos.div_euclid(1_000_000_000),
+                nanos: nanos.rem_euclid(1_000_000_000) as i32,
+            }
         })
     };
     let kind = if let Some(m) = value.get("impression") {
@@ -175,7 +217,12 @@ pub fn event_from_json(line: &str) -> Option<proto::Event> {
                 .get("itemIds")
                 .or_else(|| m.get("item_ids"))
                 .and_then(Value::as_array)
-                .map(|items| items.iter().map(|i| i.as_str().unwrap_or_default().to_owned()).collect())
+                .map(|items| {
+                    items
+                        .iter()
+                        .map(|i| i.as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
                 .unwrap_or_default(),
             time: time(m),
             model: text(m, "model", "model"),
@@ -198,7 +245,10 @@ pub fn event_from_json(line: &str) -> Option<proto::Event> {
 
 /// Sends `bytes` as the raw message of a unary `IngestBatch` call, as a
 /// client with a broken encoder would.
-pub async fn ingest_raw_bytes(server: &Server, bytes: Vec<u8>) -> Result<proto::IngestAck, tonic::Status> {
+pub async fn ingest_raw_bytes(
+    server: &Server,
+    bytes: Vec<u8>,
+) -> Result<proto::IngestAck, tonic::Status> {
     use bytes::Buf;
     use prost::Message;
     use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -230,15 +280,26 @@ pub async fn ingest_raw_bytes(server: &Server, bytes: Vec<u8>) -> Result<proto::
     impl Decoder for AckDecoder {
         type Item = proto::IngestAck;
         type Error = tonic::Status;
-        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<proto::IngestAck>, tonic::Status> {
-            let ack = proto::IngestAck::decode(buf.copy_to_bytes(buf.remaining())).map_err(|e| tonic::Status::internal(e.to_string()))?;
+        fn decode(
+            &mut self,
+            buf: &mut DecodeBuf<'_>,
+        ) -> Result<Option<proto::IngestAck>, tonic::Status> {
+            let ack = proto::IngestAck::decode(buf.copy_to_bytes(buf.remaining()))
+                .map_err(|e| tonic::Status::internal(e.to_string()))?;
             Ok(Some(ack))
         }
     }
 
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/rankwatch.v1.Collector/IngestBatch");
-    grpc.unary(tonic::Request::new(bytes), path, RawClientCodec).await.map(tonic::Response::into_inner)
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static("/rankwatch.v1.Collector/IngestBatch");
+    grpc.unary(tonic::Request::new(bytes), path, RawClientCodec)
+        .await
+        .map(tonic::Response::into_inner)
 }
