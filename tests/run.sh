@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tests/install-deps.sh
+cargo fmt --check
 cargo build --release --locked --bins
 cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
