@@ -1,0 +1,59 @@
+//! A state file, as arbitrary bytes, loaded with `StateFile::load`: it must
+//! never panic; errors are fine.
+//!
+//! Each input is loaded twice: as the whole file, which exercises the header
+//! checks, and as the payload behind a valid header (magic, version, length,
+//! checksum), which is the only way past the 64-bit checksum into the
+//! postcard decoder. The valid header is learned from a real save, so a
+//! change of the file format fails here loudly instead of quietly leaving the
+//! decoder unfuzzed.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::join::Engine;
+use rankwatch::state::StateFile;
+use std::path::PathBuf;
+use std::sync::LazyLock;
+
+/// Magic and format version, then payload length and xxh3 checksum.
+const HEADER_LEN: usize = 28;
+
+struct Fixture {
+    file: StateFile,
+    /// Magic and format version of a real save.
+    prefix: Vec<u8>,
+}
+
+/// One directory per process, reused for every input.
+static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
+    let dir = PathBuf::from(format!("/tmp/rankwatch-fuzz-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("the fuzz state directory can be created");
+    let file = StateFile::new(&dir, "fp".into());
+    let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).expect("defaults resolve");
+    let engine = Engine::new(settings.join(&[]), settings.evaluator());
+    file.save(&engine.state()).expect("an empty state saves");
+    let saved = std::fs::read(file.path()).expect("the saved state reads back");
+    let payload = &saved[HEADER_LEN..];
+    assert_eq!(wrap(&saved[..12], payload), saved, "the state file format changed; update this target's header");
+    Fixture { file, prefix: saved[..12].to_vec() }
+});
+
+/// `payload` behind a header that passes the length and checksum checks.
+fn wrap(prefix: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+    bytes.extend_from_slice(prefix);
+    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(payload).to_le_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+fuzz_target!(|bytes: &[u8]| {
+    let fixture = &*FIXTURE;
+    for contents in [bytes.to_vec(), wrap(&fixture.prefix, bytes)] {
+        std::fs::write(fixture.file.path(), &contents).expect("the fuzz state file can be written");
+        let _ = fixture.file.load();
+    }
+});
