@@ -93,12 +93,11 @@ pub fn replay(
             if chunk.is_empty() {
                 break;
             }
-            let results = chunk.parse(&validator, options.threads);
-            for (offset, result) in results.into_iter().enumerate() {
-                let Some(result) = result else { continue };
-                match result {
-                    Ok(event) => engine.apply(event),
-                    Err(rejection) => {
+            let mut apply =
+                |offset: usize, parsed: Option<Result<Event<'_>, Rejection>>| match parsed {
+                    None => {}
+                    Some(Ok(event)) => engine.apply(event),
+                    Some(Err(rejection)) => {
                         engine.reject(rejection.reason);
                         on_bad_line(BadLine {
                             path,
@@ -106,6 +105,16 @@ pub fn replay(
                             rejection: &rejection,
                         });
                     }
+                };
+            // One thread parses and applies line by line; more parse the chunk in parallel first.
+            let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
+            if threads == 1 {
+                for offset in 0..chunk.len() {
+                    apply(offset, chunk.parse_line(offset, &validator));
+                }
+            } else {
+                for (offset, parsed) in chunk.parse(&validator, threads).into_iter().enumerate() {
+                    apply(offset, parsed);
                 }
             }
             line_number += chunk.len() as u64;
@@ -183,36 +192,42 @@ impl Chunk {
         &self.bytes[start..self.ends[index]]
     }
 
-    /// Parses every line, in parallel over `threads`; blank lines give `None`.
+    /// Parses line `index`; a blank line gives `None`.
+    fn parse_line<'a>(
+        &'a self,
+        index: usize,
+        validator: &crate::event::Validator,
+    ) -> Option<Result<Event<'a>, Rejection>> {
+        let line = self.line(index);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        Some(match std::str::from_utf8(line) {
+            Ok(text) => parse_line(text, validator),
+            Err(_) => Err(Rejection::new(
+                Reason::InvalidJson,
+                "line is not valid UTF-8",
+            )),
+        })
+    }
+
+    /// Parses every line, in parallel over `threads`.
     fn parse(
         &self,
         validator: &crate::event::Validator,
         threads: usize,
     ) -> Vec<Option<Result<Event<'_>, Rejection>>> {
-        let parse_one = |index: usize| {
-            let line = self.line(index);
-            if line.iter().all(u8::is_ascii_whitespace) {
-                return None;
-            }
-            Some(match std::str::from_utf8(line) {
-                Ok(text) => parse_line(text, validator),
-                Err(_) => Err(Rejection::new(
-                    Reason::InvalidJson,
-                    "line is not valid UTF-8",
-                )),
-            })
-        };
-        let threads = threads.clamp(1, self.len().div_ceil(1024).max(1));
-        if threads == 1 {
-            return (0..self.len()).map(parse_one).collect();
-        }
         let per_thread = self.len().div_ceil(threads);
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.len())
                 .step_by(per_thread)
                 .map(|start| {
                     let end = (start + per_thread).min(self.len());
-                    scope.spawn(move || (start..end).map(parse_one).collect::<Vec<_>>())
+                    scope.spawn(move || {
+                        (start..end)
+                            .map(|index| self.parse_line(index, validator))
+                            .collect::<Vec<_>>()
+                    })
                 })
                 .collect();
             handles
