@@ -18,18 +18,30 @@ static VALIDATOR: LazyLock<Validator> = LazyLock::new(|| {
 });
 
 fuzz_target!(|bytes: &[u8]| {
-    let Ok(line) = std::str::from_utf8(bytes) else { return };
+    let Ok(line) = std::str::from_utf8(bytes) else {
+        return;
+    };
     match parse_line(line, &VALIDATOR) {
         Err(_) => {}
         Ok(Event::Impression(impression)) => {
             let count = impression.items.len();
-            assert!((1..=VALIDATOR.max_items).contains(&count), "accepted an impression with {count} items");
+            assert!(
+                (1..=VALIDATOR.max_items).contains(&count),
+                "accepted an impression with {count} items"
+            );
             let distinct: HashSet<u64> = impression.items.iter().copied().collect();
-            assert_eq!(distinct.len(), count, "accepted an impression with repeated item hashes");
+            assert_eq!(
+                distinct.len(),
+                count,
+                "accepted an impression with repeated item hashes"
+            );
         }
         Ok(Event::Interaction(interaction)) => {
             let grade = interaction.grade;
-            assert!(grade.is_finite() && grade >= 0.0, "accepted an interaction with grade {grade}");
+            assert!(
+                grade.is_finite() && grade >= 0.0,
+                "accepted an interaction with grade {grade}"
+            );
         }
     }
 });

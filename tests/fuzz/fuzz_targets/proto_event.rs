@@ -26,25 +26,48 @@ static VALIDATOR: LazyLock<Validator> = LazyLock::new(|| {
 });
 
 fuzz_target!(|bytes: &[u8]| {
-    let Some((clock, encoded)) = bytes.split_first_chunk::<8>() else { return };
+    let Some((clock, encoded)) = bytes.split_first_chunk::<8>() else {
+        return;
+    };
     let now = (u64::from_le_bytes(*clock) >> 1) as Nanos;
-    let Ok(view) = parse_batch(encoded) else { return };
+    let Ok(view) = parse_batch(encoded) else {
+        return;
+    };
     if let Ok(batch) = EventBatch::decode(encoded) {
-        assert_eq!(view.sequence, batch.sequence, "the wire reader and prost disagree on the sequence");
-        assert_eq!(view.events.len(), batch.events.len(), "the wire reader and prost disagree on the events");
+        assert_eq!(
+            view.sequence, batch.sequence,
+            "the wire reader and prost disagree on the sequence"
+        );
+        assert_eq!(
+            view.events.len(),
+            batch.events.len(),
+            "the wire reader and prost disagree on the events"
+        );
     }
     let latest = now.saturating_add(VALIDATOR.max_future_skew.expect("the skew is set"));
     for event in &view.events {
-        let Ok(accepted) = VALIDATOR.view(event, &view.items, now) else { continue };
-        assert!(accepted.time() <= latest, "accepted an event {}ns ahead of now", accepted.time() - now);
+        let Ok(accepted) = VALIDATOR.view(event, &view.items, now) else {
+            continue;
+        };
+        assert!(
+            accepted.time() <= latest,
+            "accepted an event {}ns ahead of now",
+            accepted.time() - now
+        );
         match accepted {
             Event::Impression(impression) => {
                 let count = impression.items.len();
-                assert!((1..=VALIDATOR.max_items).contains(&count), "accepted an impression with {count} items");
+                assert!(
+                    (1..=VALIDATOR.max_items).contains(&count),
+                    "accepted an impression with {count} items"
+                );
             }
             Event::Interaction(interaction) => {
                 let grade = interaction.grade;
-                assert!(grade.is_finite() && grade >= 0.0, "accepted an interaction with grade {grade}");
+                assert!(
+                    grade.is_finite() && grade >= 0.0,
+                    "accepted an interaction with grade {grade}"
+                );
             }
         }
     }

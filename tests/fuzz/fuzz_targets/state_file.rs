@@ -31,13 +31,21 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let dir = PathBuf::from(format!("/tmp/rankwatch-fuzz-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("the fuzz state directory can be created");
     let file = StateFile::new(&dir, "fp".into());
-    let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).expect("defaults resolve");
+    let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
+        .expect("defaults resolve");
     let engine = Engine::new(settings.join(&[]), settings.evaluator());
     file.save(&engine.state()).expect("an empty state saves");
     let saved = std::fs::read(file.path()).expect("the saved state reads back");
     let payload = &saved[HEADER_LEN..];
-    assert_eq!(wrap(&saved[..12], payload), saved, "the state file format changed; update this target's header");
-    Fixture { file, prefix: saved[..12].to_vec() }
+    assert_eq!(
+        wrap(&saved[..12], payload),
+        saved,
+        "the state file format changed; update this target's header"
+    );
+    Fixture {
+        file,
+        prefix: saved[..12].to_vec(),
+    }
 });
 
 /// `payload` behind a header that passes the length and checksum checks.

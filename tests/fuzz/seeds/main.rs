@@ -26,7 +26,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, log, corpus] = args.as_slice() else {
         return Err("usage: seeds LOG CORPUS_DIR".into());
     };
-    let lines: Vec<String> = std::fs::read_to_string(log)?.lines().map(str::to_owned).collect();
+    let lines: Vec<String> = std::fs::read_to_string(log)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
     let corpus = PathBuf::from(corpus);
     let written = write_proto_seeds(&lines, &corpus.join("proto_event"))?;
     println!("proto_event: {written} seeds");
@@ -38,12 +41,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn write_proto_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
     let clock = ((parse_rfc3339(CLOCK).ok_or("bad clock")? as u64) << 1).to_le_bytes();
-    let events: Vec<proto::Event> = lines.iter().filter_map(|line| serde_json::from_str(line).ok()).map(event).collect();
+    let events: Vec<proto::Event> = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .map(event)
+        .collect();
     let singles = events.iter().step_by(16).map(std::slice::from_ref);
     let batches = events.chunks(8).take(32);
     let mut written = 0;
     for (sequence, batch) in singles.chain(batches).enumerate() {
-        let batch = proto::EventBatch { sequence: sequence as u64, events: batch.to_vec() };
+        let batch = proto::EventBatch {
+            sequence: sequence as u64,
+            events: batch.to_vec(),
+        };
         let mut bytes = clock.to_vec();
         batch.encode(&mut bytes)?;
         std::fs::write(dir.join(format!("seed-{sequence:04}")), bytes)?;
@@ -54,13 +64,17 @@ fn write_proto_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std:
 
 fn write_state_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
-    let state_dir = std::env::temp_dir().join(format!("rankwatch-fuzz-seeds-{}", std::process::id()));
+    let state_dir =
+        std::env::temp_dir().join(format!("rankwatch-fuzz-seeds-{}", std::process::id()));
     let file = StateFile::new(&state_dir, "fp".into());
     let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())?;
     let validator = settings.validator(None);
     let mut written = 0;
     for prefix in [0, 4, 40, 400] {
-        let mut engine = Engine::new(settings.join(&[Duration::from_secs(60)]), settings.evaluator());
+        let mut engine = Engine::new(
+            settings.join(&[Duration::from_secs(60)]),
+            settings.evaluator(),
+        );
         for line in lines.iter().take(prefix) {
             match parse_line(line, &validator) {
                 Ok(event) => engine.apply(event),
@@ -70,7 +84,10 @@ fn write_state_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std:
         file.save(&engine.state())?;
         let saved = std::fs::read(file.path())?;
         std::fs::write(dir.join(format!("file-{prefix:04}")), &saved)?;
-        std::fs::write(dir.join(format!("payload-{prefix:04}")), &saved[HEADER_LEN..])?;
+        std::fs::write(
+            dir.join(format!("payload-{prefix:04}")),
+            &saved[HEADER_LEN..],
+        )?;
         written += 2;
     }
     std::fs::remove_dir_all(&state_dir)?;
@@ -80,7 +97,12 @@ fn write_state_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std:
 /// An `Event` from a line in the proto3 JSON mapping, as a client would send it.
 fn event(line: Value) -> proto::Event {
     let text = |object: &Value, camel: &str, snake: &str| {
-        object.get(camel).or_else(|| object.get(snake)).and_then(Value::as_str).unwrap_or_default().to_owned()
+        object
+            .get(camel)
+            .or_else(|| object.get(snake))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
     };
     let time = |object: &Value| {
         let at: Nanos = parse_rfc3339(object.get("time")?.as_str()?)?;
@@ -90,11 +112,19 @@ fn event(line: Value) -> proto::Event {
         })
     };
     let kind = if let Some(m) = line.get("impression") {
-        let items = m.get("itemIds").or_else(|| m.get("item_ids")).and_then(Value::as_array);
+        let items = m
+            .get("itemIds")
+            .or_else(|| m.get("item_ids"))
+            .and_then(Value::as_array);
         Some(Kind::Impression(proto::Impression {
             request_id: text(m, "requestId", "request_id"),
             user_id: text(m, "userId", "user_id"),
-            item_ids: items.into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect(),
+            item_ids: items
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
             time: time(m),
             model: text(m, "model", "model"),
             surface: text(m, "surface", "surface"),
