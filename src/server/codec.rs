@@ -1,4 +1,4 @@
-//! The collector's codec: batches arrive as bytes, read by the engine thread
+//! The collector's codec: batches arrive as bytes, read by the engine task
 //! with the zero-copy reader of [`crate::event::wire`]; acks leave through prost.
 
 use crate::proto::IngestAck;

@@ -1,4 +1,4 @@
-//! `rankwatch.v1.Collector`: hands each batch to the engine thread, which
+//! `rankwatch.v1.Collector`: hands each batch to the engine task, which
 //! reads, validates and applies it event by event, and acknowledges it with
 //! its rejections, in order.
 

@@ -266,7 +266,7 @@ fn restore(engine: &EngineSettings, server: &ServerSettings, file: Option<&State
     }
 }
 
-/// Copies the engine's state and writes it off the engine thread.
+/// Copies the engine's state and writes it off the engine task.
 async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
     let state = engine.state().await?;
     let file = file.clone();
