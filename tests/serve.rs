@@ -461,3 +461,50 @@ async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
         "promtool check metrics: {findings}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wall_clock_finalizes_lists_when_traffic_stops() {
+    let server = Server::start(&["--attribution-window", "1s", "--allowed-lateness", "0s"]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let impression = proto::Event {
+        kind: Some(proto::event::Kind::Impression(proto::Impression {
+            request_id: "r1".into(),
+            user_id: "u1".into(),
+            item_ids: vec!["a".into()],
+            time: Some(prost_types::Timestamp {
+                seconds: now.as_secs() as i64,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })),
+    };
+    let mut client = server.collector().await;
+    client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![impression],
+        })
+        .await
+        .unwrap();
+    let finalized = |server: &Server| {
+        parse_metrics(&server.get("/metrics").1)
+            .get("rankwatch_lists_finalized_total{model=\"default\",surface=\"default\"}")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    assert_eq!(finalized(&server), 0.0, "open while its window is open");
+    let mut waited = 0;
+    while finalized(&server) < 1.0 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        waited += 1;
+        assert!(
+            waited < 50,
+            "no traffic for 10 s and the list is still open"
+        );
+    }
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
+    assert!(metrics["rankwatch_finalization_lag_seconds"] < 5.0);
+}
