@@ -6,7 +6,7 @@ mod common;
 
 use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, read_json, replay_json};
-use rankwatch::proto::{self, EventBatch, GetMetricsRequest};
+use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -34,18 +34,6 @@ async fn send(server: &Server, lines: &[String]) {
             .await
             .unwrap();
     }
-}
-
-async fn report(server: &Server) -> proto::Report {
-    server
-        .evaluation()
-        .await
-        .get_metrics(GetMetricsRequest {
-            window: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
 }
 
 /// The server's report in the replay's JSON shape, for comparison.
@@ -101,7 +89,7 @@ async fn sigterm_and_restart_lose_nothing() {
     );
     send(&server, rest).await;
 
-    let got = as_replay_json(&report(&server).await);
+    let got = as_replay_json(&server.report().await);
     let expected = read_json(&conformance("replay_small.expected.json"));
     let mut expected_counters = expected["counters"].clone();
     expected_counters["rejected"]
@@ -156,7 +144,7 @@ async fn kill_9_loses_only_what_came_after_the_last_snapshot() {
 
     let server = Server::start(&args);
     send(&server, c).await;
-    let got = as_replay_json(&report(&server).await);
+    let got = as_replay_json(&server.report().await);
     let mut without_b: Vec<String> = a.to_vec();
     without_b.extend_from_slice(c);
     let expected = replay_of(&without_b);

@@ -5,7 +5,7 @@ mod common;
 
 use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, read_json};
-use rankwatch::proto::{self, EventBatch, GetMetricsRequest};
+use rankwatch::proto::{self, EventBatch};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -159,15 +159,7 @@ async fn streamed_log_gives_the_replay_figures() {
     );
     assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
 
-    let report = server
-        .evaluation()
-        .await
-        .get_metrics(GetMetricsRequest {
-            window: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let report = server.report().await;
     let report_counters = report.counters.unwrap();
     assert_eq!(
         report_counters.credited,

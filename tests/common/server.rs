@@ -82,6 +82,19 @@ impl Server {
             .unwrap()
     }
 
+    /// The report since start, from `Evaluation.GetMetrics`.
+    pub async fn report(&self) -> proto::Report {
+        let request = proto::GetMetricsRequest {
+            window: String::new(),
+        };
+        self.evaluation()
+            .await
+            .get_metrics(request)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// GETs `path` on the HTTP listener: status code and body.
     pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
