@@ -11,3 +11,4 @@ cargo build --release --locked --bins
 cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
 bash deploy/prometheus/check.sh
+bash deploy/e2e.sh
