@@ -15,13 +15,13 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The config file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
     /// The config file is not valid TOML for rankwatch.
-    #[error("config file {path}: {source}")]
+    #[error("config file {path}")]
     Parse {
         path: PathBuf,
         source: toml::de::Error,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// A log that could not be read at all (a bad line is not an error).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read {path}: {source}")]
+#[error("cannot read {path}")]
 pub struct ReplayError {
     path: PathBuf,
     source: io::Error,

@@ -20,7 +20,7 @@ const FILE_NAME: &str = "rankwatch.state";
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// Reading or writing failed.
-    #[error("state file {path}: {source}")]
+    #[error("state file {path}")]
     Io { path: PathBuf, source: io::Error },
     /// The file is damaged (wrong magic, short, bad checksum, undecodable).
     #[error("state file {path} is corrupt: {reason}")]

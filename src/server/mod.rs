@@ -253,11 +253,13 @@ fn restore(engine: &EngineSettings, server: &ServerSettings, file: Option<&State
         Ok(None) => fresh(),
         Err(error) => {
             metrics::counter!("rankwatch_state_restore_failures_total").increment(1);
+            let error = format!("{:#}", anyhow::Error::new(error));
             match file.set_aside() {
                 Ok(aside) => {
                     tracing::error!(%error, aside = %aside.display(), "STATE NOT RESTORED: starting empty; the unusable file was moved aside")
                 }
                 Err(move_error) => {
+                    let move_error = format!("{:#}", anyhow::Error::new(move_error));
                     tracing::error!(%error, %move_error, "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside and will be overwritten")
                 }
             }
@@ -300,7 +302,7 @@ async fn save_periodically(
             _ = ticks.tick() => {}
         }
         if let Err(error) = save(&engine, &file).await {
-            tracing::warn!(%error, "periodic state save failed");
+            tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
         }
     }
 }
