@@ -61,9 +61,10 @@ impl Default for GradeTable {
 }
 
 /// An event's time as it arrived.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum RawTime {
     /// Not set.
+    #[default]
     Missing,
     /// Set, but not a valid timestamp in the supported range.
     Invalid,
@@ -83,7 +84,7 @@ pub struct RawImpression<'a, 'm, S> {
 }
 
 /// An interaction's fields as they arrived.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RawInteraction<'a> {
     pub event_id: &'a str,
     pub user_id: &'a str,
@@ -132,20 +133,7 @@ impl Validator {
                     Some(now),
                 )
                 .map(Event::Impression),
-            EventView::Interaction(x) => self
-                .interaction(
-                    RawInteraction {
-                        event_id: x.event_id,
-                        user_id: x.user_id,
-                        item_id: x.item_id,
-                        request_id: x.request_id,
-                        kind: x.kind,
-                        time: x.time.unwrap_or(RawTime::Missing),
-                        grade: x.grade,
-                    },
-                    Some(now),
-                )
-                .map(Event::Interaction),
+            EventView::Interaction(x) => self.interaction(*x, Some(now)).map(Event::Interaction),
         }
     }
 

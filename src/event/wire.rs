@@ -6,7 +6,7 @@
 //! skips unknown ones, as any protobuf parser does; a repeated singular field
 //! keeps its last value.
 
-use super::{from_timestamp, RawTime};
+use super::{from_timestamp, RawInteraction, RawTime};
 
 /// Bytes that are not an `EventBatch`.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -21,7 +21,7 @@ pub enum EventView<'a> {
     /// An impression; its items are `BatchView::items[items]`.
     Impression(ImpressionView<'a>),
     /// An interaction.
-    Interaction(InteractionView<'a>),
+    Interaction(RawInteraction<'a>),
 }
 
 /// An `Impression`'s fields.
@@ -34,18 +34,6 @@ pub struct ImpressionView<'a> {
     pub time: Option<RawTime>,
     pub model: &'a str,
     pub surface: &'a str,
-}
-
-/// An `Interaction`'s fields.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct InteractionView<'a> {
-    pub event_id: &'a str,
-    pub user_id: &'a str,
-    pub item_id: &'a str,
-    pub request_id: &'a str,
-    pub kind: &'a str,
-    pub time: Option<RawTime>,
-    pub grade: Option<f64>,
 }
 
 /// An `EventBatch`, borrowed from its bytes.
@@ -109,8 +97,8 @@ fn parse_impression<'a>(
     Ok(m)
 }
 
-fn parse_interaction(bytes: &[u8]) -> Result<InteractionView<'_>, WireError> {
-    let mut x = InteractionView::default();
+fn parse_interaction(bytes: &[u8]) -> Result<RawInteraction<'_>, WireError> {
+    let mut x = RawInteraction::default();
     let mut reader = Reader { bytes };
     while let Some((field, value)) = reader.field()? {
         match (field, value) {
@@ -119,7 +107,7 @@ fn parse_interaction(bytes: &[u8]) -> Result<InteractionView<'_>, WireError> {
             (3, Value::Bytes(b)) => x.item_id = text(b)?,
             (4, Value::Bytes(b)) => x.request_id = text(b)?,
             (5, Value::Bytes(b)) => x.kind = text(b)?,
-            (6, Value::Bytes(b)) => x.time = Some(parse_timestamp(b)?),
+            (6, Value::Bytes(b)) => x.time = parse_timestamp(b)?,
             (7, Value::Fixed64(bits)) => x.grade = Some(f64::from_bits(bits)),
             _ => {}
         }
@@ -268,7 +256,7 @@ mod tests {
             (x.event_id, x.item_id, x.kind, x.grade),
             ("e1", "b", "click", Some(2.5))
         );
-        assert_eq!(x.time, Some(RawTime::At(-1_000_000_000)));
+        assert_eq!(x.time, RawTime::At(-1_000_000_000));
     }
 
     #[test]
