@@ -117,11 +117,6 @@ impl Metric {
             Metric::PairwiseAccuracy => "pairwise_accuracy",
         }
     }
-
-    /// The metric named `name`, if any.
-    pub fn from_name(name: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.name() == name)
-    }
 }
 
 /// Evaluates lists at a fixed set of cutoffs, reusing its buffers so that
