@@ -1,5 +1,11 @@
 //! The replay log format: one `Event` per line in the proto3 JSON mapping
 //! (lowerCamelCase or original field names, RFC 3339 timestamps).
+//!
+//! Most lines are read by [`scan`], a reader of their plain shape that is
+//! several times faster than serde_json; serde_json reads the rest and is
+//! the reference for every rule of the format.
+
+mod scan;
 
 use super::{
     parse_rfc3339, Event, RawImpression, RawInteraction, RawTime, Reason, Rejection, Validator,
@@ -25,7 +31,7 @@ struct Line<'a> {
     interaction: Option<JsonInteraction<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct JsonImpression<'a> {
     #[serde(borrow, default, rename = "requestId", alias = "request_id")]
     request_id: Option<Text<'a>>,
@@ -41,7 +47,7 @@ struct JsonImpression<'a> {
     surface: Option<Text<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct JsonInteraction<'a> {
     #[serde(borrow, default, rename = "eventId", alias = "event_id")]
     event_id: Option<Text<'a>>,
@@ -92,12 +98,24 @@ fn raw_time(field: &Option<Text<'_>>) -> RawTime {
 /// where they can; the replay has no wall clock, so times are not checked
 /// against one.
 pub fn parse_line<'a>(line: &'a str, validator: &Validator) -> Result<Event<'a>, Rejection> {
-    let parsed: Line<'a> = serde_json::from_str(line).map_err(|e| {
+    let parsed = match scan::line(line) {
+        Some(parsed) => parsed,
+        None => read_with_serde(line)?,
+    };
+    event(parsed, validator)
+}
+
+fn read_with_serde(line: &str) -> Result<Line<'_>, Rejection> {
+    serde_json::from_str(line).map_err(|e| {
         Rejection::new(
             Reason::InvalidJson,
             format!("not an Event in the proto3 JSON mapping: {e}"),
         )
-    })?;
+    })
+}
+
+/// Validates a line that was read.
+fn event<'a>(parsed: Line<'a>, validator: &Validator) -> Result<Event<'a>, Rejection> {
     match (parsed.impression, parsed.interaction) {
         (Some(_), Some(_)) => Err(Rejection::new(
             Reason::InvalidJson,
@@ -199,5 +217,135 @@ mod tests {
             parse_line(bad_time, &v).unwrap_err().reason,
             Reason::InvalidTime
         );
+    }
+
+    /// What serde_json alone makes of a line: the reference.
+    fn with_serde<'a>(line: &'a str, v: &Validator) -> Result<Event<'a>, Rejection> {
+        event(read_with_serde(line)?, v)
+    }
+
+    #[test]
+    fn the_fast_reader_takes_every_plain_line_of_the_conformance_log() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/conformance/replay_small.jsonl"
+        );
+        let log =
+            std::fs::read_to_string(path).expect("the conformance log is beside the repository");
+        let v = validator();
+        let mut fast = 0;
+        for line in log.lines() {
+            assert_eq!(parse_line(line, &v), with_serde(line, &v), "{line}");
+            fast += usize::from(scan::line(line).is_some());
+        }
+        assert!(
+            fast * 10 > log.lines().count() * 9,
+            "only {fast} lines read fast"
+        );
+    }
+
+    #[test]
+    fn the_fast_reader_leaves_every_unusual_line_to_serde_json() {
+        let v = validator();
+        let plain = r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#;
+        assert!(scan::line(plain).is_some());
+        let spaced =
+            " {\"impression\" : { \"requestId\":\"r\" ,\t\"itemIds\" : [ \"a\" , \"b\" ] } }\r";
+        assert!(scan::line(spaced).is_some());
+        let unusual = [
+            r#"{"interaction":{"userId":"u\u0041","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#,
+            r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z","grade":2}}"#,
+            r#"{"interaction":{"userId":"u","userId":"v","itemId":"a","type":"click"}}"#,
+            r#"{"interaction":{"userId":"u","user_id":"v","itemId":"a","type":"click"}}"#,
+            r#"{"interaction":{"userId":"u","itemId":"a","type":"click","extra":1}}"#,
+            r#"{"interaction":{"userId":null,"itemId":"a","type":"click"}}"#,
+            r#"{"interaction":{"userId":7,"itemId":"a","type":"click"}}"#,
+            r#"{"impression":{"requestId":"r","itemIds":["a"]},"interaction":{"userId":"u"}}"#,
+            r#"{"impression":{"requestId":"r","itemIds":["a",]}}"#,
+            r#"{"impression":{"requestId":"r","itemIds":null}}"#,
+            r#"{"impression":{"requestId":"r"}} trailing"#,
+            r#"{"impression":{"requestId":"r"}"#,
+            r#"{"impression":{"requestId":"r",}}"#,
+            "{\"impression\":{\"requestId\":\"r\tx\"}}",
+            r#"{"impression":null}"#,
+            r#"{"other":{}}"#,
+            r#"[]"#,
+            "",
+        ];
+        for line in unusual {
+            assert!(scan::line(line).is_none(), "{line}");
+            assert_eq!(parse_line(line, &v), with_serde(line, &v), "{line}");
+        }
+    }
+
+    /// A field of a generated line: both spellings of its key and a valid value.
+    type Field = (&'static str, &'static str, &'static str);
+
+    const INTERACTION_FIELDS: [Field; 7] = [
+        ("eventId", "event_id", r#""e1""#),
+        ("userId", "user_id", r#""u1""#),
+        ("itemId", "item_id", r#""a""#),
+        ("requestId", "request_id", r#""r1""#),
+        ("type", "type", r#""click""#),
+        ("time", "time", r#""2026-11-01T10:00:04.250Z""#),
+        ("grade", "grade", "2.5"),
+    ];
+
+    const IMPRESSION_FIELDS: [Field; 7] = [
+        ("requestId", "request_id", r#""r1""#),
+        ("userId", "user_id", r#""u1""#),
+        ("itemIds", "item_ids", r#"["a", "b"]"#),
+        ("time", "time", r#""2026-11-01T10:00:00Z""#),
+        ("model", "model", r#""v7""#),
+        ("surface", "surface", r#""home""#),
+        ("extra", "extra", r#""x""#),
+    ];
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(4096))]
+
+        /// Lines of every shape the format allows, valid or not, in any field
+        /// order and spelling, with escapes, unusual characters, `null`s,
+        /// repeats and spacing: the fast reader either declines or reads
+        /// exactly what serde_json reads.
+        #[test]
+        fn the_fast_reader_agrees_with_serde_json(
+            interaction in proptest::bool::ANY,
+            order in proptest::strategy::Just((0..7).collect::<Vec<usize>>()).prop_shuffle(),
+            forms in proptest::collection::vec(0usize..13, 7),
+            texts in proptest::collection::vec("[a-z\\\\\"\u{e9} \t\u{1}]{0,4}", 7),
+            snake in proptest::collection::vec(proptest::bool::ANY, 7),
+            space in "[ \t]{0,2}",
+            repeat in proptest::bool::ANY,
+        ) {
+            let (fields, kind) = if interaction {
+                (INTERACTION_FIELDS, "interaction")
+            } else {
+                (IMPRESSION_FIELDS, "impression")
+            };
+            let mut body = Vec::new();
+            for &i in &order {
+                let (camel, snake_key, valid) = fields[i];
+                let key = if snake[i] { snake_key } else { camel };
+                let text = serde_json::to_string(&texts[i]).unwrap();
+                let value = match forms[i] {
+                    0..=7 => valid.to_owned(),
+                    8 if key.starts_with("item") && !interaction => format!("[{text}, \"b\"]"),
+                    8 => text,
+                    9 => "null".to_owned(),
+                    10 => "7".to_owned(),
+                    _ => continue,
+                };
+                body.push(format!("{space}\"{key}\"{space}:{space}{value}{space}"));
+            }
+            if repeat && !body.is_empty() {
+                body.push(body[0].clone());
+            }
+            let line = format!("{{\"{kind}\":{space}{{{}}}}}", body.join(","));
+            let v = validator();
+            proptest::prop_assert_eq!(parse_line(&line, &v), with_serde(&line, &v), "{}", line);
+        }
     }
 }

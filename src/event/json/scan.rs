@@ -1,0 +1,160 @@
+//! A fast reader for the shape nearly every log line has: one object holding
+//! an `impression` or an `interaction` whose fields are known keys with
+//! plain string values (no escapes, no control characters) and no `grade`.
+//! It borrows every string from the line and builds the same [`Line`] that
+//! serde_json would. Anything else, valid or not, makes it return `None`,
+//! and the line goes to serde_json, which stays the reference for every
+//! rule of the format (escapes, `null`, unknown keys, duplicates, errors).
+
+use super::{JsonImpression, JsonInteraction, Line, Text};
+use std::borrow::Cow;
+
+/// Reads `text` as a [`Line`], or `None` when it is not of the plain shape.
+pub(super) fn line(text: &str) -> Option<Line<'_>> {
+    let mut cursor = Cursor { text, at: 0 };
+    cursor.skip_space();
+    cursor.eat(b'{')?;
+    cursor.skip_space();
+    let key = cursor.string()?;
+    cursor.colon()?;
+    let line = match key {
+        "impression" => Line {
+            impression: Some(cursor.impression()?),
+            interaction: None,
+        },
+        "interaction" => Line {
+            impression: None,
+            interaction: Some(cursor.interaction()?),
+        },
+        _ => return None,
+    };
+    cursor.skip_space();
+    cursor.eat(b'}')?;
+    cursor.skip_space();
+    (cursor.at == text.len()).then_some(line)
+}
+
+/// Sets a field that must not have been seen before (serde_json rejects a
+/// repeated field, so a repeat goes to it).
+fn set<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// `:` between a key and its value, with the space around it.
+    fn colon(&mut self) -> Option<()> {
+        self.skip_space();
+        self.eat(b':')?;
+        self.skip_space();
+        Some(())
+    }
+
+    /// A string with no escape and no control character, borrowed.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let rest = &self.text.as_bytes()[start..];
+        let len = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if rest[len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        self.text.get(start..start + len)
+    }
+
+    fn text(&mut self) -> Option<Text<'a>> {
+        self.string().map(|s| Text(Cow::Borrowed(s)))
+    }
+
+    /// An array of strings.
+    fn strings(&mut self) -> Option<Vec<Text<'a>>> {
+        self.eat(b'[')?;
+        self.skip_space();
+        let mut strings = Vec::with_capacity(32);
+        if self.eat(b']').is_some() {
+            return Some(strings);
+        }
+        loop {
+            strings.push(self.text()?);
+            self.skip_space();
+            if self.eat(b']').is_some() {
+                return Some(strings);
+            }
+            self.eat(b',')?;
+            self.skip_space();
+        }
+    }
+
+    /// An object, handing each key to `field`, which reads its value.
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.skip_space();
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.colon()?;
+            field(self, key)?;
+            self.skip_space();
+            if self.eat(b'}').is_some() {
+                return Some(());
+            }
+            self.eat(b',')?;
+            self.skip_space();
+        }
+    }
+
+    fn impression(&mut self) -> Option<JsonImpression<'a>> {
+        let mut m = JsonImpression::default();
+        self.object(|cursor, key| match key {
+            "requestId" | "request_id" => set(&mut m.request_id, cursor.text()?),
+            "userId" | "user_id" => set(&mut m.user_id, cursor.text()?),
+            "itemIds" | "item_ids" => set(&mut m.item_ids, cursor.strings()?),
+            "time" => set(&mut m.time, cursor.text()?),
+            "model" => set(&mut m.model, cursor.text()?),
+            "surface" => set(&mut m.surface, cursor.text()?),
+            _ => None,
+        })?;
+        Some(m)
+    }
+
+    fn interaction(&mut self) -> Option<JsonInteraction<'a>> {
+        let mut x = JsonInteraction::default();
+        self.object(|cursor, key| match key {
+            "eventId" | "event_id" => set(&mut x.event_id, cursor.text()?),
+            "userId" | "user_id" => set(&mut x.user_id, cursor.text()?),
+            "itemId" | "item_id" => set(&mut x.item_id, cursor.text()?),
+            "requestId" | "request_id" => set(&mut x.request_id, cursor.text()?),
+            "type" => set(&mut x.kind, cursor.text()?),
+            "time" => set(&mut x.time, cursor.text()?),
+            _ => None,
+        })?;
+        Some(x)
+    }
+}
