@@ -124,6 +124,15 @@ impl UserState {
         self.open.iter().rev().any(|m| m.request == request)
     }
 
+    /// Starts loading the items and credits of the latest open lists, which
+    /// an interaction searches first.
+    pub fn prefetch(&self) {
+        for m in self.open.iter().rev().take(2) {
+            prefetch(m.items.as_ptr());
+            prefetch(m.credits.as_ptr());
+        }
+    }
+
     /// Adds a newly opened impression in (time, arrival) order; it is
     /// usually the latest, so the search starts from the end.
     pub fn insert_open(&mut self, open: OpenImpression) {
@@ -209,6 +218,20 @@ impl UserState {
         });
         before - self.waiting.len()
     }
+}
+
+/// Asks the CPU to start loading the cache line at `address`: a hint that
+/// never faults, whatever the address.
+#[inline(always)]
+fn prefetch<T>(address: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch instruction reads nothing into the program and
+    // cannot fault, so any address is sound.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
 }
 
 /// User ids are already well-mixed hashes: the map uses them as they are.

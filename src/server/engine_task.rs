@@ -178,7 +178,8 @@ async fn run(
     }
 }
 
-/// Reads, validates and applies one batch, event by event.
+/// Reads and validates one batch, then applies it event by event, having
+/// first prefetched the state of every event's user.
 fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
     let view = parse_batch(&batch.0)?;
     let now = super::wall_clock();
@@ -187,8 +188,16 @@ fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applie
         accepted: 0,
         rejections: Vec::new(),
     };
-    for (index, event) in view.events.iter().enumerate() {
-        match validator.view(event, &view.items, now) {
+    let events: Vec<_> = view
+        .events
+        .iter()
+        .map(|event| validator.view(event, &view.items, now))
+        .collect();
+    for event in events.iter().flatten() {
+        engine.prefetch(event.user());
+    }
+    for (index, event) in events.into_iter().enumerate() {
+        match event {
             Ok(event) => {
                 engine.apply(event);
                 ack.accepted += 1;
