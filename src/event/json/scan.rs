@@ -93,36 +93,39 @@ impl<'a> Cursor<'a> {
 
     /// An array of strings.
     fn strings(&mut self) -> Option<Vec<Text<'a>>> {
-        self.eat(b'[')?;
-        self.skip_space();
         let mut strings = Vec::with_capacity(32);
-        if self.eat(b']').is_some() {
-            return Some(strings);
-        }
-        loop {
-            strings.push(self.text()?);
-            self.skip_space();
-            if self.eat(b']').is_some() {
-                return Some(strings);
-            }
-            self.eat(b',')?;
-            self.skip_space();
-        }
+        self.sequence(b'[', b']', |cursor| {
+            strings.push(cursor.text()?);
+            Some(())
+        })?;
+        Some(strings)
     }
 
     /// An object, handing each key to `field`, which reads its value.
     fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
+        self.sequence(b'{', b'}', |cursor| {
+            let key = cursor.string()?;
+            cursor.colon()?;
+            field(cursor, key)
+        })
+    }
+
+    /// `open`, then comma-separated elements each read by `element`, then `close`.
+    fn sequence(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut element: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
         self.skip_space();
-        if self.eat(b'}').is_some() {
+        if self.eat(close).is_some() {
             return Some(());
         }
         loop {
-            let key = self.string()?;
-            self.colon()?;
-            field(self, key)?;
+            element(self)?;
             self.skip_space();
-            if self.eat(b'}').is_some() {
+            if self.eat(close).is_some() {
                 return Some(());
             }
             self.eat(b',')?;
