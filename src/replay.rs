@@ -157,24 +157,36 @@ fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<
 #[derive(Default)]
 struct Chunk {
     bytes: Vec<u8>,
-    /// End offset of each line in `bytes`, newline excluded.
+    /// Where each line ends in `bytes`: its newline, or the end of the data.
     ends: Vec<usize>,
 }
 
 impl Chunk {
-    /// Reads up to `lines` lines.
+    /// Reads up to `lines` lines, copying the reader's buffer a block at a
+    /// time and consuming it only through the last line taken.
     fn fill(&mut self, reader: &mut dyn BufRead, lines: usize) -> io::Result<()> {
         self.bytes.clear();
         self.ends.clear();
         while self.ends.len() < lines {
-            let n = reader.read_until(b'\n', &mut self.bytes)?;
-            if n == 0 {
+            let block = reader.fill_buf()?;
+            if block.is_empty() {
+                // The last line of a log need not end in a newline.
+                if self.bytes.len() > self.start(self.ends.len()) {
+                    self.ends.push(self.bytes.len());
+                }
                 break;
             }
-            while matches!(self.bytes.last(), Some(b'\n' | b'\r')) {
-                self.bytes.pop();
+            let base = self.bytes.len();
+            let mut taken = block.len();
+            for newline in memchr::memchr_iter(b'\n', block) {
+                self.ends.push(base + newline);
+                if self.ends.len() == lines {
+                    taken = newline + 1;
+                    break;
+                }
             }
-            self.ends.push(self.bytes.len());
+            self.bytes.extend_from_slice(&block[..taken]);
+            reader.consume(taken);
         }
         Ok(())
     }
@@ -187,9 +199,20 @@ impl Chunk {
         self.ends.is_empty()
     }
 
+    /// Where line `index` starts: just past the previous line's newline.
+    fn start(&self, index: usize) -> usize {
+        index
+            .checked_sub(1)
+            .map_or(0, |previous| self.ends[previous] + 1)
+    }
+
+    /// Line `index`, without its newline or the carriage returns before it.
     fn line(&self, index: usize) -> &[u8] {
-        let start = if index == 0 { 0 } else { self.ends[index - 1] };
-        &self.bytes[start..self.ends[index]]
+        let mut line = &self.bytes[self.start(index)..self.ends[index]];
+        while let [rest @ .., b'\r'] = line {
+            line = rest;
+        }
+        line
     }
 
     /// Parses line `index`; a blank line gives `None`.
@@ -235,5 +258,46 @@ impl Chunk {
                 .flat_map(|h| h.join().expect("a parser thread panicked"))
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Chunk;
+    use std::io::BufReader;
+
+    /// Lines come out whole and in order whatever the reader's block size
+    /// and the chunk's line count: across block edges, after carriage
+    /// returns, blank, and with no newline at the end of the log.
+    #[test]
+    fn chunks_split_the_log_into_its_lines() {
+        let log = "first line\r\n\nthird, a little longer than a block\r\r\n  \nlast";
+        let expected = [
+            "first line",
+            "",
+            "third, a little longer than a block",
+            "  ",
+            "last",
+        ];
+        for block in [1, 3, 7, 64] {
+            for lines in [1, 2, 3, 5, 100] {
+                let mut reader = BufReader::with_capacity(block, log.as_bytes());
+                let mut chunk = Chunk::default();
+                let mut read = Vec::new();
+                loop {
+                    chunk.fill(&mut reader, lines).expect("reading memory");
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    assert!(chunk.len() <= lines);
+                    read.extend((0..chunk.len()).map(|i| chunk.line(i).to_vec()));
+                }
+                let read: Vec<_> = read
+                    .iter()
+                    .map(|l| std::str::from_utf8(l).unwrap())
+                    .collect();
+                assert_eq!(read, expected, "block {block}, lines {lines}");
+            }
+        }
     }
 }

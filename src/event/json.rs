@@ -249,8 +249,7 @@ mod tests {
         let v = validator();
         let plain = r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#;
         assert!(scan::line(plain).is_some());
-        let spaced =
-            " {\"impression\" : { \"requestId\":\"r\" ,\t\"itemIds\" : [ \"a\" , \"b\" ] } }\r";
+        let spaced = r#" {"impression" : { "requestId":"r" , "itemIds" : [ "a" , "b" ] } } "#;
         assert!(scan::line(spaced).is_some());
         let unusual = [
             r#"{"interaction":{"userId":"u\u0041","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#,
@@ -267,6 +266,7 @@ mod tests {
             r#"{"impression":{"requestId":"r"}"#,
             r#"{"impression":{"requestId":"r",}}"#,
             "{\"impression\":{\"requestId\":\"r\tx\"}}",
+            "{\"impression\":{\"requestId\":\"r\",\t\"itemIds\":[\"a\"]}}\r",
             r#"{"impression":null}"#,
             r#"{"other":{}}"#,
             r#"[]"#,
