@@ -8,6 +8,7 @@
 //! and `replay` run the same rules.
 
 mod counters;
+mod due;
 mod groups;
 mod persist;
 mod user;
@@ -19,8 +20,8 @@ pub use persist::EngineState;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{GroupTotals, ListEvaluator};
 use crate::window::RollingWindows;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use due::DueQueue;
+use std::collections::HashMap;
 use user::{OpenImpression, UserState, Waiting};
 
 /// Join timing and bounds.
@@ -57,9 +58,6 @@ fn shard_index(user: u64, shards: usize) -> usize {
     ((user >> 40) % shards as u64) as usize
 }
 
-/// A heap entry: `(when, user, seq)`, earliest first.
-type Due = Reverse<(Nanos, u64, u64)>;
-
 /// The attribution engine.
 pub struct Engine {
     settings: JoinSettings,
@@ -67,9 +65,9 @@ pub struct Engine {
     max_time: Option<Nanos>,
     shards: Vec<HashMap<u64, UserState, user::IdentityHash>>,
     /// Open impressions by `t + A`.
-    deadlines: BinaryHeap<Due>,
+    deadlines: DueQueue,
     /// Waiting interactions by `u`.
-    give_ups: BinaryHeap<Due>,
+    give_ups: DueQueue,
     next_seq: u64,
     groups: Groups,
     aggregates: Vec<GroupAggregates>,
@@ -93,8 +91,8 @@ impl Engine {
             settings,
             max_time: None,
             shards,
-            deadlines: BinaryHeap::new(),
-            give_ups: BinaryHeap::new(),
+            deadlines: DueQueue::default(),
+            give_ups: DueQueue::default(),
             next_seq: 0,
             aggregates: Vec::new(),
             evaluator,
@@ -154,18 +152,10 @@ impl Engine {
         let Some(watermark) = self.watermark() else {
             return;
         };
-        while let Some(&Reverse((deadline, user, seq))) = self.deadlines.peek() {
-            if deadline > watermark {
-                break;
-            }
-            self.deadlines.pop();
+        while let Some((_, seq, user)) = self.deadlines.pop_due_by(watermark) {
             self.finalize(user, seq);
         }
-        while let Some(&Reverse((time, user, seq))) = self.give_ups.peek() {
-            if time > watermark {
-                break;
-            }
-            self.give_ups.pop();
+        while let Some((_, seq, user)) = self.give_ups.pop_due_by(watermark) {
             self.give_up(user, seq);
         }
     }
@@ -173,10 +163,10 @@ impl Engine {
     /// Finalizes every open impression and gives up every waiting
     /// interaction, as at the end of a replay.
     pub fn finish(&mut self) {
-        while let Some(Reverse((_, user, seq))) = self.deadlines.pop() {
+        while let Some((_, seq, user)) = self.deadlines.pop() {
             self.finalize(user, seq);
         }
-        while let Some(Reverse((_, user, seq))) = self.give_ups.pop() {
+        while let Some((_, seq, user)) = self.give_ups.pop() {
             self.give_up(user, seq);
         }
     }
@@ -256,7 +246,7 @@ impl Engine {
         self.counters.impressions += 1;
         self.open_impressions += 1;
         self.waiting_interactions -= claimed;
-        self.deadlines.push(Reverse((deadline, user_id, seq)));
+        self.deadlines.push((deadline, seq, user_id));
     }
 
     fn interaction(&mut self, interaction: Interaction) {
@@ -288,8 +278,7 @@ impl Engine {
         user.waiting.reserve_exact(1);
         user.waiting.push(Waiting { seq, interaction });
         self.waiting_interactions += 1;
-        self.give_ups
-            .push(Reverse((interaction.time, user_id, seq)));
+        self.give_ups.push((interaction.time, seq, user_id));
     }
 
     fn seq(&mut self) -> u64 {

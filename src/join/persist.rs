@@ -1,11 +1,10 @@
 //! The engine's state as data, to save across restarts: everything but the
-//! settings and what can be rebuilt from the rest (the due-time heaps).
+//! settings and what can be rebuilt from the rest (the due-time queues).
 
 use super::{user::UserState, Counters, Engine, GroupAggregates, Groups, JoinSettings};
 use crate::event::Nanos;
 use crate::metrics::ListEvaluator;
 use serde::{Deserialize, Serialize};
-use std::cmp::Reverse;
 
 /// Everything an engine holds that a restart must not lose.
 #[derive(Serialize, Deserialize)]
@@ -52,12 +51,12 @@ impl Engine {
             for open in &user.open {
                 engine
                     .deadlines
-                    .push(Reverse((open.time.saturating_add(window), id, open.seq)));
+                    .push((open.time.saturating_add(window), open.seq, id));
             }
             for waiting in &user.waiting {
                 engine
                     .give_ups
-                    .push(Reverse((waiting.interaction.time, id, waiting.seq)));
+                    .push((waiting.interaction.time, waiting.seq, id));
             }
             engine.open_impressions += user.open.len();
             engine.waiting_interactions += user.waiting.len();
