@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// An open impression, stored compactly: item ids are hashes, and each
-/// credited interaction takes 24 bytes (72 bytes in all, beside those).
+/// credited interaction takes 24 bytes, in blocks of 2, 4, 8… (72 bytes in
+/// all, beside those).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct OpenImpression {
     /// Arrival order, unique across the engine.
@@ -63,7 +64,11 @@ impl OpenImpression {
 
     fn credit(&mut self, rank: usize, x: &Interaction, counters: &mut Counters) {
         counters.credited += 1;
-        self.credits.reserve_exact(1);
+        // Room for two, then twice as many: growing by one would move the
+        // credits to a new block at nearly every interaction.
+        if self.credits.len() == self.credits.capacity() {
+            self.credits.reserve_exact(self.credits.len().max(2));
+        }
         self.credits.push(Credit {
             rank: rank as u32,
             grade: x.grade,
