@@ -30,6 +30,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 use wire_service::collector_server::CollectorServer;
 
+/// How often the recorder's upkeep runs (the exporter's own default).
+const RECORDER_UPKEEP: Duration = Duration::from_secs(5);
+
 /// Bucket bounds of `rankwatch_batch_duration_seconds`.
 const BATCH_SECONDS_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
@@ -149,6 +152,7 @@ pub async fn serve(
         engine_settings.clone(),
         settings.max_inflight_batches,
     );
+    tokio::spawn(keep_up(recorder.clone(), shutdown.clone()));
     if settings.wall_clock_advance {
         tokio::spawn(advance_with_wall_clock(engine.clone(), shutdown.clone()));
     }
@@ -303,6 +307,20 @@ async fn save_periodically(
         }
         if let Err(error) = save(&engine, &file).await {
             tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
+        }
+    }
+}
+
+/// Folds the histogram samples recorded since the last upkeep into their
+/// buckets, every [`RECORDER_UPKEEP`] until shutdown. Without it they pile
+/// up between scrapes, without bound when nothing scrapes.
+async fn keep_up(recorder: PrometheusHandle, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(RECORDER_UPKEEP);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => recorder.run_upkeep(),
         }
     }
 }
