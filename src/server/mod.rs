@@ -125,6 +125,9 @@ pub async fn serve(
     shutdown: CancellationToken,
     on_bound: impl FnOnce(Bound),
 ) -> anyhow::Result<()> {
+    if !settings.huge_pages {
+        disable_huge_pages();
+    }
     let recorder = recorder()?;
     export_limits(&engine_settings, &settings);
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
@@ -307,6 +310,25 @@ async fn save_periodically(
         }
         if let Err(error) = save(&engine, &file).await {
             tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
+        }
+    }
+}
+
+/// Stops the kernel from backing this process's memory with transparent
+/// huge pages. Faulting in a fresh 2 MiB page stalls the thread for
+/// milliseconds, and at 1,000 batches/s those stalls were most of the ack
+/// latency's p99.
+fn disable_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_THP_DISABLE reads only its integer arguments and
+        // writes no memory of this process.
+        let result = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        if result != 0 {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "could not disable transparent huge pages; latency may have millisecond spikes"
+            );
         }
     }
 }
