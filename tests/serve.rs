@@ -500,3 +500,22 @@ async fn the_wall_clock_finalizes_lists_when_traffic_stops() {
     assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
     assert!(metrics["rankwatch_finalization_lag_seconds"] < 5.0);
 }
+
+/// The server asks the kernel for no transparent huge pages unless
+/// `--huge-pages true`: the prctl flag shows in `/proc/<pid>/status`.
+#[cfg(target_os = "linux")]
+#[test]
+fn huge_pages_are_off_unless_asked_for() {
+    let thp_enabled = |server: &Server| {
+        std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+            .unwrap()
+            .lines()
+            .find_map(|line| line.strip_prefix("THP_enabled:"))
+            .map(|value| value.trim().to_owned())
+    };
+    assert_eq!(thp_enabled(&Server::start(&[])).as_deref(), Some("0"));
+    assert_eq!(
+        thp_enabled(&Server::start(&["--huge-pages", "true"])).as_deref(),
+        Some("1")
+    );
+}

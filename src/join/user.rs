@@ -17,7 +17,7 @@ pub struct OpenImpression {
     pub time: Nanos,
     pub group: GroupId,
     items: Box<[u64]>,
-    /// The interactions credited to it, grown one at a time.
+    /// The interactions credited to it, in blocks of 2, 4, 8….
     credits: Vec<Credit>,
 }
 
