@@ -46,25 +46,6 @@ fn is_plain(bytes: &[u8]) -> bool {
         .fold(false, |found, &b| found | (b == b'\\') | (b < 0x20))
 }
 
-/// The index of the first `"` in `bytes`, looking at eight bytes at a time.
-fn find_quote(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    const QUOTES: u64 = u64::from_ne_bytes([b'"'; 8]);
-    let (words, tail) = bytes.as_chunks::<8>();
-    for (index, word) in words.iter().enumerate() {
-        // A byte of `x` is zero where the word has a quote; the lowest set
-        // high bit of `zeros` marks the first (a borrow only sets higher ones).
-        let x = u64::from_le_bytes(*word) ^ QUOTES;
-        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
-        if zeros != 0 {
-            return Some(index * 8 + zeros.trailing_zeros() as usize / 8);
-        }
-    }
-    let quote = tail.iter().position(|&b| b == b'"')?;
-    Some(words.len() * 8 + quote)
-}
-
 /// Sets a field that must not have been seen before (serde_json rejects a
 /// repeated field, so a repeat goes to it).
 fn set<T>(slot: &mut Option<T>, value: T) -> Option<()> {
@@ -108,7 +89,7 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let len = find_quote(&self.text.as_bytes()[start..])?;
+        let len = memchr::memchr(b'"', &self.text.as_bytes()[start..])?;
         self.at = start + len + 1;
         self.text.get(start..start + len)
     }
