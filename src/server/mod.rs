@@ -300,14 +300,10 @@ async fn save_periodically(
     interval: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    let mut every = Every::new(interval, shutdown);
+    // The first tick is at once; the first save is one interval in.
+    every.ticks.tick().await;
+    while every.tick().await {
         if let Err(error) = save(&engine, &file).await {
             tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
         }
@@ -337,28 +333,43 @@ fn disable_huge_pages() {
 /// buckets, every [`RECORDER_UPKEEP`] until shutdown. Without it they pile
 /// up between scrapes, without bound when nothing scrapes.
 async fn keep_up(recorder: PrometheusHandle, shutdown: CancellationToken) {
-    let mut ticks = tokio::time::interval(RECORDER_UPKEEP);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticks.tick() => recorder.run_upkeep(),
-        }
+    let mut every = Every::new(RECORDER_UPKEEP, shutdown);
+    while every.tick().await {
+        recorder.run_upkeep();
     }
 }
 
 /// Moves the watermark with the wall clock while no events arrive, so that
 /// no list waits forever.
 async fn advance_with_wall_clock(engine: EngineHandle, shutdown: CancellationToken) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    let mut every = Every::new(Duration::from_secs(1), shutdown);
+    while every.tick().await {
         if engine.advance_if_idle(wall_clock()).await.is_err() {
             return;
+        }
+    }
+}
+
+/// The clock of the server's periodic tasks: a tick every period until
+/// shutdown; a late tick is delayed rather than followed by a burst.
+struct Every {
+    ticks: tokio::time::Interval,
+    shutdown: CancellationToken,
+}
+
+impl Every {
+    /// Ticks every `period`, the first at once, until `shutdown`.
+    fn new(period: Duration, shutdown: CancellationToken) -> Self {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { ticks, shutdown }
+    }
+
+    /// Waits for the next tick; `false` once shutdown has begun.
+    async fn tick(&mut self) -> bool {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => false,
+            _ = self.ticks.tick() => true,
         }
     }
 }
