@@ -4,7 +4,6 @@
 
 use crate::config::{EngineSettings, ServerSettings};
 use crate::loadgen::{self, ModelSpec, Traffic, TrafficConfig};
-use crate::proto::collector_client::CollectorClient;
 use crate::server;
 use anyhow::Context;
 use std::time::Duration;
@@ -61,7 +60,9 @@ pub async fn run(
     let Ok(bound) = bound.await else {
         return serving.await.context("the server task failed")?;
     };
-    let client = CollectorClient::connect(format!("http://{}", bound.grpc))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", bound.grpc))
+        .context("the demo server's address")?
+        .connect()
         .await
         .context("connecting to the demo server")?;
     let traffic = Traffic::new(TrafficConfig {
@@ -87,7 +88,7 @@ pub async fn run(
         bound.http
     );
     let feeding = tokio::spawn(loadgen::feed(
-        client,
+        channel,
         traffic,
         args.rate,
         100,

@@ -6,15 +6,21 @@
 //! models that are better or worse at ordering by that relevance, and give
 //! feedback under a position-based click model. [`run`] drives `--streams`
 //! `Collector.Ingest` streams against a server and measures throughput and ack
-//! latency; [`feed`] pushes traffic into a server until shutdown, for the demo.
+//! latency, generating each batch as it sends it or, with `--pregenerate`,
+//! sending batches encoded before the run so that the server's capacity
+//! rather than the generator's is measured; [`feed`] pushes traffic into a
+//! server until shutdown, for the demo.
 //! This module only speaks the public gRPC API: it knows nothing of the join,
 //! the metrics or the server's internals, exactly like an external client.
 
+mod sender;
+
 use crate::config::parse_duration;
 use crate::event::{Nanos, NANOS_PER_SECOND};
-use crate::proto::collector_client::CollectorClient;
-use crate::proto::{event::Kind, Event, EventBatch, Impression, IngestAck, Interaction};
+use crate::proto::{event::Kind, Event, Impression, IngestAck, Interaction};
 use anyhow::Context;
+use bytes::Bytes;
+use sender::{EncodedBatch, IngestClient};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::fmt;
@@ -742,6 +748,18 @@ pub struct LoadgenArgs {
     /// Most batches a stream leaves unacknowledged before it waits.
     #[arg(long, env = "RANKWATCH_LOADGEN_MAX_INFLIGHT", default_value_t = 8)]
     pub max_inflight: usize,
+    /// Generate and encode every batch before the run, event times advancing
+    /// at this many events per second from when generation starts; the run
+    /// then spends the loadgen's core on sending only, and ends at
+    /// --duration or when the batches run out. Generating takes a while:
+    /// keep the server's wall-clock advance off, or its watermark passes the
+    /// first events.
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_PREGENERATE",
+        value_name = "EVENTS_PER_SECOND"
+    )]
+    pub pregenerate: Option<f64>,
 }
 
 impl LoadgenArgs {
@@ -760,7 +778,31 @@ impl LoadgenArgs {
                 self.rate
             )));
         }
+        if let Some(rate) = self.pregenerate.filter(|r| !r.is_finite() || *r <= 0.0) {
+            return Err(LoadError::Setting(format!(
+                "--pregenerate is {rate}; give the events per second of event time, e.g. 1000000"
+            )));
+        }
         Ok(())
+    }
+
+    /// Stream `stream`'s batches, generated now if `--pregenerate` asks for it.
+    fn source(&self, run: u64, stream: usize) -> Result<BatchSource, TrafficError> {
+        let mut traffic = Traffic::new(self.traffic(run, stream))?;
+        let Some(rate) = self.pregenerate else {
+            return Ok(BatchSource::Live(Box::new(traffic)));
+        };
+        let stream_rate = rate / self.streams as f64;
+        let count = (self.duration.as_secs_f64() * stream_rate / self.batch_size as f64).ceil();
+        let period = self.batch_size as f64 / stream_rate * NANOS_PER_SECOND as f64;
+        let start = unix_nanos(SystemTime::now());
+        let batches: Vec<_> = (0..count as u64)
+            .map(|index| {
+                let now = start + (index as f64 * period) as Nanos;
+                EncodedBatch::new(index + 1, traffic.next_batch(now, self.batch_size))
+            })
+            .collect();
+        Ok(BatchSource::Ready(batches.into_iter()))
     }
 
     /// The generator of stream `stream` of run `run`: its own seed and ids.
@@ -893,6 +935,9 @@ pub struct LoadReport {
     pub events_per_second: f64,
     /// Time from sending a batch to receiving its ack.
     pub ack_latency: LatencySummary,
+    /// CPU time the loadgen process used over `elapsed` (not generating
+    /// batches beforehand): what sending cost it.
+    pub cpu: Duration,
 }
 
 impl fmt::Display for LoadReport {
@@ -933,6 +978,17 @@ impl fmt::Display for LoadReport {
             ms(self.ack_latency.p99),
             ms(self.ack_latency.max)
         )?;
+        let elapsed = self.elapsed.as_secs_f64();
+        writeln!(
+            f,
+            "  loadgen cpu  {:.2} s ({:.0}% of one core)",
+            self.cpu.as_secs_f64(),
+            if elapsed > 0.0 {
+                100.0 * self.cpu.as_secs_f64() / elapsed
+            } else {
+                0.0
+            }
+        )?;
         for (reason, count) in &self.rejected_by_reason {
             writeln!(f, "  rejected     {reason}: {count}")?;
         }
@@ -961,14 +1017,10 @@ struct StreamStats {
 }
 
 impl StreamStats {
-    fn sent(&mut self, events: &[Event]) {
+    fn sent(&mut self, batch: &EncodedBatch) {
         self.batches += 1;
-        let impressions = events
-            .iter()
-            .filter(|e| matches!(e.kind, Some(Kind::Impression(_))))
-            .count() as u64;
-        self.impressions += impressions;
-        self.interactions += events.len() as u64 - impressions;
+        self.impressions += batch.impressions;
+        self.interactions += batch.interactions;
     }
 
     fn acked(&mut self, ack: IngestAck, sent: Sent) -> Result<(), LoadError> {
@@ -1004,7 +1056,7 @@ impl StreamStats {
         self.latencies.extend(other.latencies);
     }
 
-    fn report(self, streams: usize, elapsed: Duration) -> LoadReport {
+    fn report(self, streams: usize, elapsed: Duration, cpu: Duration) -> LoadReport {
         let acked = self.accepted + self.rejected;
         let seconds = elapsed.as_secs_f64();
         LoadReport {
@@ -1024,6 +1076,7 @@ impl StreamStats {
                 0.0
             },
             ack_latency: LatencySummary::of(self.latencies),
+            cpu,
         }
     }
 }
@@ -1067,6 +1120,28 @@ impl Pacer {
     }
 }
 
+/// Where a stream's batches come from.
+enum BatchSource {
+    /// Generated as they are sent, at the wall clock.
+    Live(Box<Traffic>),
+    /// Generated and encoded before the run.
+    Ready(std::vec::IntoIter<EncodedBatch>),
+}
+
+impl BatchSource {
+    /// The next batch, numbered `sequence` if generated now; `None` when a
+    /// pregenerated source is used up.
+    fn next(&mut self, sequence: u64, batch_size: usize) -> Option<EncodedBatch> {
+        match self {
+            BatchSource::Live(traffic) => {
+                let events = traffic.next_batch(unix_nanos(SystemTime::now()), batch_size);
+                Some(EncodedBatch::new(sequence, events))
+            }
+            BatchSource::Ready(batches) => batches.next(),
+        }
+    }
+}
+
 /// How one stream sends.
 #[derive(Clone, Copy, Debug)]
 struct StreamPlan {
@@ -1075,19 +1150,18 @@ struct StreamPlan {
     max_inflight: usize,
 }
 
-/// Sends `traffic` on one `Ingest` stream until `stop`, then waits for the
-/// outstanding acks (at most [`DRAIN_TIMEOUT`]).
+/// Sends `source`'s batches on one `Ingest` stream until `stop` or until
+/// they run out, then waits for the outstanding acks (at most [`DRAIN_TIMEOUT`]).
 async fn drive(
-    mut client: CollectorClient<Channel>,
-    mut traffic: Traffic,
+    channel: Channel,
+    mut source: BatchSource,
     plan: StreamPlan,
     stop: CancellationToken,
 ) -> Result<StreamStats, LoadError> {
-    let (batches, outbound) = mpsc::channel::<EventBatch>(plan.max_inflight);
-    let mut acks = client
+    let (batches, outbound) = mpsc::channel::<Bytes>(plan.max_inflight);
+    let mut acks = IngestClient::new(channel)
         .ingest(ReceiverStream::new(outbound))
-        .await?
-        .into_inner();
+        .await?;
     let mut batches = Some(batches);
     let mut pacer = Pacer::new(plan.rate, plan.batch_size);
     let mut inflight: VecDeque<Sent> = VecDeque::with_capacity(plan.max_inflight);
@@ -1117,12 +1191,16 @@ async fn drive(
                 return Ok(stats);
             }
             () = pacer.ready(), if sending && inflight.len() < plan.max_inflight => {
-                sequence += 1;
-                let events = traffic.next_batch(unix_nanos(SystemTime::now()), plan.batch_size);
-                stats.sent(&events);
+                let Some(batch) = source.next(sequence + 1, plan.batch_size) else {
+                    batches = None;
+                    drain.as_mut().reset(Instant::now() + DRAIN_TIMEOUT);
+                    continue;
+                };
+                sequence = batch.sequence;
+                stats.sent(&batch);
                 let Some(sender) = &batches else { continue };
                 // The channel holds max_inflight batches and fewer are in flight: this never waits.
-                if sender.send(EventBatch { sequence, events }).await.is_err() {
+                if sender.send(batch.bytes).await.is_err() {
                     return Err(LoadError::Closed { unacked: inflight.len() });
                 }
                 inflight.push_back(Sent { sequence, at: Instant::now() });
@@ -1158,7 +1236,7 @@ pub async fn run_until(
     };
     let mut streams = Vec::with_capacity(args.streams);
     for stream in 0..args.streams {
-        let traffic = Traffic::new(args.traffic(run_id, stream))?;
+        let source = args.source(run_id, stream)?;
         // One connection per stream, so that the server can spread them over its cores.
         let channel = endpoint
             .connect()
@@ -1167,13 +1245,14 @@ pub async fn run_until(
                 target: args.target.clone(),
                 source,
             })?;
-        streams.push((CollectorClient::new(channel), traffic));
+        streams.push((channel, source));
     }
     let stop = shutdown.child_token();
     let started = Instant::now();
+    let cpu_before = process_cpu();
     let mut tasks = tokio::task::JoinSet::new();
-    for (client, traffic) in streams {
-        tasks.spawn(drive(client, traffic, plan, stop.clone()));
+    for (channel, source) in streams {
+        tasks.spawn(drive(channel, source, plan, stop.clone()));
     }
     let timer = tokio::spawn({
         let stop = stop.clone();
@@ -1194,16 +1273,32 @@ pub async fn run_until(
     timer.abort();
     stop.cancel();
     outcome?;
-    Ok(total.report(args.streams, started.elapsed()))
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    Ok(total.report(args.streams, started.elapsed(), cpu))
 }
 
-/// Sends `traffic` to `client` at `rate` events per second (0: as fast as acks
+/// User and system CPU time this process has used so far.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the rusage it points to, or leaves it zeroed
+    // on failure (which only a bad `who` argument causes).
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| {
+        Duration::new(t.tv_sec.max(0) as u64, 0) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// Sends `traffic` to `channel` at `rate` events per second (0: as fast as acks
 /// allow) in batches of `batch_size`, on one `Ingest` stream, until `shutdown`;
 /// then waits briefly for outstanding acks. Rejections are logged once per
 /// reason. A stream that breaks after `shutdown` (the server stopping too) is
 /// not an error.
 pub async fn feed(
-    client: CollectorClient<Channel>,
+    channel: Channel,
     traffic: Traffic,
     rate: f64,
     batch_size: usize,
@@ -1214,7 +1309,14 @@ pub async fn feed(
         batch_size: batch_size.max(1),
         max_inflight: FEED_MAX_INFLIGHT,
     };
-    match drive(client, traffic, plan, shutdown.clone()).await {
+    match drive(
+        channel,
+        BatchSource::Live(Box::new(traffic)),
+        plan,
+        shutdown.clone(),
+    )
+    .await
+    {
         Ok(_) => Ok(()),
         Err(_) if shutdown.is_cancelled() => Ok(()),
         Err(error) => Err(error),
@@ -1225,6 +1327,7 @@ pub async fn feed(
 mod tests {
     use super::*;
     use clap::Parser;
+    use prost::Message;
     use std::collections::{HashMap, HashSet};
 
     /// 2026-11-01T10:00:00Z.
@@ -1530,6 +1633,49 @@ mod tests {
     }
 
     #[test]
+    fn pregenerated_batches_cover_the_duration_at_the_given_rate() {
+        let args = Command::try_parse_from([
+            "loadgen",
+            "--streams",
+            "2",
+            "--duration",
+            "1s",
+            "--batch-size",
+            "10",
+            "--pregenerate",
+            "1000",
+        ])
+        .expect("flags parse")
+        .args;
+        assert!(args.validate().is_ok());
+        let BatchSource::Ready(batches) = args.source(7, 1).expect("a source") else {
+            panic!("--pregenerate gives ready batches");
+        };
+        let batches: Vec<_> = batches.collect();
+        // 500 events/s per stream for 1 s, in batches of 10.
+        assert_eq!(batches.len(), 50);
+        let sequences: Vec<_> = batches.iter().map(|b| b.sequence).collect();
+        assert_eq!(sequences, (1..=50).collect::<Vec<_>>());
+        let times: Vec<_> = batches
+            .iter()
+            .map(|b| {
+                let batch = crate::proto::EventBatch::decode(b.bytes.clone()).expect("decodes");
+                assert_eq!(batch.sequence, b.sequence);
+                assert_eq!(batch.events.len() as u64, b.impressions + b.interactions);
+                batch.events.iter().map(time).min().expect("events")
+            })
+            .collect();
+        // One batch every 20 ms of event time.
+        let span = times[49] - times[0];
+        assert!((span - 49 * 20_000_000).abs() < 20_000_000, "{span}");
+        for bad in ["0", "-5", "inf"] {
+            let mut args = args.clone();
+            args.pregenerate = bad.parse().ok();
+            assert!(args.validate().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn the_report_reads_as_one_block() {
         let stats = StreamStats {
             batches: 10,
@@ -1541,8 +1687,14 @@ mod tests {
             latencies: vec![Duration::from_millis(2); 10],
             ..StreamStats::default()
         };
-        let text = stats.report(1, Duration::from_secs(1)).to_string();
+        let text = stats
+            .report(1, Duration::from_secs(1), Duration::from_millis(250))
+            .to_string();
         assert!(text.contains("1000 events/s"), "{text}");
+        assert!(
+            text.contains("loadgen cpu  0.25 s (25% of one core)"),
+            "{text}"
+        );
         assert!(
             text.contains("20.0% impressions, 80.0% interactions"),
             "{text}"

@@ -519,3 +519,47 @@ fn huge_pages_are_off_unless_asked_for() {
         Some("1")
     );
 }
+
+/// The loadgen's streams, generating as they send or sending batches made
+/// beforehand, reach a real server: every event sent is accepted, and the
+/// server counts as many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadgen_events_are_all_accepted_live_or_pregenerated() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: rankwatch::loadgen::LoadgenArgs,
+    }
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let target = format!("http://{}", server.grpc);
+    let mut sent = 0;
+    let live = &["--rate", "20000"][..];
+    // 2 streams of 10,000 events/s for 1 s: 100 batches of 100 each, sent unpaced.
+    let pregenerated = &["--rate", "0", "--pregenerate", "20000"][..];
+    for (extra, expected) in [(live, None), (pregenerated, Some(20_000))] {
+        let flags = [
+            "loadgen",
+            "--target",
+            &target,
+            "--streams",
+            "2",
+            "--duration",
+            "1s",
+        ];
+        let args = <Cli as clap::Parser>::parse_from(flags.iter().chain(extra)).args;
+        let report = rankwatch::loadgen::run(&args).await.unwrap();
+        assert!(report.events_sent > 0, "{report}");
+        if let Some(expected) = expected {
+            assert_eq!(report.events_sent, expected, "{report}");
+        }
+        assert_eq!(report.accepted, report.events_sent, "{report}");
+        assert_eq!(
+            (report.rejected, report.unacked_batches),
+            (0, 0),
+            "{report}"
+        );
+        sent += report.events_sent;
+    }
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_events_accepted_total"], sent as f64);
+}
