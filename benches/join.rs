@@ -1,15 +1,21 @@
 //! The join: `Engine::apply` on a stream of already validated events, 80%
 //! interactions and 20% impressions of 20 items, in events per second. Each
 //! iteration runs a fresh engine over the whole stream and finishes it, so
-//! every list is also evaluated and aggregated.
+//! every list is also evaluated and aggregated. A second group measures the
+//! cost per event in steady state against the size of the open state and
+//! the number of lists finalized before.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
-use rankwatch::event::{Event, Impression, Interaction, Nanos, NANOS_PER_SECOND};
+use rankwatch::event::{id_hash, Event, Impression, Interaction, Nanos, NANOS_PER_SECOND};
 use rankwatch::join::Engine;
 use std::borrow::Cow;
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The server's allocator, so that allocation costs what it costs there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Events in the stream.
 const EVENTS: usize = 200_000;
@@ -34,45 +40,68 @@ const EVENT_SPACING: Nanos = NANOS_PER_SECOND / 100;
 /// items of their latest list (mostly) or with others; half the
 /// interactions name their list's request id. Times jitter by up to ±2 s,
 /// so events arrive slightly out of order, as from several senders.
-fn stream() -> Vec<Event<'static>> {
-    let mut rng = fastrand::Rng::with_seed(42);
-    let mut latest: Vec<Option<(u64, Vec<u64>)>> = vec![None; USERS as usize];
-    let models = ["v7", "v8"];
-    (0..EVENTS)
-        .map(|n| {
-            let time = START
-                + n as Nanos * EVENT_SPACING
-                + rng.i64(-2 * NANOS_PER_SECOND..2 * NANOS_PER_SECOND);
-            let user = rng.u64(0..USERS);
-            if rng.u8(0..5) == 0 {
-                let request = rng.u64(..);
-                let items = list(&mut rng);
-                latest[user as usize] = Some((request, items.clone()));
-                return Event::Impression(Impression {
-                    request,
-                    user,
-                    items,
-                    time,
-                    model: Cow::Borrowed(models[rng.usize(0..models.len())]),
-                    surface: Cow::Borrowed("home"),
-                });
-            }
-            let (request, item) = match &latest[user as usize] {
-                Some((request, items)) if rng.u8(0..10) < 7 => {
-                    (Some(*request), items[rng.usize(0..items.len())])
-                }
-                _ => (None, rng.u64(0..CATALOG)),
-            };
-            Event::Interaction(Interaction {
-                event: Some(rng.u64(..)),
+struct Stream {
+    rng: fastrand::Rng,
+    /// Each user's id as the engine sees it: the hash of `user-N`.
+    users: Vec<u64>,
+    /// Each user's latest list: its request id and items.
+    latest: Vec<Option<(u64, Vec<u64>)>>,
+    spacing: Nanos,
+    next: Nanos,
+}
+
+impl Stream {
+    /// A stream over `users` users, one event every `spacing` of event time.
+    fn new(users: u64, spacing: Nanos) -> Self {
+        Self {
+            rng: fastrand::Rng::with_seed(42),
+            users: (0..users).map(|n| id_hash(&format!("user-{n}"))).collect(),
+            latest: vec![None; users as usize],
+            spacing,
+            next: START,
+        }
+    }
+
+    fn event(&mut self) -> Event<'static> {
+        let rng = &mut self.rng;
+        let models = ["v7", "v8"];
+        let time = self.next + rng.i64(-2 * NANOS_PER_SECOND..2 * NANOS_PER_SECOND);
+        self.next += self.spacing;
+        let index = rng.usize(0..self.users.len());
+        let user = self.users[index];
+        if rng.u8(0..5) == 0 {
+            let request = rng.u64(..);
+            let items = list(rng);
+            self.latest[index] = Some((request, items.clone()));
+            return Event::Impression(Impression {
+                request,
                 user,
-                item,
-                request: request.filter(|_| rng.bool()),
+                items,
                 time,
-                grade: [1.0, 1.0, 1.0, 2.0, 3.0][rng.usize(0..5)],
-            })
+                model: Cow::Borrowed(models[rng.usize(0..models.len())]),
+                surface: Cow::Borrowed("home"),
+            });
+        }
+        let (request, item) = match &self.latest[index] {
+            Some((request, items)) if rng.u8(0..10) < 7 => {
+                (Some(*request), items[rng.usize(0..items.len())])
+            }
+            _ => (None, rng.u64(0..CATALOG)),
+        };
+        Event::Interaction(Interaction {
+            event: Some(rng.u64(..)),
+            user,
+            item,
+            request: request.filter(|_| rng.bool()),
+            time,
+            grade: [1.0, 1.0, 1.0, 2.0, 3.0][rng.usize(0..5)],
         })
-        .collect()
+    }
+
+    /// The next `count` events.
+    fn take(&mut self, count: usize) -> Vec<Event<'static>> {
+        (0..count).map(|_| self.event()).collect()
+    }
 }
 
 /// `LIST_LEN` distinct items from the catalog, as validation guarantees.
@@ -91,7 +120,7 @@ fn list(rng: &mut fastrand::Rng) -> Vec<u64> {
 fn bench_windows(c: &mut Criterion, name: &str, windows: &[Duration]) {
     let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
         .expect("the default settings are valid");
-    let events = stream();
+    let events = Stream::new(USERS, EVENT_SPACING).take(EVENTS);
     let mut group = c.benchmark_group("engine_apply");
     group
         .throughput(Throughput::Elements(EVENTS as u64))
@@ -121,5 +150,73 @@ fn apply(c: &mut Criterion) {
     bench_windows(c, "serve_windows", &serve_windows);
 }
 
-criterion_group!(benches, apply);
+/// Events applied per measured iteration of the scaling benchmark.
+const STEADY_CHUNK: usize = 10_000;
+
+/// Cost per event in steady state against the open state's size: the
+/// stream has one user per open list and an event every millisecond (200
+/// lists a second), and the window keeps `open` lists open, so lists close
+/// as fast as they open. Events go in batches of 100, each prefetched
+/// first, as in the server. The engine lives across iterations and keeps
+/// finalizing; the last case has first finalized 1,000,000 more lists, which
+/// must cost nothing per event.
+fn scaling(c: &mut Criterion) {
+    let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
+        .expect("the default settings are valid");
+    let spacing = NANOS_PER_SECOND / 1_000;
+    let mut group = c.benchmark_group("engine_steady_state");
+    group
+        .throughput(Throughput::Elements(STEADY_CHUNK as u64))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    for (name, open, extra_lists) in [
+        ("open_10000", 10_000, 0),
+        ("open_100000", 100_000, 0),
+        ("open_1000000", 1_000_000, 0),
+        (
+            "open_100000_after_1000000_more_finalized",
+            100_000,
+            1_000_000,
+        ),
+    ] {
+        let mut join = settings.join(&[]);
+        join.allowed_lateness = 5 * NANOS_PER_SECOND;
+        join.attribution_window = open as Nanos / 200 * NANOS_PER_SECOND - join.allowed_lateness;
+        join.max_open_impressions = 2 * open as usize;
+        let mut engine = Engine::new(join, settings.evaluator());
+        let mut stream = Stream::new(open, spacing);
+        // Two windows' worth of events reach the steady state.
+        for event in stream.take(10 * open as usize + 5 * extra_lists) {
+            engine.apply(event);
+        }
+        let held = engine.open_impressions() as f64 / open as f64;
+        assert!(
+            (0.9..1.1).contains(&held),
+            "{name}: {held} of the intended open lists"
+        );
+        group.bench_function(name, |b| {
+            b.iter_custom(|iterations| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iterations {
+                    let batches: Vec<_> =
+                        (0..STEADY_CHUNK / 100).map(|_| stream.take(100)).collect();
+                    let started = Instant::now();
+                    for batch in batches {
+                        for event in &batch {
+                            engine.prefetch(event.user());
+                        }
+                        for event in batch {
+                            engine.apply(black_box(event));
+                        }
+                    }
+                    spent += started.elapsed();
+                }
+                spent
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, apply, scaling);
 criterion_main!(benches);
