@@ -1,10 +1,13 @@
-//! The replay log's edge: `parse_line` (JSON decoding, validation, id
-//! hashing) on an impression of 20 items and on an interaction, in lines
-//! per second and in bytes per second.
+//! The two edges: the replay log's `parse_line` (JSON decoding, validation,
+//! id hashing) on an impression of 20 items and on an interaction, in lines
+//! per second and in bytes per second; and the collector's `parse_batch`
+//! (protobuf, ids borrowed) on a batch of 100 events, in events per second.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
 use rankwatch::event::json::parse_line;
+use rankwatch::event::wire::parse_batch;
+use rankwatch::proto::{event::Kind, Event, EventBatch, Impression, Interaction};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -22,6 +25,63 @@ fn impression_line() -> String {
 /// An interaction naming its impression, with an event id for retries.
 fn interaction_line() -> String {
     r#"{"interaction":{"eventId":"evt-7d21c0aa-000456","userId":"user-0048213","itemId":"item-418916","requestId":"req-5f3a9c1e-000123","type":"click","time":"2026-11-01T10:00:04.250Z"}}"#.to_owned()
+}
+
+/// A batch as the ingest scenario sends it: 100 events, every fifth an
+/// impression of 20 items, the rest interactions with it.
+fn encoded_batch() -> Vec<u8> {
+    let time = Some(prost_types::Timestamp {
+        seconds: 1_793_527_200,
+        nanos: 125_000_000,
+    });
+    let events = (0..100)
+        .map(|i| {
+            let kind = if i % 5 == 0 {
+                Kind::Impression(Impression {
+                    request_id: format!("req-5f3a9c1e-{i:06}"),
+                    user_id: format!("user-{:07}", 48_213 + i),
+                    item_ids: (0..20)
+                        .map(|j| format!("item-{:06}", 104_729 * (i + j + 1) % 1_000_000))
+                        .collect(),
+                    time,
+                    model: "v7".into(),
+                    surface: "home".into(),
+                })
+            } else {
+                Kind::Interaction(Interaction {
+                    event_id: format!("evt-7d21c0aa-{i:06}"),
+                    user_id: format!("user-{:07}", 48_213 + i / 5 * 5),
+                    item_id: format!("item-{:06}", 104_729 * (i / 5 * 5 + 1) % 1_000_000),
+                    request_id: format!("req-5f3a9c1e-{:06}", i / 5 * 5),
+                    r#type: "click".into(),
+                    time,
+                    grade: None,
+                })
+            };
+            Event { kind: Some(kind) }
+        })
+        .collect();
+    prost::Message::encode_to_vec(&EventBatch {
+        sequence: 1,
+        events,
+    })
+}
+
+/// Reads a batch of 100 events from its protobuf bytes, ids borrowed.
+fn wire(c: &mut Criterion) {
+    let bytes = encoded_batch();
+    let mut group = c.benchmark_group("parse_batch");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(100));
+    group.bench_function("100_events", |b| {
+        b.iter(|| {
+            let batch = parse_batch(black_box(&bytes)).expect("the batch is well formed");
+            black_box(batch);
+        })
+    });
+    group.finish();
 }
 
 /// Parses each kind of line, once per iteration, under both throughputs.
@@ -55,5 +115,5 @@ fn parse(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, parse);
+criterion_group!(benches, parse, wire);
 criterion_main!(benches);
