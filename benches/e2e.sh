@@ -31,9 +31,15 @@ start_server() {
 }
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
-# Core 0's time as the guest kernel counts it: all of it, and what the host took (steal).
-core0_ticks() { awk '/^cpu0 / {total = 0; for (i = 2; i <= 9; i++) total += $i; print total}' /proc/stat; }
-core0_steal() { awk '/^cpu0 / {print $9}' /proc/stat; }
+# Core 0's time as the guest kernel counts it, all of it and what the host
+# took (steal); steal_since MARK gives the host's share, in %, since MARK.
+core0_mark() { awk '/^cpu0 / {total = 0; for (i = 2; i <= 9; i++) total += $i; print total, $9}' /proc/stat; }
+steal_since() {
+  local total steal now_total now_steal
+  read -r total steal <<<"$1"
+  read -r now_total now_steal <<<"$(core0_mark)"
+  echo $(( 100 * (now_steal - steal) / (now_total - total) ))
+}
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server_pid/status"; }
 metric() { curl -s "http://$HTTP/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
 # Batches of 100 events unless told otherwise (the loadgen's default).
@@ -84,10 +90,10 @@ for _ in $(seq "$RUNS"); do
   while [ "$(metric rankwatch_events_accepted_total)" = 0 ]; do sleep 0.05; done
   sleep 4
   accepted_before=$(metric rankwatch_events_accepted_total); ticks_before=$(cpu_ticks); start=$(date +%s.%N)
-  core0_before=$(core0_ticks); steal_before=$(core0_steal)
+  core0=$(core0_mark)
   sleep 6
   accepted=$(( $(metric rankwatch_events_accepted_total) - accepted_before )); ticks=$(( $(cpu_ticks) - ticks_before ))
-  steal=$(( 100 * ($(core0_steal) - steal_before) / ($(core0_ticks) - core0_before) ))
+  steal=$(steal_since "$core0")
   seconds=$(python3 -c "print($(date +%s.%N) - $start)")
   kill -0 "$loadgen_pid" 2>/dev/null || echo "warning: the loadgen ran out of batches before the measurement ended" >&2
   wait "$loadgen_pid"; loadgen_pid=
@@ -138,9 +144,9 @@ memory=$(median <"$work/memory")
 # 4. Replay of a 1,000,000-event JSONL file on one core.
 python3 benches/gen_log.py 1000000 "$work/log.jsonl"
 for _ in $(seq "$RUNS"); do
-  start=$(date +%s.%N); core0_before=$(core0_ticks); steal_before=$(core0_steal)
+  start=$(date +%s.%N); core0=$(core0_mark)
   taskset -c 0 "$BIN" replay "$work/log.jsonl" --threads 1 >/dev/null
-  steal=$(( 100 * ($(core0_steal) - steal_before) / ($(core0_ticks) - core0_before) ))
+  steal=$(steal_since "$core0")
   python3 -c "print(round(1e6 / ($(date +%s.%N) - $start)), $steal)" >>"$work/replay"
 done
 replay_rate=$(cut -d' ' -f1 "$work/replay" | median)
