@@ -85,9 +85,12 @@ PY
 for _ in $(seq "$RUNS"); do
   start_server --attribution-window 2s --allowed-lateness 1s
   taskset -c 1 "$BIN" loadgen --target "http://$GRPC" --rate 0 --streams 4 --max-inflight 16 --users 1000000 \
-    --duration 16s --pregenerate 1200000 >"$work/load.txt" 2>/dev/null &
+    --duration 16s --pregenerate 1200000 >"$work/load.txt" 2>"$work/load.err" &
   loadgen_pid=$!
-  while [ "$(metric rankwatch_events_accepted_total)" = 0 ]; do sleep 0.05; done
+  while [ "$(metric rankwatch_events_accepted_total)" = 0 ]; do
+    kill -0 "$loadgen_pid" 2>/dev/null || { cat "$work/load.err" >&2; echo "the loadgen stopped before sending" >&2; exit 1; }
+    sleep 0.05
+  done
   sleep 4
   accepted_before=$(metric rankwatch_events_accepted_total); ticks_before=$(cpu_ticks); start=$(date +%s.%N)
   core0=$(core0_mark)
