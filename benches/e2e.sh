@@ -54,6 +54,15 @@ start_spinners() {
 }
 stop_spinners() { kill "${spinner_pids[@]}"; wait "${spinner_pids[@]}" 2>/dev/null || true; spinner_pids=(); }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# The median of column COLUMN of the runs' figures in $work/FILE.
+median_of() { cut -d' ' -f"$2" "$work/$1" | median; }
+# Runs the loadgen with the other arguments and appends its ack latency's
+# p50 and p99 (ms) to $work/FILE.
+ack_latency() {
+  local file=$1; shift
+  loadgen "$@" >"$work/load.txt"
+  awk '/ack latency/ {print $4, $10}' "$work/load.txt" >>"$work/$file"
+}
 field() { awk -v key="$1" '$1 == key {print $2}'; }
 
 # 0. The machine: how often core 0 stops a busy thread for over 1 ms (a
@@ -104,10 +113,10 @@ for _ in $(seq "$RUNS"); do
   loadgen_core=$(awk '/loadgen cpu/ {gsub(/[(%]/, "", $5); print $5}' "$work/load.txt")
   python3 -c "print(round($accepted / $seconds), round($ticks / 100 / $accepted * 1e6, 2), $loadgen_core, $steal)" >>"$work/ingest"
 done
-ingest_rate=$(cut -d' ' -f1 "$work/ingest" | median)
-ingest_cpu=$(cut -d' ' -f2 "$work/ingest" | median)
-loadgen_core=$(cut -d' ' -f3 "$work/ingest" | median)
-ingest_steal=$(cut -d' ' -f4 "$work/ingest" | median)
+ingest_rate=$(median_of ingest 1)
+ingest_cpu=$(median_of ingest 2)
+loadgen_core=$(median_of ingest 3)
+ingest_steal=$(median_of ingest 4)
 
 # 2. Ack latency at 100,000 events/s, batches made beforehand so that the
 #    loadgen is not busy generating when an ack arrives; the same with both
@@ -116,22 +125,19 @@ ingest_steal=$(cut -d' ' -f4 "$work/ingest" | median)
 #    wake it); and the floor, batches of one event at 1,000 batches/s.
 for _ in $(seq "$RUNS"); do
   start_server
-  loadgen --rate 100000 --streams 1 --users 1000000 --duration 10s --pregenerate 100000 >"$work/load.txt"
-  awk "/ack latency/ {print \$4, \$10}" "$work/load.txt" >>"$work/latency"
+  ack_latency latency --rate 100000 --streams 1 --users 1000000 --duration 10s --pregenerate 100000
   start_spinners
-  loadgen --rate 100000 --streams 1 --users 1000000 --duration 10s --pregenerate 100000 >"$work/load.txt"
+  ack_latency awake --rate 100000 --streams 1 --users 1000000 --duration 10s --pregenerate 100000
   stop_spinners
-  awk "/ack latency/ {print \$4, \$10}" "$work/load.txt" >>"$work/awake"
-  loadgen --rate 1000 --batch-size 1 --streams 1 --users 1000000 --duration 10s --pregenerate 1000 >"$work/load.txt"
-  awk "/ack latency/ {print \$4, \$10}" "$work/load.txt" >>"$work/floor"
+  ack_latency floor --rate 1000 --batch-size 1 --streams 1 --users 1000000 --duration 10s --pregenerate 1000
   stop_server
 done
-p50=$(cut -d' ' -f1 "$work/latency" | median)
-p99=$(cut -d' ' -f2 "$work/latency" | median)
-awake_p50=$(cut -d' ' -f1 "$work/awake" | median)
-awake_p99=$(cut -d' ' -f2 "$work/awake" | median)
-floor_p50=$(cut -d' ' -f1 "$work/floor" | median)
-floor_p99=$(cut -d' ' -f2 "$work/floor" | median)
+p50=$(median_of latency 1)
+p99=$(median_of latency 2)
+awake_p50=$(median_of awake 1)
+awake_p99=$(median_of awake 2)
+floor_p50=$(median_of floor 1)
+floor_p99=$(median_of floor 2)
 
 # 3. Memory: 1,000,000 open impressions of 20 items (the default max_open_impressions sheds the rest).
 for _ in $(seq "$RUNS"); do
@@ -152,8 +158,8 @@ for _ in $(seq "$RUNS"); do
   steal=$(steal_since "$core0")
   python3 -c "print(round(1e6 / ($(date +%s.%N) - $start)), $steal)" >>"$work/replay"
 done
-replay_rate=$(cut -d' ' -f1 "$work/replay" | median)
-replay_steal=$(cut -d' ' -f2 "$work/replay" | median)
+replay_rate=$(median_of replay 1)
+replay_steal=$(median_of replay 2)
 
 # 5. A /metrics scrape of about 10,000 series (40 groups).
 models=$(python3 -c "print(','.join(f'm{i}={i / 20}' for i in range(20)))")

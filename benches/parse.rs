@@ -36,12 +36,14 @@ fn encoded_batch() -> Vec<u8> {
     });
     let events = (0..100)
         .map(|i| {
-            let kind = if i % 5 == 0 {
+            // The impression that event i is, or answers.
+            let list = i / 5 * 5;
+            let kind = if i == list {
                 Kind::Impression(Impression {
-                    request_id: format!("req-5f3a9c1e-{i:06}"),
-                    user_id: format!("user-{:07}", 48_213 + i),
+                    request_id: format!("req-5f3a9c1e-{list:06}"),
+                    user_id: format!("user-{:07}", 48_213 + list),
                     item_ids: (0..20)
-                        .map(|j| format!("item-{:06}", 104_729 * (i + j + 1) % 1_000_000))
+                        .map(|j| format!("item-{:06}", 104_729 * (list + j + 1) % 1_000_000))
                         .collect(),
                     time,
                     model: "v7".into(),
@@ -50,9 +52,9 @@ fn encoded_batch() -> Vec<u8> {
             } else {
                 Kind::Interaction(Interaction {
                     event_id: format!("evt-7d21c0aa-{i:06}"),
-                    user_id: format!("user-{:07}", 48_213 + i / 5 * 5),
-                    item_id: format!("item-{:06}", 104_729 * (i / 5 * 5 + 1) % 1_000_000),
-                    request_id: format!("req-5f3a9c1e-{:06}", i / 5 * 5),
+                    user_id: format!("user-{:07}", 48_213 + list),
+                    item_id: format!("item-{:06}", 104_729 * (list + 1) % 1_000_000),
+                    request_id: format!("req-5f3a9c1e-{list:06}"),
                     r#type: "click".into(),
                     time,
                     grade: None,
