@@ -228,9 +228,9 @@ impl Chunk {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
-        Some(match std::str::from_utf8(line) {
-            Ok(text) => parse_line(text, validator),
-            Err(_) => Err(Rejection::new(
+        Some(match crate::event::utf8(line) {
+            Some(text) => parse_line(text, validator),
+            None => Err(Rejection::new(
                 Reason::InvalidJson,
                 "line is not valid UTF-8",
             )),

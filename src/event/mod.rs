@@ -17,6 +17,18 @@ pub fn id_hash(id: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(id.as_bytes())
 }
 
+/// `bytes` as text, or `None` when they are not UTF-8. Ids and log lines
+/// are nearly always ASCII: checking that inline is several times cheaper
+/// than the full UTF-8 check, which only the rest go through.
+#[inline]
+pub fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        return Some(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
 /// The group name used for an empty `model` or `surface`.
 pub const DEFAULT_GROUP_NAME: &str = "default";
 
@@ -183,5 +195,17 @@ impl Rejection {
             reason,
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utf8;
+
+    #[test]
+    fn reads_ascii_and_other_utf8_and_refuses_the_rest() {
+        assert_eq!(utf8(b"item-42"), Some("item-42"));
+        assert_eq!(utf8("caf\u{e9}".as_bytes()), Some("caf\u{e9}"));
+        assert_eq!(utf8(b"caf\xe9"), None);
     }
 }

@@ -142,13 +142,7 @@ fn parse_timestamp(bytes: &[u8]) -> Result<RawTime, WireError> {
 }
 
 fn text(bytes: &[u8]) -> Result<&str, WireError> {
-    // Ids are nearly always ASCII: checking that inline is several times
-    // cheaper than a call to the full UTF-8 check.
-    if bytes.is_ascii() {
-        // SAFETY: ASCII bytes are valid UTF-8.
-        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
-    }
-    std::str::from_utf8(bytes).map_err(|_| WireError("a string field is not valid UTF-8"))
+    super::utf8(bytes).ok_or(WireError("a string field is not valid UTF-8"))
 }
 
 enum Value<'a> {
