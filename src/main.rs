@@ -76,6 +76,9 @@ enum Format {
 }
 
 /// mimalloc: allocation-heavy paths (decoding, opening lists) measured faster than with glibc's malloc.
+/// Its 2.x line (Cargo feature `v2`): 3.x over-allocates a block whose size
+/// is not a power of two whenever its page is full, which cost 7% more memory
+/// per open impression.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
