@@ -136,62 +136,74 @@ pub fn total_bytes(paths: &[PathBuf]) -> u64 {
         .sum()
 }
 
-fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn BufRead>> {
+fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn Read>> {
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
         Box::new(File::open(path)?)
     };
-    // 64 KiB, which stays in the cache from one read to the next: with 1 MiB
-    // the kernel's copy into it took a fifth of a single-threaded replay.
-    let mut reader = BufReader::with_capacity(1 << 16, Counted { inner: raw, read });
+    // The buffer is only there to look at the first bytes: reads of a whole
+    // block go past it, straight into the chunk.
+    let mut reader = BufReader::with_capacity(BLOCK, Counted { inner: raw, read });
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
     Ok(if gzip {
-        Box::new(BufReader::with_capacity(
-            1 << 20,
-            MultiGzDecoder::new(reader),
-        ))
+        Box::new(MultiGzDecoder::new(reader))
     } else {
         Box::new(reader)
     })
 }
 
-/// A run of lines held in one buffer.
+/// Bytes asked of the log at a time: 64 KiB, which stays in the cache until
+/// its lines are parsed. With 1 MiB, the kernel's copy took a fifth of a
+/// single-threaded replay.
+const BLOCK: usize = 1 << 16;
+
+/// A run of lines, read straight into one buffer.
 #[derive(Default)]
 struct Chunk {
+    /// The chunk's lines, then the start of the lines after them; past
+    /// `filled`, room for the next read.
     bytes: Vec<u8>,
+    /// How much of `bytes` holds data from the log.
+    filled: usize,
     /// Where each line ends in `bytes`: its newline, or the end of the data.
     ends: Vec<usize>,
 }
 
 impl Chunk {
-    /// Reads up to `lines` lines, copying the reader's buffer a block at a
-    /// time and consuming it only through the last line taken.
-    fn fill(&mut self, reader: &mut dyn BufRead, lines: usize) -> io::Result<()> {
-        self.bytes.clear();
+    /// Reads up to `lines` lines. What was read past the last line taken
+    /// moves to the front and starts the next chunk, so each byte of the
+    /// log is copied once, by the kernel (a block at most is moved again).
+    fn fill(&mut self, reader: &mut dyn Read, lines: usize) -> io::Result<()> {
+        let taken = self.start(self.ends.len()).min(self.filled);
+        self.bytes.copy_within(taken..self.filled, 0);
+        self.filled -= taken;
         self.ends.clear();
-        while self.ends.len() < lines {
-            let block = reader.fill_buf()?;
-            if block.is_empty() {
-                // The last line of a log need not end in a newline.
-                if self.bytes.len() > self.start(self.ends.len()) {
-                    self.ends.push(self.bytes.len());
-                }
-                break;
-            }
-            let base = self.bytes.len();
-            let mut taken = block.len();
-            for newline in memchr::memchr_iter(b'\n', block) {
-                self.ends.push(base + newline);
+        let mut scanned = 0;
+        loop {
+            for newline in memchr::memchr_iter(b'\n', &self.bytes[scanned..self.filled]) {
+                self.ends.push(scanned + newline);
                 if self.ends.len() == lines {
-                    taken = newline + 1;
-                    break;
+                    return Ok(());
                 }
             }
-            self.bytes.extend_from_slice(&block[..taken]);
-            reader.consume(taken);
+            scanned = self.filled;
+            if self.bytes.len() < self.filled + BLOCK {
+                self.bytes.resize(self.filled + BLOCK, 0);
+            }
+            let read = match reader.read(&mut self.bytes[self.filled..self.filled + BLOCK]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                read => read?,
+            };
+            if read == 0 {
+                // The last line of a log need not end in a newline.
+                if self.filled > self.start(self.ends.len()) {
+                    self.ends.push(self.filled);
+                }
+                return Ok(());
+            }
+            self.filled += read;
         }
-        Ok(())
     }
 
     fn len(&self) -> usize {
@@ -267,7 +279,22 @@ impl Chunk {
 #[cfg(test)]
 mod tests {
     use super::Chunk;
-    use std::io::BufReader;
+    use std::io::{self, Read};
+
+    /// Hands out its data `block` bytes at a time at most.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        block: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.block).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
 
     /// Lines come out whole and in order whatever the reader's block size
     /// and the chunk's line count: across block edges, after carriage
@@ -284,7 +311,10 @@ mod tests {
         ];
         for block in [1, 3, 7, 64] {
             for lines in [1, 2, 3, 5, 100] {
-                let mut reader = BufReader::with_capacity(block, log.as_bytes());
+                let mut reader = Trickle {
+                    data: log.as_bytes(),
+                    block,
+                };
                 let mut chunk = Chunk::default();
                 let mut read = Vec::new();
                 loop {
