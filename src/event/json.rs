@@ -278,6 +278,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_fast_reader_finds_quotes_anywhere_in_lines_short_and_long() {
+        let v = validator();
+        // Item ids of every length from 1 to 70 put quotes at every offset
+        // of a 64-byte block; the longer lines index their quotes on the heap.
+        for count in [1, 5, 20, 100] {
+            for shift in 0..70 {
+                let items: Vec<String> = (0..count)
+                    .map(|i| format!("\"{}\"", "x".repeat(1 + (i * 7 + shift) % 70)))
+                    .collect();
+                let line = format!(
+                    r#"{{"impression":{{"requestId":"r{shift}","userId":"u","itemIds":[{}],"time":"2026-11-01T10:00:00Z"}}}}"#,
+                    items.join(",")
+                );
+                assert!(scan::line(&line).is_some(), "{line}");
+                assert_eq!(parse_line(&line, &v), with_serde(&line, &v), "{line}");
+            }
+        }
+    }
+
     /// A field of a generated line: both spellings of its key and a valid value.
     type Field = (&'static str, &'static str, &'static str);
 

@@ -12,10 +12,24 @@ use std::borrow::Cow;
 
 /// Reads `text` as a [`Line`], or `None` when it is not of the plain shape.
 pub(super) fn line(text: &str) -> Option<Line<'_>> {
-    if !is_plain(text.as_bytes()) {
+    let bytes = text.as_bytes();
+    let mut on_stack = [0; STACK_WORDS];
+    let mut on_heap = Vec::new();
+    let words = bytes.len().div_ceil(64);
+    let quotes = if words <= STACK_WORDS {
+        &mut on_stack[..words]
+    } else {
+        on_heap.resize(words, 0);
+        &mut on_heap[..]
+    };
+    if !index_quotes(bytes, quotes) {
         return None;
     }
-    let mut cursor = Cursor { text, at: 0 };
+    let mut cursor = Cursor {
+        text,
+        quotes,
+        at: 0,
+    };
     cursor.skip_space();
     cursor.eat(b'{')?;
     cursor.skip_space();
@@ -38,12 +52,69 @@ pub(super) fn line(text: &str) -> Option<Line<'_>> {
     (cursor.at == text.len()).then_some(line)
 }
 
-/// Whether `bytes` has no backslash and no control character. It looks at
-/// every byte without stopping early, which the compiler vectorizes.
-fn is_plain(bytes: &[u8]) -> bool {
-    !bytes
+/// Lines up to 64 times this long index their quotes on the stack.
+const STACK_WORDS: usize = 32;
+
+/// Sets bit `i % 64` of `quotes[i / 64]` for each quote at `bytes[i]`, in
+/// one pass that also tells whether the line is plain: no backslash and no
+/// control character. Every string of a plain line ends at its next quote.
+fn index_quotes(bytes: &[u8], quotes: &mut [u64]) -> bool {
+    let mut not_plain = 0;
+    for (word, block) in quotes.iter_mut().zip(bytes.chunks(64)) {
+        let (sixteens, tail) = block.as_chunks::<16>();
+        for (shift, sixteen) in (0..).step_by(16).zip(sixteens) {
+            let (quote_bits, other_bits) = classify(sixteen);
+            *word |= u64::from(quote_bits) << shift;
+            not_plain |= other_bits;
+        }
+        for (index, &byte) in (block.len() - tail.len()..).zip(tail) {
+            *word |= u64::from(byte == b'"') << index;
+            not_plain |= u16::from(is_unplain(byte));
+        }
+    }
+    not_plain == 0
+}
+
+fn is_unplain(byte: u8) -> bool {
+    byte == b'\\' || byte < 0x20
+}
+
+/// For 16 bytes, a bit per quote and a bit per backslash or control character.
+#[cfg(target_arch = "x86_64")]
+fn classify(bytes: &[u8; 16]) -> (u16, u16) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of every x86_64 CPU, and the load reads exactly
+    // the 16 bytes of `bytes`.
+    unsafe {
+        let v = _mm_loadu_si128(bytes.as_ptr().cast());
+        let quotes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslashes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        let controls = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+        (
+            _mm_movemask_epi8(quotes) as u16,
+            _mm_movemask_epi8(_mm_or_si128(backslashes, controls)) as u16,
+        )
+    }
+}
+
+/// For 16 bytes, a bit per quote and a bit per backslash or control character.
+#[cfg(not(target_arch = "x86_64"))]
+fn classify(bytes: &[u8; 16]) -> (u16, u16) {
+    classify_bytewise(bytes)
+}
+
+/// [`classify`] a byte at a time.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn classify_bytewise(bytes: &[u8; 16]) -> (u16, u16) {
+    bytes
         .iter()
-        .fold(false, |found, &b| found | (b == b'\\') | (b < 0x20))
+        .enumerate()
+        .fold((0, 0), |(quotes, others), (i, &b)| {
+            (
+                quotes | u16::from(b == b'"') << i,
+                others | u16::from(is_unplain(b)) << i,
+            )
+        })
 }
 
 /// Sets a field that must not have been seen before (serde_json rejects a
@@ -56,12 +127,14 @@ fn set<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     Some(())
 }
 
-struct Cursor<'a> {
+struct Cursor<'a, 'q> {
     text: &'a str,
+    /// Where the quotes of `text` are, as [`index_quotes`] sets them.
+    quotes: &'q [u64],
     at: usize,
 }
 
-impl<'a> Cursor<'a> {
+impl<'a> Cursor<'a, '_> {
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
@@ -89,9 +162,20 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let len = memchr::memchr(b'"', &self.text.as_bytes()[start..])?;
-        self.at = start + len + 1;
-        self.text.get(start..start + len)
+        let end = self.next_quote()?;
+        self.at = end + 1;
+        self.text.get(start..end)
+    }
+
+    /// Where the first quote at or after `at` is.
+    fn next_quote(&self) -> Option<usize> {
+        let mut word = self.at / 64;
+        let mut bits = self.quotes.get(word)? & (!0 << (self.at % 64));
+        while bits == 0 {
+            word += 1;
+            bits = *self.quotes.get(word)?;
+        }
+        Some(word * 64 + bits.trailing_zeros() as usize)
     }
 
     fn text(&mut self) -> Option<Text<'a>> {
@@ -166,5 +250,28 @@ impl<'a> Cursor<'a> {
             _ => None,
         })?;
         Some(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{classify, classify_bytewise};
+
+    #[test]
+    fn classifies_every_byte_at_every_position_as_a_byte_at_a_time_does() {
+        for byte in 0..=u8::MAX {
+            for position in 0..16 {
+                let mut block = [b'a'; 16];
+                block[position] = byte;
+                assert_eq!(
+                    classify(&block),
+                    classify_bytewise(&block),
+                    "{byte} at {position}"
+                );
+            }
+        }
+        let mixed: [u8; 16] = *b"\"a\\\x1f \x7f\xe9\"\x00\"b\x20\x1f\"\\\x80";
+        assert_eq!(classify(&mixed), classify_bytewise(&mixed));
+        assert_eq!(classify_bytewise(&mixed).0, 0b0010_0010_1000_0001);
     }
 }
