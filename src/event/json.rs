@@ -87,6 +87,11 @@ fn text<'a, 'b>(field: &'b Option<Text<'a>>) -> &'b str {
     field.as_ref().map_or("", |t| &t.0)
 }
 
+/// A model or surface name: borrowed from the line unless it had escapes.
+fn group_name<'a>(field: &Option<Text<'a>>) -> Cow<'a, str> {
+    field.as_ref().map_or(Cow::Borrowed(""), |t| t.0.clone())
+}
+
 fn raw_time(field: &Option<Text<'_>>) -> RawTime {
     match field {
         None => RawTime::Missing,
@@ -98,11 +103,10 @@ fn raw_time(field: &Option<Text<'_>>) -> RawTime {
 /// where they can; the replay has no wall clock, so times are not checked
 /// against one.
 pub fn parse_line<'a>(line: &'a str, validator: &Validator) -> Result<Event<'a>, Rejection> {
-    let parsed = match scan::line(line) {
-        Some(parsed) => parsed,
-        None => read_with_serde(line)?,
-    };
-    event(parsed, validator)
+    match scan::line(line) {
+        Some(parsed) => event(&parsed, validator),
+        None => event(&read_with_serde(line)?, validator),
+    }
 }
 
 fn read_with_serde(line: &str) -> Result<Line<'_>, Rejection> {
@@ -115,8 +119,8 @@ fn read_with_serde(line: &str) -> Result<Line<'_>, Rejection> {
 }
 
 /// Validates a line that was read.
-fn event<'a>(parsed: Line<'a>, validator: &Validator) -> Result<Event<'a>, Rejection> {
-    match (parsed.impression, parsed.interaction) {
+fn event<'a>(parsed: &Line<'a>, validator: &Validator) -> Result<Event<'a>, Rejection> {
+    match (&parsed.impression, &parsed.interaction) {
         (Some(_), Some(_)) => Err(Rejection::new(
             Reason::InvalidJson,
             "an Event holds either an impression or an interaction, not both",
@@ -131,8 +135,8 @@ fn event<'a>(parsed: Line<'a>, validator: &Validator) -> Result<Event<'a>, Rejec
                 user_id: text(&m.user_id),
                 item_ids: m.item_ids.as_deref().unwrap_or_default(),
                 time: raw_time(&m.time),
-                model: m.model.map_or(Cow::Borrowed(""), |t| t.0),
-                surface: m.surface.map_or(Cow::Borrowed(""), |t| t.0),
+                model: group_name(&m.model),
+                surface: group_name(&m.surface),
             };
             validator.impression(raw, None).map(Event::Impression)
         }
@@ -221,7 +225,7 @@ mod tests {
 
     /// What serde_json alone makes of a line: the reference.
     fn with_serde<'a>(line: &'a str, v: &Validator) -> Result<Event<'a>, Rejection> {
-        event(read_with_serde(line)?, v)
+        event(&read_with_serde(line)?, v)
     }
 
     #[test]
