@@ -82,7 +82,7 @@ PY
 )
 
 # 1. Ingest throughput, unpaced, in steady state. The loadgen first
-#    generates and encodes 16 s of batches (--pregenerate, event time
+#    generates and encodes 20 s of batches (--pregenerate, event time
 #    advancing at 1.2 million events/s), then only sends them. The server's
 #    2 s attribution window and 1 s of lateness finalize, and so evaluate,
 #    lists as fast as they open once 3 s of event time have passed, so the
@@ -94,7 +94,7 @@ PY
 for _ in $(seq "$RUNS"); do
   start_server --attribution-window 2s --allowed-lateness 1s
   taskset -c 1 "$BIN" loadgen --target "http://$GRPC" --rate 0 --streams 4 --max-inflight 16 --users 1000000 \
-    --duration 16s --pregenerate 1200000 >"$work/load.txt" 2>"$work/load.err" &
+    --duration 20s --pregenerate 1200000 >"$work/load.txt" 2>"$work/load.err" &
   loadgen_pid=$!
   while [ "$(metric rankwatch_events_accepted_total)" = 0 ]; do
     kill -0 "$loadgen_pid" 2>/dev/null || { cat "$work/load.err" >&2; echo "the loadgen stopped before sending" >&2; exit 1; }
