@@ -21,45 +21,38 @@ pub fn from_timestamp(seconds: i64, nanos: i32) -> Option<Nanos> {
 /// Parses an RFC 3339 timestamp (`2026-11-01T10:00:04.250Z`, any offset,
 /// up to nine fractional digits) as the proto3 JSON mapping writes them.
 pub fn parse_rfc3339(text: &str) -> Option<Nanos> {
-    let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+    let (date_time, rest) = text.as_bytes().split_first_chunk::<19>()?;
+    let [y0, y1, y2, y3, b'-', mo0, mo1, b'-', d0, d1, b'T' | b't' | b' ', h0, h1, b':', mi0, mi1, b':', s0, s1] =
+        *date_time
+    else {
         return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let year = digits(&b[0..4])?;
-    let month = digits(&b[5..7])?;
-    let day = digits(&b[8..10])?;
-    let hour = digits(&b[11..13])?;
-    let minute = digits(&b[14..16])?;
-    let second = digits(&b[17..19])?;
+    };
+    let year = number([y0, y1, y2, y3])?;
+    let month = number([mo0, mo1])?;
+    let day = number([d0, d1])?;
+    let hour = number([h0, h1])?;
+    let minute = number([mi0, mi1])?;
+    let second = number([s0, s1])?;
     if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
         return None;
     }
     if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
-    let mut rest = &b[19..];
-    let mut fraction = 0i64;
-    if let Some((b'.', tail)) = rest.split_first() {
-        let count = tail.iter().take_while(|c| c.is_ascii_digit()).count();
-        if count == 0 || count > 9 {
-            return None;
-        }
-        fraction = digits(&tail[..count])? * 10i64.pow(9 - count as u32);
-        rest = &tail[count..];
-    }
-    let offset_seconds = match rest {
+    let (fraction, zone) = match rest {
+        [b'.', after_dot @ ..] => fraction(after_dot)?,
+        _ => (0, rest),
+    };
+    let offset_seconds = match *zone {
         [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let hours = digits(&[*h1, *h2])?;
-            let minutes = digits(&[*m1, *m2])?;
+        [sign @ (b'+' | b'-'), h0, h1, b':', m0, m1] => {
+            let hours = number([h0, h1])?;
+            let minutes = number([m0, m1])?;
             if hours > 23 || minutes > 59 {
                 return None;
             }
             let offset = hours * 3600 + minutes * 60;
-            if *sign == b'-' {
+            if sign == b'-' {
                 -offset
             } else {
                 offset
@@ -70,6 +63,36 @@ pub fn parse_rfc3339(text: &str) -> Option<Nanos> {
     let days = days_from_civil(year, month, day);
     let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
     seconds.checked_mul(NANOS_PER_SECOND)?.checked_add(fraction)
+}
+
+/// The nanoseconds that one to nine digits after a decimal point stand
+/// for, and the bytes after the digits.
+fn fraction(after_dot: &[u8]) -> Option<(i64, &[u8])> {
+    /// Nanoseconds per unit of the last of `n` fractional digits, at `n`.
+    const UNIT: [i64; 10] = [
+        0,
+        100_000_000,
+        10_000_000,
+        1_000_000,
+        100_000,
+        10_000,
+        1_000,
+        100,
+        10,
+        1,
+    ];
+    let mut value = 0;
+    let mut count = 0;
+    for &byte in after_dot.iter().take(UNIT.len()) {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = value * 10 + i64::from(digit);
+        count += 1;
+    }
+    let unit = *UNIT.get(count).filter(|&&unit| unit > 0)?;
+    Some((value * unit, after_dot.get(count..)?))
 }
 
 /// Formats nanoseconds as RFC 3339 in UTC with millisecond precision.
@@ -86,10 +109,17 @@ pub fn format_rfc3339(time: Nanos) -> String {
     )
 }
 
-fn digits(b: &[u8]) -> Option<i64> {
-    b.iter().try_fold(0i64, |acc, &c| {
-        c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
-    })
+/// The value of a fixed number of decimal digits, or `None` when a byte is
+/// not a digit. One check for all of them keeps the common case branch-free.
+fn number<const N: usize>(digits: [u8; N]) -> Option<i64> {
+    let mut value = 0;
+    let mut all_digits = true;
+    for byte in digits {
+        let digit = byte.wrapping_sub(b'0');
+        all_digits &= digit < 10;
+        value = value * 10 + i64::from(digit);
+    }
+    all_digits.then_some(value)
 }
 
 fn is_leap(year: i64) -> bool {
@@ -161,6 +191,20 @@ mod tests {
             "9999-12-31T23:59:59Z",
         ] {
             assert_eq!(parse_rfc3339(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_a_non_digit_wherever_a_digit_belongs() {
+        let valid = "2026-11-01T10:00:04.250+05:30";
+        assert_eq!(parse_rfc3339(valid), Some(1_793_507_404_250_000_000));
+        for (position, _) in valid.match_indices(|c: char| c.is_ascii_digit()) {
+            // The bytes just below '0' and just above '9', and a letter.
+            for byte in ["/", ":", "x"] {
+                let mut text = valid.to_owned();
+                text.replace_range(position..=position, byte);
+                assert_eq!(parse_rfc3339(&text), None, "{text}");
+            }
         }
     }
 
