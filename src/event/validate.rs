@@ -302,7 +302,16 @@ fn group_name(name: Cow<'_, str>) -> Cow<'_, str> {
 /// The index of the first item that repeats an earlier one.
 fn first_repeat(items: &[u64]) -> Option<usize> {
     if items.len() <= 32 {
-        return (1..items.len()).find(|&i| items[..i].contains(&items[i]));
+        // A bit per value of a hash's low byte: only an item whose bit is
+        // already set can repeat an earlier one, so only those search.
+        let mut seen = [0u64; 4];
+        return (0..items.len()).find(|&i| {
+            let low = items[i] as u8;
+            let (word, bit) = (usize::from(low / 64), 1 << (low % 64));
+            let maybe = seen[word] & bit != 0;
+            seen[word] |= bit;
+            maybe && items[..i].contains(&items[i])
+        });
     }
     let mut sorted: Vec<(u64, usize)> = items.iter().copied().zip(0..).collect();
     sorted.sort_unstable();
@@ -402,6 +411,18 @@ mod tests {
             }),
             Reason::TimeInFuture
         );
+    }
+
+    #[test]
+    fn finds_repeats_in_short_lists_whose_hashes_share_a_low_byte() {
+        let items: Vec<u64> = (0..32).map(|i| i << 8 | 7).collect();
+        assert_eq!(first_repeat(&items), None);
+        for (earlier, later) in [(0, 1), (3, 17), (30, 31)] {
+            let mut repeated = items.clone();
+            repeated[later] = repeated[earlier];
+            assert_eq!(first_repeat(&repeated), Some(later));
+        }
+        assert_eq!(first_repeat(&[5, 6, 5, 6]), Some(2));
     }
 
     #[test]
