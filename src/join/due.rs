@@ -37,6 +37,12 @@ impl DueQueue {
         self.pop_due_by(Nanos::MAX)
     }
 
+    /// The entries pushed in order, earliest first, without those pushed
+    /// out of order: what a prefetch of the next entries to come due reads.
+    pub fn upcoming(&self) -> impl Iterator<Item = &Due> {
+        self.in_order.iter()
+    }
+
     /// Removes and returns the earliest entry, if it is due by `time`.
     pub fn pop_due_by(&mut self, time: Nanos) -> Option<Due> {
         let queued = self.in_order.front().copied();
@@ -75,6 +81,10 @@ mod tests {
                 entries.push(due);
             }
             entries.sort_unstable();
+            // What is upcoming comes due in that order, without what was pushed out of order.
+            let upcoming: Vec<Due> = queue.upcoming().copied().collect();
+            prop_assert!(upcoming.is_sorted());
+            prop_assert!(upcoming.iter().all(|due| entries.contains(due)));
             let mut popped = Vec::new();
             while let Some(due) = queue.pop_due_by(cut) {
                 popped.push(due);
