@@ -280,18 +280,18 @@ impl Engine {
         let seq = self.seq();
         let user_id = interaction.user;
         let index = shard_index(user_id, self.shards.len());
-        let user = self.shards[index].entry(user_id).or_default();
-        if user.attribute(interaction, window, &mut self.counters) {
-            return;
+        // A user without an entry holds nothing that the interaction could
+        // match; it gets an entry only if the interaction waits.
+        if let Some(user) = self.shards[index].get_mut(&user_id) {
+            if user.attribute(interaction, window, &mut self.counters) {
+                return;
+            }
         }
         // One that finds nothing when the watermark has passed it gives up at once.
         let gives_up = self
             .max_time
             .is_some_and(|t| interaction.time <= t.saturating_sub(self.settings.allowed_lateness));
         if gives_up || self.waiting_interactions >= self.settings.max_waiting_interactions {
-            if user.is_empty() {
-                self.shards[index].remove(&user_id);
-            }
             if gives_up {
                 self.counters.interactions += 1;
                 self.counters.unattributed(Unattributed::NoImpression);
@@ -301,6 +301,7 @@ impl Engine {
             return;
         }
         self.counters.interactions += 1;
+        let user = self.shards[index].entry(user_id).or_default();
         user.waiting.reserve_exact(1);
         user.waiting.push(Waiting { seq, interaction });
         self.waiting_interactions += 1;
@@ -382,6 +383,11 @@ mod tests {
         )
     }
 
+    /// How many users have an entry.
+    fn users(engine: &Engine) -> usize {
+        engine.shards.iter().map(HashMap::len).sum()
+    }
+
     fn impression(user: &str, request: &str, items: &[&str], time: Nanos) -> Event<'static> {
         Event::Impression(Impression {
             request: id_hash(request),
@@ -455,6 +461,7 @@ mod tests {
             (engine.open_impressions(), engine.waiting_interactions()),
             (1, 1)
         );
+        assert_eq!(users(&engine), 2, "u and w; v and x were shed");
     }
 
     #[test]
@@ -463,6 +470,7 @@ mod tests {
         engine.apply(impression("w", "r9", &["x"], 1000 * S));
         engine.apply(click("u", "a", None, 900 * S));
         assert_eq!(engine.waiting_interactions(), 0);
+        assert_eq!(users(&engine), 1, "only w holds state");
         engine.apply(impression("u", "r1", &["a", "b"], 800 * S));
         assert_eq!(
             engine.counters().credited,
