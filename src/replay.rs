@@ -5,7 +5,7 @@
 //! thread count or the chunk size.
 
 use crate::config::EngineSettings;
-use crate::event::{json::parse_line, Event, Reason, Rejection};
+use crate::event::{json::parse_line, Event, Rejection};
 use crate::export::Report;
 use crate::join::Engine;
 use flate2::read::MultiGzDecoder;
@@ -240,13 +240,7 @@ impl Chunk {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
-        Some(match crate::event::utf8(line) {
-            Some(text) => parse_line(text, validator),
-            None => Err(Rejection::new(
-                Reason::InvalidJson,
-                "line is not valid UTF-8",
-            )),
-        })
+        Some(parse_line(line, validator))
     }
 
     /// Parses every line, in parallel over `threads`.

@@ -102,12 +102,18 @@ fn raw_time(field: &Option<Text<'_>>) -> RawTime {
 /// Parses and validates one line of a log. Group names borrow from `line`
 /// where they can; the replay has no wall clock, so times are not checked
 /// against one.
-pub fn parse_line<'a>(line: &'a str, validator: &Validator) -> Result<Event<'a>, Rejection> {
+pub fn parse_line<'a, L>(line: &'a L, validator: &Validator) -> Result<Event<'a>, Rejection>
+where
+    L: AsRef<[u8]> + ?Sized,
+{
+    let line = line.as_ref();
     let mut read = Line::default();
-    match scan::line(line, &mut read) {
-        Some(()) => event(&read, validator),
-        None => event(&read_with_serde(line)?, validator),
+    if scan::line(line, &mut read).is_some() {
+        return event(&read, validator);
     }
+    let text = super::utf8(line)
+        .ok_or_else(|| Rejection::new(Reason::InvalidJson, "line is not valid UTF-8"))?;
+    event(&read_with_serde(text)?, validator)
 }
 
 fn read_with_serde(line: &str) -> Result<Line<'_>, Rejection> {
@@ -226,7 +232,7 @@ mod tests {
 
     /// Whether the fast reader takes `line`.
     fn reads_fast(line: &str) -> bool {
-        scan::line(line, &mut Line::default()).is_some()
+        scan::line(line.as_bytes(), &mut Line::default()).is_some()
     }
 
     /// What serde_json alone makes of a line: the reference.
@@ -286,6 +292,29 @@ mod tests {
             assert!(!reads_fast(line), "{line}");
             assert_eq!(parse_line(line, &v), with_serde(line, &v), "{line}");
         }
+    }
+
+    /// The pass that finds quotes also tells an ASCII line from one that
+    /// needs the full UTF-8 check: a valid one still reads fast, past 64
+    /// bytes too, and an invalid one is rejected for what it is.
+    #[test]
+    fn the_fast_reader_checks_utf8_only_where_a_byte_is_past_ascii() {
+        let v = validator();
+        let padding = "p".repeat(60);
+        for item in ["caf\u{e9}", "\u{1f600}", &format!("{padding}\u{e9}")] {
+            let line = format!(
+                r#"{{"interaction":{{"userId":"u","itemId":"{item}","type":"click","time":"2026-11-01T10:00:00Z"}}}}"#
+            );
+            assert!(reads_fast(&line), "{line}");
+            assert_eq!(parse_line(&line, &v), with_serde(&line, &v), "{line}");
+        }
+        let mut invalid = br#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#.to_vec();
+        invalid[26] = 0xe9; // the user id, "u"
+        let rejection = parse_line(&invalid[..], &v).unwrap_err();
+        assert_eq!(
+            (rejection.reason, rejection.message.as_str()),
+            (Reason::InvalidJson, "line is not valid UTF-8")
+        );
     }
 
     #[test]

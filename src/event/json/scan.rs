@@ -13,8 +13,7 @@ use std::borrow::Cow;
 /// Reads `text` into `line`, which starts empty, or returns `None` when it
 /// is not of the plain shape (leaving `line` partly read). Filling the
 /// caller's `Line` in place saves moving its few hundred bytes per event.
-pub(super) fn line<'a>(text: &'a str, line: &mut Line<'a>) -> Option<()> {
-    let bytes = text.as_bytes();
+pub(super) fn line<'a>(bytes: &'a [u8], line: &mut Line<'a>) -> Option<()> {
     let mut on_stack = [0; STACK_WORDS];
     let mut on_heap = Vec::new();
     let words = bytes.len().div_ceil(64);
@@ -24,9 +23,14 @@ pub(super) fn line<'a>(text: &'a str, line: &mut Line<'a>) -> Option<()> {
         on_heap.resize(words, 0);
         &mut on_heap[..]
     };
-    if !index_quotes(bytes, quotes) {
-        return None;
-    }
+    let text = match index_quotes(bytes, quotes) {
+        Bytes::Ascii => {
+            // SAFETY: ASCII bytes are valid UTF-8.
+            unsafe { std::str::from_utf8_unchecked(bytes) }
+        }
+        Bytes::Unicode => std::str::from_utf8(bytes).ok()?,
+        Bytes::NotPlain => return None,
+    };
     let mut cursor = Cursor {
         text,
         quotes,
@@ -51,33 +55,61 @@ pub(super) fn line<'a>(text: &'a str, line: &mut Line<'a>) -> Option<()> {
 /// Lines up to 64 times this long index their quotes on the stack.
 const STACK_WORDS: usize = 32;
 
+/// What [`index_quotes`] found in a line besides its quotes.
+enum Bytes {
+    /// Plain, and all ASCII, so valid UTF-8 with no further check.
+    Ascii,
+    /// Plain, with bytes past ASCII: UTF-8 only if the full check says so.
+    Unicode,
+    /// A backslash or a control character.
+    NotPlain,
+}
+
 /// Sets bit `i % 64` of `quotes[i / 64]` for each quote at `bytes[i]`, in
-/// one pass that also tells whether the line is plain: no backslash and no
-/// control character. Every string of a plain line ends at its next quote.
-fn index_quotes(bytes: &[u8], quotes: &mut [u64]) -> bool {
+/// one pass that also tells whether the line is plain (no backslash and no
+/// control character: every string of a plain line ends at its next
+/// quote) and whether it is all ASCII, which saves a pass of its own.
+fn index_quotes(bytes: &[u8], quotes: &mut [u64]) -> Bytes {
     let mut not_plain = 0;
+    let mut not_ascii = 0;
     for (word, block) in quotes.iter_mut().zip(bytes.chunks(64)) {
         let (sixteens, tail) = block.as_chunks::<16>();
         for (shift, sixteen) in (0..).step_by(16).zip(sixteens) {
-            let (quote_bits, other_bits) = classify(sixteen);
-            *word |= u64::from(quote_bits) << shift;
-            not_plain |= other_bits;
+            let found = classify(sixteen);
+            *word |= u64::from(found.quotes) << shift;
+            not_plain |= found.not_plain;
+            not_ascii |= found.not_ascii;
         }
         if !tail.is_empty() {
-            // The last few bytes, padded with letters, which are neither.
+            // The last few bytes, padded with letters, which are none of these.
             let mut padded = [b'a'; 16];
             padded[..tail.len()].copy_from_slice(tail);
-            let (quote_bits, other_bits) = classify(&padded);
-            *word |= u64::from(quote_bits) << (block.len() - tail.len());
-            not_plain |= other_bits;
+            let found = classify(&padded);
+            *word |= u64::from(found.quotes) << (block.len() - tail.len());
+            not_plain |= found.not_plain;
+            not_ascii |= found.not_ascii;
         }
     }
-    not_plain == 0
+    match (not_plain, not_ascii) {
+        (0, 0) => Bytes::Ascii,
+        (0, _) => Bytes::Unicode,
+        _ => Bytes::NotPlain,
+    }
 }
 
-/// For 16 bytes, a bit per quote and a bit per backslash or control character.
+/// A bit per byte of 16, for each class [`index_quotes`] looks for.
+#[derive(Debug, PartialEq)]
+struct Classes {
+    quotes: u16,
+    /// Backslashes and control characters.
+    not_plain: u16,
+    /// Bytes past ASCII.
+    not_ascii: u16,
+}
+
+/// Classifies 16 bytes.
 #[cfg(target_arch = "x86_64")]
-fn classify(bytes: &[u8; 16]) -> (u16, u16) {
+fn classify(bytes: &[u8; 16]) -> Classes {
     use std::arch::x86_64::*;
     // SAFETY: SSE2 is part of every x86_64 CPU, and the load reads exactly
     // the 16 bytes of `bytes`.
@@ -86,31 +118,31 @@ fn classify(bytes: &[u8; 16]) -> (u16, u16) {
         let quotes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
         let backslashes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
         let controls = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
-        (
-            _mm_movemask_epi8(quotes) as u16,
-            _mm_movemask_epi8(_mm_or_si128(backslashes, controls)) as u16,
-        )
+        Classes {
+            quotes: _mm_movemask_epi8(quotes) as u16,
+            not_plain: _mm_movemask_epi8(_mm_or_si128(backslashes, controls)) as u16,
+            // A byte's top bit is set exactly when it is past ASCII.
+            not_ascii: _mm_movemask_epi8(v) as u16,
+        }
     }
 }
 
-/// For 16 bytes, a bit per quote and a bit per backslash or control character.
+/// Classifies 16 bytes.
 #[cfg(not(target_arch = "x86_64"))]
-fn classify(bytes: &[u8; 16]) -> (u16, u16) {
+fn classify(bytes: &[u8; 16]) -> Classes {
     classify_bytewise(bytes)
 }
 
 /// [`classify`] a byte at a time (on x86_64, the reference in its test).
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-fn classify_bytewise(bytes: &[u8; 16]) -> (u16, u16) {
-    bytes
-        .iter()
-        .enumerate()
-        .fold((0, 0), |(quotes, others), (i, &b)| {
-            (
-                quotes | u16::from(b == b'"') << i,
-                others | u16::from(b == b'\\' || b < 0x20) << i,
-            )
-        })
+fn classify_bytewise(bytes: &[u8; 16]) -> Classes {
+    let bits =
+        |class: fn(u8) -> bool| (0..16).fold(0, |bits, i| bits | u16::from(class(bytes[i])) << i);
+    Classes {
+        quotes: bits(|b| b == b'"'),
+        not_plain: bits(|b| b == b'\\' || b < 0x20),
+        not_ascii: bits(|b| !b.is_ascii()),
+    }
 }
 
 /// Sets a field that must not have been seen before (serde_json rejects a
@@ -264,6 +296,7 @@ mod tests {
         }
         let mixed: [u8; 16] = *b"\"a\\\x1f \x7f\xe9\"\x00\"b\x20\x1f\"\\\x80";
         assert_eq!(classify(&mixed), classify_bytewise(&mixed));
-        assert_eq!(classify_bytewise(&mixed).0, 0b0010_0010_1000_0001);
+        assert_eq!(classify_bytewise(&mixed).quotes, 0b0010_0010_1000_0001);
+        assert_eq!(classify_bytewise(&mixed).not_ascii, 0b1000_0000_0100_0000);
     }
 }
