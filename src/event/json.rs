@@ -99,8 +99,9 @@ fn raw_time(field: &Option<Text<'_>>) -> RawTime {
     }
 }
 
-/// Parses and validates one line of a log. Group names borrow from `line`
-/// where they can; the replay has no wall clock, so times are not checked
+/// Parses and validates one line of a log, given as bytes or as text (bytes
+/// that are not UTF-8 are rejected). Group names borrow from `line` where
+/// they can; the replay has no wall clock, so times are not checked
 /// against one.
 pub fn parse_line<'a, L>(line: &'a L, validator: &Validator) -> Result<Event<'a>, Rejection>
 where
