@@ -12,8 +12,8 @@ use std::borrow::Cow;
 
 /// Reads the line's `bytes` into `line`, which starts empty, or returns
 /// `None` when they are not of the plain shape or not UTF-8 (leaving
-/// `line` partly read). Filling the
-/// caller's `Line` in place saves moving its few hundred bytes per event.
+/// `line` partly read). Filling the caller's `Line` in place saves moving
+/// its few hundred bytes per event.
 pub(super) fn line<'a>(bytes: &'a [u8], line: &mut Line<'a>) -> Option<()> {
     let mut on_stack = [0; STACK_WORDS];
     let mut on_heap = Vec::new();
