@@ -1,4 +1,4 @@
-//! The conformance data of `../shared/conformance/`, as it is, through the
+//! The conformance data of `tests/data/conformance/`, as it is, through the
 //! `rankwatch replay` command.
 
 mod common;

@@ -245,10 +245,9 @@ mod tests {
     fn the_fast_reader_takes_every_plain_line_of_the_conformance_log() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/conformance/replay_small.jsonl"
+            "/tests/data/conformance/replay_small.jsonl"
         );
-        let log =
-            std::fs::read_to_string(path).expect("the conformance log is beside the repository");
+        let log = std::fs::read_to_string(path).expect("the conformance log is in tests/data");
         let v = validator();
         let mut fast = 0;
         for line in log.lines() {

@@ -6,10 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// A file of the shared conformance data.
+/// A file of the conformance data kept in `tests/data/conformance/`.
 pub fn conformance(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/conformance")
+        .join("tests/data/conformance")
         .join(name)
 }
 

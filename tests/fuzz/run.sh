@@ -11,7 +11,7 @@ set -euo pipefail
 
 fuzz_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$fuzz_dir/../.." && pwd)"
-log="${REPLAY_LOG:-$repo/../shared/conformance/replay_small.jsonl}"
+log="${REPLAY_LOG:-$repo/tests/data/conformance/replay_small.jsonl}"
 seconds="${FUZZ_SECONDS:-60}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
