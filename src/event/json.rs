@@ -7,9 +7,8 @@
 
 mod scan;
 
-use super::{
-    parse_rfc3339, Event, RawImpression, RawInteraction, RawTime, Reason, Rejection, Validator,
-};
+use super::raw::{RawImpression, RawInteraction, RawTime};
+use super::{parse_rfc3339, Event, Reason, Rejection, Validator};
 use serde::Deserialize;
 use std::borrow::Cow;
 

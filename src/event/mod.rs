@@ -3,12 +3,13 @@
 //! strings; only group names, which people read, stay strings.
 
 pub mod json;
+pub mod raw;
 mod time;
 mod validate;
 pub mod wire;
 
 pub use time::{format_rfc3339, from_timestamp, parse_rfc3339, Nanos, NANOS_PER_SECOND};
-pub use validate::{GradeTable, RawImpression, RawInteraction, RawTime, Validator};
+pub use validate::{GradeTable, Validator};
 
 use std::{borrow::Cow, fmt};
 

@@ -1,7 +1,7 @@
 //! Validation: every event is checked on its own and either becomes a domain
 //! event or a [`Rejection`] with a stable reason.
 
-use super::wire::EventView;
+use super::raw::{EventView, RawImpression, RawInteraction, RawTime};
 use super::{
     id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection, DEFAULT_GROUP_NAME,
 };
@@ -58,41 +58,6 @@ impl Default for GradeTable {
             ("purchase".into(), 3.0),
         ])
     }
-}
-
-/// An event's time as it arrived.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum RawTime {
-    /// Not set.
-    #[default]
-    Missing,
-    /// Set, but not a valid timestamp in the supported range.
-    Invalid,
-    /// A valid time.
-    At(Nanos),
-}
-
-/// An impression's fields as they arrived, borrowed from a message or a line.
-#[derive(Clone, Debug)]
-pub struct RawImpression<'a, 'm, S> {
-    pub request_id: &'a str,
-    pub user_id: &'a str,
-    pub item_ids: &'a [S],
-    pub time: RawTime,
-    pub model: Cow<'m, str>,
-    pub surface: Cow<'m, str>,
-}
-
-/// An interaction's fields as they arrived.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RawInteraction<'a> {
-    pub event_id: &'a str,
-    pub user_id: &'a str,
-    pub item_id: &'a str,
-    pub request_id: &'a str,
-    pub kind: &'a str,
-    pub time: RawTime,
-    pub grade: Option<f64>,
 }
 
 /// Checks events against the configured types and limits.

@@ -4,42 +4,23 @@
 //!
 //! It reads exactly the fields of `proto/rankwatch/v1/rankwatch.proto` and
 //! skips unknown ones, as any protobuf parser does; a repeated singular field
-//! keeps its last value.
+//! keeps its last value. Its events are the unchecked views of [`super::raw`],
+//! which validation turns into domain events.
 
-use super::{from_timestamp, RawInteraction, RawTime};
+use super::from_timestamp;
+use super::raw::{EventView, ImpressionView, RawInteraction, RawTime};
 
 /// Bytes that are not an `EventBatch`.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("malformed EventBatch: {0}")]
 pub struct WireError(&'static str);
 
-/// One event of a batch, borrowed from its bytes.
-#[derive(Clone, Debug, PartialEq)]
-pub enum EventView<'a> {
-    /// Neither field of the `kind` oneof was set.
-    Empty,
-    /// An impression; its items are `BatchView::items[items]`.
-    Impression(ImpressionView<'a>),
-    /// An interaction.
-    Interaction(RawInteraction<'a>),
-}
-
-/// An `Impression`'s fields.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ImpressionView<'a> {
-    pub request_id: &'a str,
-    pub user_id: &'a str,
-    /// Range of this impression's ids in [`BatchView::items`].
-    pub items: std::ops::Range<usize>,
-    pub time: Option<RawTime>,
-    pub model: &'a str,
-    pub surface: &'a str,
-}
-
 /// An `EventBatch`, borrowed from its bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchView<'a> {
+    /// The sender's sequence number of the batch.
     pub sequence: u64,
+    /// The events, in batch order.
     pub events: Vec<EventView<'a>>,
     /// The item ids of every impression of the batch, back to back.
     pub items: Vec<&'a str>,

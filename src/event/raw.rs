@@ -1,0 +1,84 @@
+//! Events as they arrived, before validation: what the readers (`wire` for
+//! protobuf, `json` for log lines) produce and `validate` consumes. Every
+//! string is borrowed from the received bytes or line; nothing here is
+//! checked yet, and nothing here checks.
+
+use super::Nanos;
+use std::borrow::Cow;
+
+/// An event's time as it arrived.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum RawTime {
+    /// Not set.
+    #[default]
+    Missing,
+    /// Set, but not a valid timestamp in the supported range.
+    Invalid,
+    /// A valid time.
+    At(Nanos),
+}
+
+/// An impression's fields as they arrived, borrowed from a message or a line.
+#[derive(Clone, Debug)]
+pub struct RawImpression<'a, 'm, S> {
+    /// `request_id`, empty when not set.
+    pub request_id: &'a str,
+    /// `user_id`, empty when not set.
+    pub user_id: &'a str,
+    /// `item_ids`, in rank order.
+    pub item_ids: &'a [S],
+    /// `time`.
+    pub time: RawTime,
+    /// `model`, empty when not set.
+    pub model: Cow<'m, str>,
+    /// `surface`, empty when not set.
+    pub surface: Cow<'m, str>,
+}
+
+/// An interaction's fields as they arrived.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RawInteraction<'a> {
+    /// `event_id`, empty when not set.
+    pub event_id: &'a str,
+    /// `user_id`, empty when not set.
+    pub user_id: &'a str,
+    /// `item_id`, empty when not set.
+    pub item_id: &'a str,
+    /// `request_id`, empty when not set.
+    pub request_id: &'a str,
+    /// `type`, empty when not set.
+    pub kind: &'a str,
+    /// `time`.
+    pub time: RawTime,
+    /// `grade`, when set.
+    pub grade: Option<f64>,
+}
+
+/// One event of a protobuf batch, borrowed from its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventView<'a> {
+    /// Neither field of the `kind` oneof was set.
+    Empty,
+    /// An impression; its items are a range of its batch's item ids.
+    Impression(ImpressionView<'a>),
+    /// An interaction.
+    Interaction(RawInteraction<'a>),
+}
+
+/// An `Impression`'s fields as the protobuf reader finds them: its item ids
+/// stay in the batch's shared list, of which it keeps only the range.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImpressionView<'a> {
+    /// `request_id`, empty when not set.
+    pub request_id: &'a str,
+    /// `user_id`, empty when not set.
+    pub user_id: &'a str,
+    /// Range of this impression's ids in its batch's item ids.
+    pub items: std::ops::Range<usize>,
+    /// `time`, `None` when not set.
+    pub time: Option<RawTime>,
+    /// `model`, empty when not set.
+    pub model: &'a str,
+    /// `surface`, empty when not set.
+    pub surface: &'a str,
+}
