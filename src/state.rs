@@ -182,9 +182,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut engine, settings) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "fingerprint".into());
-        file.save(&engine.state()).unwrap();
+        file.save(&engine.to_state()).unwrap();
         let state = file.load().unwrap().unwrap();
-        let mut restored = Engine::restore(
+        let mut restored = Engine::from_state(
             settings.join(&[std::time::Duration::from_secs(60)]),
             settings.evaluator(),
             state,
@@ -208,7 +208,7 @@ mod tests {
         let (engine, _) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "k=[1]".into());
         assert!(file.load().unwrap().is_none(), "no file is no state");
-        file.save(&engine.state()).unwrap();
+        file.save(&engine.to_state()).unwrap();
         let other = StateFile::new(dir.path(), "k=[2]".into());
         assert!(matches!(other.load(), Err(StateError::Incompatible { .. })));
         let mut bytes = fs::read(file.path()).unwrap();

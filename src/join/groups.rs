@@ -14,7 +14,7 @@ pub const OVERFLOW_GROUP_NAME: &str = "__overflow__";
 pub struct Groups {
     names: Vec<(String, String)>,
     ids: HashMap<String, HashMap<String, GroupId>>,
-    pub(super) max_groups: usize,
+    max_groups: usize,
     overflow: Option<GroupId>,
     /// Impressions folded into the overflow group.
     pub overflowed: u64,
@@ -63,6 +63,11 @@ impl Groups {
             .or_default()
             .insert(surface.to_owned(), id);
         id
+    }
+
+    /// Sets the most named groups: a restored registry takes the running limit.
+    pub(super) fn limit(&mut self, max_groups: usize) {
+        self.max_groups = max_groups;
     }
 
     /// `(model, surface)` of every group, indexed by id.

@@ -58,6 +58,9 @@ fn shard_index(user: u64, shards: usize) -> usize {
     ((user >> 40) % shards as u64) as usize
 }
 
+/// The users of one shard, by id.
+type Shard = HashMap<u64, UserState, user::IdentityHash>;
+
 /// Lists finalized between two prefetches of the lists that close next.
 const CLOSING_PREFETCH_EVERY: u32 = 16;
 /// How many of the lists that close next one such prefetch starts loading:
@@ -70,7 +73,7 @@ pub struct Engine {
     settings: JoinSettings,
     /// `T`: the largest time of the accepted events so far.
     max_time: Option<Nanos>,
-    shards: Vec<HashMap<u64, UserState, user::IdentityHash>>,
+    shards: Vec<Shard>,
     /// Open impressions by `t + A`.
     deadlines: DueQueue,
     /// Waiting interactions by `u`.
@@ -237,7 +240,57 @@ impl Engine {
         self.waiting_interactions
     }
 
-    fn shard(&mut self, user: u64) -> &mut HashMap<u64, UserState, user::IdentityHash> {
+    /// A copy of the state a restart must not lose, in a deterministic order.
+    pub fn to_state(&self) -> EngineState {
+        EngineState {
+            max_time: self.max_time,
+            next_seq: self.next_seq,
+            groups: self.groups.clone(),
+            aggregates: self.aggregates.clone(),
+            counters: self.counters.clone(),
+            users: persist::sorted_users(&self.shards),
+        }
+    }
+
+    /// An engine that carries on from `state`, with its due-time queues
+    /// rebuilt. The caller checks that the state was saved under the same
+    /// cutoffs, metric settings and windows.
+    pub fn from_state(
+        settings: JoinSettings,
+        evaluator: ListEvaluator,
+        state: EngineState,
+    ) -> Self {
+        let mut engine = Engine::new(settings, evaluator);
+        engine.max_time = state.max_time;
+        engine.next_seq = state.next_seq;
+        engine.groups = state.groups;
+        engine.groups.limit(engine.settings.max_groups);
+        engine.aggregates = state.aggregates;
+        engine.counters = state.counters;
+        for (id, user) in state.users {
+            engine.restore_user(id, user);
+        }
+        engine
+    }
+
+    /// Puts back a saved user, with the due times of its open impressions
+    /// and waiting interactions.
+    fn restore_user(&mut self, id: u64, user: UserState) {
+        let window = self.settings.attribution_window;
+        for open in &user.open {
+            self.deadlines
+                .push((open.time.saturating_add(window), open.seq, id));
+        }
+        for waiting in &user.waiting {
+            self.give_ups
+                .push((waiting.interaction.time, waiting.seq, id));
+        }
+        self.open_impressions += user.open.len();
+        self.waiting_interactions += user.waiting.len();
+        self.shard(id).insert(id, user);
+    }
+
+    fn shard(&mut self, user: u64) -> &mut Shard {
         let index = shard_index(user, self.shards.len());
         &mut self.shards[index]
     }

@@ -172,7 +172,7 @@ async fn run(
                 let _ = reply.send(report);
             }
             Command::State { reply } => {
-                let _ = reply.send(engine.state());
+                let _ = reply.send(engine.to_state());
             }
         }
     }

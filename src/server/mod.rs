@@ -248,7 +248,8 @@ fn restore(engine: &EngineSettings, server: &ServerSettings, file: Option<&State
     let Some(file) = file else { return fresh() };
     match file.load() {
         Ok(Some(state)) => {
-            let restored = Engine::restore(engine.join(&server.windows), engine.evaluator(), state);
+            let restored =
+                Engine::from_state(engine.join(&server.windows), engine.evaluator(), state);
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),

@@ -34,7 +34,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
         .expect("defaults resolve");
     let engine = Engine::new(settings.join(&[]), settings.evaluator());
-    file.save(&engine.state()).expect("an empty state saves");
+    file.save(&engine.to_state()).expect("an empty state saves");
     let saved = std::fs::read(file.path()).expect("the saved state reads back");
     let payload = &saved[HEADER_LEN..];
     assert_eq!(

@@ -81,7 +81,7 @@ fn write_state_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std:
                 Err(rejection) => engine.reject(rejection.reason),
             }
         }
-        file.save(&engine.state())?;
+        file.save(&engine.to_state())?;
         let saved = std::fs::read(file.path())?;
         std::fs::write(dir.join(format!("file-{prefix:04}")), &saved)?;
         std::fs::write(
