@@ -6,7 +6,7 @@ use crate::event::Nanos;
 use crate::metrics::GroupTotals;
 
 /// Buckets per window.
-pub const BUCKETS: i64 = 60;
+const BUCKETS: i64 = 60;
 
 /// The rolling windows of one group.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -8,7 +8,7 @@ mod time;
 mod validate;
 pub mod wire;
 
-pub use time::{format_rfc3339, from_timestamp, parse_rfc3339, Nanos, NANOS_PER_SECOND};
+pub use time::{format_rfc3339, parse_rfc3339, Nanos, NANOS_PER_SECOND};
 pub use validate::{GradeTable, Validator};
 
 use std::{borrow::Cow, fmt};
@@ -22,16 +22,13 @@ pub fn id_hash(id: &str) -> u64 {
 /// are nearly always ASCII: checking that inline is several times cheaper
 /// than the full UTF-8 check, which only the rest go through.
 #[inline]
-pub fn utf8(bytes: &[u8]) -> Option<&str> {
+fn utf8(bytes: &[u8]) -> Option<&str> {
     if bytes.is_ascii() {
         // SAFETY: ASCII bytes are valid UTF-8.
         return Some(unsafe { std::str::from_utf8_unchecked(bytes) });
     }
     std::str::from_utf8(bytes).ok()
 }
-
-/// The group name used for an empty `model` or `surface`.
-pub const DEFAULT_GROUP_NAME: &str = "default";
 
 /// A ranked list shown to a user, validated.
 #[derive(Clone, Debug, PartialEq)]

@@ -9,7 +9,7 @@ pub type Nanos = i64;
 pub const NANOS_PER_SECOND: i64 = 1_000_000_000;
 
 /// A protobuf `Timestamp` as nanoseconds, or `None` when it is out of range.
-pub fn from_timestamp(seconds: i64, nanos: i32) -> Option<Nanos> {
+pub(super) fn from_timestamp(seconds: i64, nanos: i32) -> Option<Nanos> {
     if !(0..NANOS_PER_SECOND as i32).contains(&nanos) {
         return None;
     }

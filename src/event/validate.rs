@@ -2,9 +2,7 @@
 //! event or a [`Rejection`] with a stable reason.
 
 use super::raw::{EventView, RawImpression, RawInteraction, RawTime};
-use super::{
-    id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection, DEFAULT_GROUP_NAME,
-};
+use super::{id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection};
 use std::borrow::Cow;
 
 /// Grades of the configured interaction types.
@@ -255,6 +253,9 @@ impl Validator {
         Ok(time)
     }
 }
+
+/// The group name used for an empty `model` or `surface`.
+const DEFAULT_GROUP_NAME: &str = "default";
 
 fn group_name(name: Cow<'_, str>) -> Cow<'_, str> {
     if name.is_empty() {

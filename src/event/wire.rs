@@ -7,8 +7,8 @@
 //! keeps its last value. Its events are the unchecked views of [`super::raw`],
 //! which validation turns into domain events.
 
-use super::from_timestamp;
 use super::raw::{EventView, ImpressionView, RawInteraction, RawTime};
+use super::time::from_timestamp;
 
 /// Bytes that are not an `EventBatch`.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

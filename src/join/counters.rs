@@ -59,7 +59,7 @@ pub struct Counters {
 
 impl Counters {
     /// Counts one unattributed interaction.
-    pub fn unattributed(&mut self, reason: Unattributed) {
+    pub(super) fn unattributed(&mut self, reason: Unattributed) {
         self.unattributed[reason as usize] += 1;
     }
 
@@ -69,7 +69,7 @@ impl Counters {
     }
 
     /// Counts one rejected event.
-    pub fn reject(&mut self, reason: Reason) {
+    pub(super) fn reject(&mut self, reason: Reason) {
         *self.rejected.entry(reason).or_default() += 1;
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 pub type GroupId = u32;
 
 /// The model and surface names of the overflow group.
-pub const OVERFLOW_GROUP_NAME: &str = "__overflow__";
+const OVERFLOW_GROUP_NAME: &str = "__overflow__";
 
 /// Interns group names to dense ids.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

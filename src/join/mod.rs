@@ -14,13 +14,13 @@ mod persist;
 mod user;
 
 pub use counters::{Counters, Unattributed};
-pub use groups::{GroupId, Groups, OVERFLOW_GROUP_NAME};
 pub use persist::EngineState;
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{GroupTotals, ListEvaluator};
 use crate::window::RollingWindows;
 use due::DueQueue;
+use groups::{GroupId, Groups};
 use std::collections::HashMap;
 use user::{OpenImpression, UserState, Waiting};
 
@@ -205,12 +205,12 @@ impl Engine {
         &self.counters
     }
 
-    /// `(model, surface)` of every group, indexed by [`GroupId`].
+    /// `(model, surface)` of every group, indexed by group id.
     pub fn group_names(&self) -> &[(String, String)] {
         self.groups.names()
     }
 
-    /// Aggregates of every group, indexed by [`GroupId`].
+    /// Aggregates of every group, indexed by group id.
     pub fn aggregates(&self) -> &[GroupAggregates] {
         &self.aggregates
     }
