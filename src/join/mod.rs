@@ -366,34 +366,37 @@ impl Engine {
         self.next_seq
     }
 
-    fn give_up(&mut self, user_id: u64, seq: u64) {
+    /// What `take` removes from the state of `user_id`, if the user and
+    /// the entry are still there; a user left holding nothing is dropped.
+    fn take_from_user<T>(
+        &mut self,
+        user_id: u64,
+        take: impl FnOnce(&mut UserState) -> Option<T>,
+    ) -> Option<T> {
         let shard = self.shard(user_id);
-        let Some(user) = shard.get_mut(&user_id) else {
-            return;
-        };
-        let Some(position) = user.waiting.iter().position(|w| w.seq == seq) else {
-            return;
-        };
-        user.waiting.remove(position);
+        let user = shard.get_mut(&user_id)?;
+        let taken = take(user)?;
         if user.is_empty() {
             shard.remove(&user_id);
+        }
+        Some(taken)
+    }
+
+    fn give_up(&mut self, user_id: u64, seq: u64) {
+        if self
+            .take_from_user(user_id, |user| user.take_waiting(seq))
+            .is_none()
+        {
+            return;
         }
         self.waiting_interactions -= 1;
         self.counters.unattributed(Unattributed::NoImpression);
     }
 
     fn finalize(&mut self, user_id: u64, seq: u64) {
-        let shard = self.shard(user_id);
-        let Some(user) = shard.get_mut(&user_id) else {
+        let Some(list) = self.take_from_user(user_id, |user| user.take_open(seq)) else {
             return;
         };
-        let Some(position) = user.open.iter().position(|m| m.seq == seq) else {
-            return;
-        };
-        let list = user.open.remove(position);
-        if user.is_empty() {
-            shard.remove(&user_id);
-        }
         self.open_impressions -= 1;
         list.grades_into(&mut self.grades);
         self.evaluator.evaluate(&self.grades, &mut self.values);

@@ -151,6 +151,18 @@ impl UserState {
         self.open.insert(index, open);
     }
 
+    /// Removes and returns the open impression `seq`.
+    pub fn take_open(&mut self, seq: u64) -> Option<OpenImpression> {
+        let position = self.open.iter().position(|m| m.seq == seq)?;
+        Some(self.open.remove(position))
+    }
+
+    /// Removes and returns the waiting interaction `seq`.
+    pub fn take_waiting(&mut self, seq: u64) -> Option<Waiting> {
+        let position = self.waiting.iter().position(|w| w.seq == seq)?;
+        Some(self.waiting.remove(position))
+    }
+
     /// Credits, counts as unattributed or as a duplicate; returns `false`
     /// when the interaction must wait for its impression (and is not counted yet).
     pub fn attribute(&mut self, x: Interaction, window: Nanos, counters: &mut Counters) -> bool {
