@@ -106,18 +106,16 @@ impl Validator {
         raw: RawImpression<'_, 'm, S>,
         now: Option<Nanos>,
     ) -> Result<Impression<'m>, Rejection> {
-        if raw.user_id.is_empty() {
-            return Err(Rejection::new(
-                Reason::MissingUserId,
-                "impression has no user_id",
-            ));
-        }
-        if raw.request_id.is_empty() {
-            return Err(Rejection::new(
-                Reason::MissingRequestId,
-                "impression has no request_id; set a unique id per served list",
-            ));
-        }
+        require(
+            raw.user_id,
+            Reason::MissingUserId,
+            "impression has no user_id",
+        )?;
+        require(
+            raw.request_id,
+            Reason::MissingRequestId,
+            "impression has no request_id; set a unique id per served list",
+        )?;
         if raw.item_ids.is_empty() {
             return Err(Rejection::new(
                 Reason::EmptyItemIds,
@@ -169,18 +167,16 @@ impl Validator {
         raw: RawInteraction<'_>,
         now: Option<Nanos>,
     ) -> Result<Interaction, Rejection> {
-        if raw.user_id.is_empty() {
-            return Err(Rejection::new(
-                Reason::MissingUserId,
-                "interaction has no user_id",
-            ));
-        }
-        if raw.item_id.is_empty() {
-            return Err(Rejection::new(
-                Reason::MissingItemId,
-                "interaction has no item_id",
-            ));
-        }
+        require(
+            raw.user_id,
+            Reason::MissingUserId,
+            "interaction has no user_id",
+        )?;
+        require(
+            raw.item_id,
+            Reason::MissingItemId,
+            "interaction has no item_id",
+        )?;
         if raw.kind.is_empty() {
             return Err(Rejection::new(
                 Reason::MissingType,
@@ -252,6 +248,14 @@ impl Validator {
         }
         Ok(time)
     }
+}
+
+/// A rejection for `reason` with `message` when the required `id` is empty.
+fn require(id: &str, reason: Reason, message: &'static str) -> Result<(), Rejection> {
+    if id.is_empty() {
+        return Err(Rejection::new(reason, message));
+    }
+    Ok(())
 }
 
 /// The group name used for an empty `model` or `surface`.
