@@ -2,6 +2,7 @@
 //! defaults and validation. Precedence: flag, environment, file, default.
 
 use crate::event::{GradeTable, Nanos, Validator};
+use crate::export::ReportConfig;
 use crate::join::JoinSettings;
 use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
 use clap::{Args, ValueEnum};
@@ -364,6 +365,16 @@ impl EngineSettings {
     /// The list evaluator for these settings.
     pub fn evaluator(&self) -> ListEvaluator {
         ListEvaluator::new(self.metrics.clone(), &self.k)
+    }
+
+    /// The settings a report prints: the engine's cutoffs (sorted, as evaluated) and windows.
+    pub fn report_config(&self) -> ReportConfig {
+        ReportConfig {
+            k: self.evaluator().ks().to_vec(),
+            attribution_window_s: self.attribution_window.as_secs_f64(),
+            allowed_lateness_s: self.allowed_lateness.as_secs_f64(),
+            gain: self.metrics.gain.name(),
+        }
     }
 
     /// A validator; `max_future_skew` is `None` where there is no wall clock.

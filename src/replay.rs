@@ -124,7 +124,7 @@ pub fn replay(
         bytes_done += file_bytes.get();
     }
     engine.finish();
-    Ok(Report::since_start(&engine, settings))
+    Ok(Report::since_start(&engine, &settings.report_config()))
 }
 
 /// Total size of the logs on disk, for a progress bar (0 for standard input).
