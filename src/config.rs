@@ -5,6 +5,7 @@ use crate::event::{GradeTable, Nanos, Validator};
 use crate::export::ReportConfig;
 use crate::join::JoinSettings;
 use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
+use crate::replay::ReplaySetup;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -374,6 +375,16 @@ impl EngineSettings {
             attribution_window_s: self.attribution_window.as_secs_f64(),
             allowed_lateness_s: self.allowed_lateness.as_secs_f64(),
             gain: self.metrics.gain.name(),
+        }
+    }
+
+    /// What `replay` evaluates with: no rolling windows, no wall clock.
+    pub fn replay_setup(&self) -> ReplaySetup {
+        ReplaySetup {
+            join: self.join(&[]),
+            evaluator: self.evaluator(),
+            validator: self.validator(None),
+            report: self.report_config(),
         }
     }
 
