@@ -157,14 +157,21 @@ impl Report {
             join_counts(&c.rejected)
         };
         let _ = writeln!(out, "rejected: {rejected}\n");
-        let names = ["hit_rate", "mrr", "ndcg", "map", "precision", "recall"];
+        let columns = [
+            Metric::HitRate,
+            Metric::Mrr,
+            Metric::Ndcg,
+            Metric::Map,
+            Metric::Precision,
+            Metric::Recall,
+        ];
         let _ = write!(
             out,
             "{:<14} {:<14} {:>7} {:>7} {:>4}",
             "model", "surface", "lists", "engaged", "K"
         );
-        for name in names {
-            let _ = write!(out, " {name:>9}");
+        for metric in columns {
+            let _ = write!(out, " {:>9}", metric.name());
         }
         out.push('\n');
         for group in &self.groups {
@@ -174,10 +181,10 @@ impl Report {
                     "{:<14} {:<14} {:>7} {:>7} {:>4}",
                     group.model, group.surface, group.lists, group.engaged_lists, k
                 );
-                for name in names {
+                for metric in columns {
                     let mean = group
                         .metrics
-                        .get(&format!("{name}@{k}"))
+                        .get(&format!("{}@{k}", metric.name()))
                         .map_or(0.0, |m| m.all);
                     let _ = write!(out, " {mean:>9.4}");
                 }
