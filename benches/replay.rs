@@ -99,7 +99,7 @@ fn bench_replay(c: &mut Criterion) {
         .expect("the default settings are valid");
     let check = replay(
         std::slice::from_ref(&log),
-        &settings,
+        settings.replay_setup(),
         ReplayOptions::default(),
         |_| {},
         |_| {},
@@ -126,7 +126,7 @@ fn bench_replay(c: &mut Criterion) {
             b.iter(|| {
                 replay(
                     std::slice::from_ref(&log),
-                    &settings,
+                    settings.replay_setup(),
                     options,
                     |_| {},
                     |_| {},

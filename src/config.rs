@@ -2,8 +2,10 @@
 //! defaults and validation. Precedence: flag, environment, file, default.
 
 use crate::event::{GradeTable, Nanos, Validator};
+use crate::export::ReportConfig;
 use crate::join::JoinSettings;
 use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
+use crate::replay::ReplaySetup;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -364,6 +366,26 @@ impl EngineSettings {
     /// The list evaluator for these settings.
     pub fn evaluator(&self) -> ListEvaluator {
         ListEvaluator::new(self.metrics.clone(), &self.k)
+    }
+
+    /// The settings a report prints: the engine's cutoffs (sorted, as evaluated) and windows.
+    pub fn report_config(&self) -> ReportConfig {
+        ReportConfig {
+            k: self.evaluator().ks().to_vec(),
+            attribution_window_s: self.attribution_window.as_secs_f64(),
+            allowed_lateness_s: self.allowed_lateness.as_secs_f64(),
+            gain: self.metrics.gain.name(),
+        }
+    }
+
+    /// What `replay` evaluates with: no rolling windows, no wall clock.
+    pub fn replay_setup(&self) -> ReplaySetup {
+        ReplaySetup {
+            join: self.join(&[]),
+            evaluator: self.evaluator(),
+            validator: self.validator(None),
+            report: self.report_config(),
+        }
     }
 
     /// A validator; `max_future_skew` is `None` where there is no wall clock.

@@ -202,7 +202,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     let mut bad_lines = 0u64;
     let report = replay::replay(
         &args.files,
-        &settings,
+        settings.replay_setup(),
         options,
         |bytes| bar.set_position(bytes),
         |bad| {

@@ -4,10 +4,10 @@
 //! the engine strictly in file order, so the report does not depend on the
 //! thread count or the chunk size.
 
-use crate::config::EngineSettings;
-use crate::event::{json::parse_line, Event, Rejection};
-use crate::export::Report;
-use crate::join::Engine;
+use crate::event::{json::parse_line, Event, Rejection, Validator};
+use crate::export::{Report, ReportConfig};
+use crate::join::{Engine, JoinSettings};
+use crate::metrics::ListEvaluator;
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -19,6 +19,18 @@ use std::path::{Path, PathBuf};
 pub struct ReplayError {
     path: PathBuf,
     source: io::Error,
+}
+
+/// What a replay evaluates with, built by whoever resolved the settings.
+pub struct ReplaySetup {
+    /// The join, with no rolling windows.
+    pub join: JoinSettings,
+    /// The per-list metrics.
+    pub evaluator: ListEvaluator,
+    /// The validator, without a wall clock.
+    pub validator: Validator,
+    /// The settings the report prints.
+    pub report: ReportConfig,
 }
 
 /// How a replay runs; none of it changes the report.
@@ -70,13 +82,13 @@ pub struct BadLine<'a> {
 /// [`total_bytes`] totals; `on_bad_line` hears of every rejected line.
 pub fn replay(
     paths: &[PathBuf],
-    settings: &EngineSettings,
+    setup: ReplaySetup,
     options: ReplayOptions,
     mut progress: impl FnMut(u64),
     mut on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<Report, ReplayError> {
-    let mut engine = Engine::new(settings.join(&[]), settings.evaluator());
-    let validator = settings.validator(None);
+    let mut engine = Engine::new(setup.join, setup.evaluator);
+    let validator = setup.validator;
     let mut chunk = Chunk::default();
     let mut bytes_done = 0;
     for path in paths {
@@ -124,7 +136,7 @@ pub fn replay(
         bytes_done += file_bytes.get();
     }
     engine.finish();
-    Ok(Report::since_start(&engine, settings))
+    Ok(Report::since_start(&engine, &setup.report))
 }
 
 /// Total size of the logs on disk, for a progress bar (0 for standard input).

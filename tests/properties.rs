@@ -480,7 +480,7 @@ fn run(
     let mut bad_lines = Vec::new();
     let report = replay(
         paths,
-        settings,
+        settings.replay_setup(),
         ReplayOptions {
             threads,
             chunk_lines,

@@ -7,108 +7,158 @@ use super::{GroupSnapshot, Snapshot};
 use crate::event::{Nanos, Reason, NANOS_PER_SECOND};
 use crate::join::Unattributed;
 use crate::metrics::{GroupTotals, Metric};
-use std::fmt::Write as _;
+use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
+
+/// Prefix of the per-list summaries, `rankwatch_list_<metric>` (`_sum`, `_count`).
+pub const LIST_SUMMARY_PREFIX: &str = "rankwatch_list_";
+/// Prefix of the rolling-window gauges, `rankwatch_<metric>`.
+pub const WINDOW_GAUGE_PREFIX: &str = "rankwatch_";
+/// Finalized lists behind the rolling-window gauges.
+pub const WINDOW_LISTS: &str = "rankwatch_window_lists";
+/// Lists finalized since start.
+pub const LISTS_FINALIZED: &str = "rankwatch_lists_finalized_total";
+/// Finalized lists with an engaged item.
+pub const LISTS_ENGAGED: &str = "rankwatch_lists_engaged_total";
+/// Events received, valid or not.
+pub const EVENTS_RECEIVED: &str = "rankwatch_events_received_total";
+/// Valid events applied to the join.
+pub const EVENTS_ACCEPTED: &str = "rankwatch_events_accepted_total";
+/// Invalid events, by reason.
+pub const EVENTS_REJECTED: &str = "rankwatch_events_rejected_total";
+/// Impressions opened.
+pub const IMPRESSIONS: &str = "rankwatch_impressions_total";
+/// Interactions accepted.
+pub const INTERACTIONS: &str = "rankwatch_interactions_total";
+/// Interactions credited to an impression.
+pub const INTERACTIONS_CREDITED: &str = "rankwatch_interactions_credited_total";
+/// Interactions credited to no impression, by reason.
+pub const INTERACTIONS_UNATTRIBUTED: &str = "rankwatch_interactions_unattributed_total";
+/// Impressions that arrived after their window had closed.
+pub const IMPRESSIONS_LATE: &str = "rankwatch_impressions_late_total";
+/// Retried events ignored, by kind.
+pub const DUPLICATES: &str = "rankwatch_duplicates_total";
+/// Events dropped under a limit, by the limit.
+pub const EVENTS_SHED: &str = "rankwatch_events_shed_total";
+/// Impressions folded into the overflow group.
+pub const IMPRESSIONS_OVERFLOWED: &str = "rankwatch_impressions_overflowed_total";
+/// Impressions open for attribution.
+pub const OPEN_IMPRESSIONS: &str = "rankwatch_open_impressions";
+/// Interactions waiting for their impression.
+pub const WAITING_INTERACTIONS: &str = "rankwatch_waiting_interactions";
+/// Groups with finalized lists.
+pub const GROUPS: &str = "rankwatch_groups";
+/// The event-time watermark.
+pub const WATERMARK: &str = "rankwatch_watermark_seconds";
+/// Wall clock minus the finalization frontier.
+pub const FINALIZATION_LAG: &str = "rankwatch_finalization_lag_seconds";
 
 /// Renders `snapshot`; `windows` are the configured window spans, `now` the wall clock.
 pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
     let mut out = String::with_capacity(64 * 1024);
+    let mut writer = SeriesWriter { out: &mut out };
     let window_names: Vec<String> = windows
         .iter()
         .map(|w| humantime::format_duration(*w).to_string())
         .collect();
-    let groups: Vec<(String, &GroupSnapshot)> = snapshot
+    let groups: Vec<(LabelSet, &GroupSnapshot)> = snapshot
         .groups
         .iter()
         .map(|g| {
             (
-                format!(
-                    "model=\"{}\",surface=\"{}\"",
-                    escape(&g.model),
-                    escape(&g.surface)
-                ),
+                LabelSet::of(&[("model", &g.model), ("surface", &g.surface)]),
                 g,
             )
         })
         .collect();
-
+    let ks: Vec<String> = snapshot.ks.iter().map(usize::to_string).collect();
     for metric in Metric::ALL {
-        let name = metric.name();
-        header(&mut out, &format!("rankwatch_list_{name}"), "summary", &format!("Per-list {name}@k of finalized lists since start: _sum of values and _count of lists. rate(_sum)/rate(_count) is the mean across instances."));
-        for (labels, group) in &groups {
-            for (k_index, k) in snapshot.ks.iter().enumerate() {
-                let slot = k_index * Metric::COUNT + metric as usize;
-                let sum = group.totals.sums.get(slot).copied().unwrap_or(0.0);
-                let _ = writeln!(out, "rankwatch_list_{name}_sum{{{labels},k=\"{k}\"}} {sum}");
-                let _ = writeln!(
-                    out,
-                    "rankwatch_list_{name}_count{{{labels},k=\"{k}\"}} {}",
-                    group.totals.lists
-                );
-            }
-        }
+        list_summary(&mut writer, metric, &groups, &ks);
     }
     for metric in Metric::ALL {
-        let name = metric.name();
-        header(&mut out, &format!("rankwatch_{name}"), "gauge", &format!("Mean per-list {name}@k over the lists of the rolling window, by scope (all lists, or engaged lists only)."));
-        for (labels, group) in &groups {
-            for (window, totals) in window_names.iter().zip(&group.windows) {
-                for (k_index, k) in snapshot.ks.iter().enumerate() {
-                    let means = totals.means(k_index * Metric::COUNT + metric as usize);
-                    for (scope, mean) in [("all", means.all), ("engaged", means.engaged)] {
-                        let _ = writeln!(out, "rankwatch_{name}{{{labels},k=\"{k}\",window=\"{window}\",scope=\"{scope}\"}} {mean}");
-                    }
+        window_gauge(&mut writer, metric, &groups, &ks, &window_names);
+    }
+    window_lists(&mut writer, &groups, &window_names);
+    let help = "Lists finalized since start.";
+    let mut family = writer.family(LISTS_FINALIZED, Kind::Counter, help);
+    for (labels, group) in &groups {
+        family.sample(labels, &[], group.totals.lists);
+    }
+    let help = "Finalized lists with at least one item of grade > 0.";
+    let mut family = writer.family(LISTS_ENGAGED, Kind::Counter, help);
+    for (labels, group) in &groups {
+        family.sample(labels, &[], group.totals.engaged);
+    }
+    render_counters(&mut writer, snapshot, now);
+    out
+}
+
+/// `rankwatch_list_<metric>`: sums and counts of per-list values since start.
+fn list_summary(
+    writer: &mut SeriesWriter<'_>,
+    metric: Metric,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    ks: &[String],
+) {
+    let name = metric.name();
+    let help = format_args!("Per-list {name}@k of finalized lists since start: _sum of values and _count of lists. rate(_sum)/rate(_count) is the mean across instances.");
+    let mut family = writer.family(
+        MetricSeries(LIST_SUMMARY_PREFIX, metric),
+        Kind::Summary,
+        help,
+    );
+    for (labels, group) in groups {
+        for (k_index, k) in ks.iter().enumerate() {
+            let slot = k_index * Metric::COUNT + metric as usize;
+            let sum = group.totals.sums.get(slot).copied().unwrap_or(0.0);
+            family.sample_suffixed("_sum", labels, &[("k", k)], sum);
+            family.sample_suffixed("_count", labels, &[("k", k)], group.totals.lists);
+        }
+    }
+}
+
+/// `rankwatch_<metric>`: means over the lists of each rolling window, in both scopes.
+fn window_gauge(
+    writer: &mut SeriesWriter<'_>,
+    metric: Metric,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    ks: &[String],
+    window_names: &[String],
+) {
+    let name = metric.name();
+    let help = format_args!("Mean per-list {name}@k over the lists of the rolling window, by scope (all lists, or engaged lists only).");
+    let mut family = writer.family(MetricSeries(WINDOW_GAUGE_PREFIX, metric), Kind::Gauge, help);
+    for (labels, group) in groups {
+        for (window, totals) in window_names.iter().zip(&group.windows) {
+            for (k_index, k) in ks.iter().enumerate() {
+                let means = totals.means(k_index * Metric::COUNT + metric as usize);
+                for (scope, mean) in [("all", means.all), ("engaged", means.engaged)] {
+                    let extra = [("k", k.as_str()), ("window", window), ("scope", scope)];
+                    family.sample(labels, &extra, mean);
                 }
             }
         }
     }
-    header(
-        &mut out,
-        "rankwatch_window_lists",
-        "gauge",
-        "Finalized lists behind the rolling-window gauges, by scope.",
-    );
-    for (labels, group) in &groups {
-        for (window, totals) in window_names.iter().zip(&group.windows) {
-            let GroupTotals { lists, engaged, .. } = totals;
-            let _ = writeln!(
-                out,
-                "rankwatch_window_lists{{{labels},window=\"{window}\",scope=\"all\"}} {lists}"
-            );
-            let _ = writeln!(out, "rankwatch_window_lists{{{labels},window=\"{window}\",scope=\"engaged\"}} {engaged}");
-        }
-    }
-    header(
-        &mut out,
-        "rankwatch_lists_finalized_total",
-        "counter",
-        "Lists finalized since start.",
-    );
-    for (labels, group) in &groups {
-        let _ = writeln!(
-            out,
-            "rankwatch_lists_finalized_total{{{labels}}} {}",
-            group.totals.lists
-        );
-    }
-    header(
-        &mut out,
-        "rankwatch_lists_engaged_total",
-        "counter",
-        "Finalized lists with at least one item of grade > 0.",
-    );
-    for (labels, group) in &groups {
-        let _ = writeln!(
-            out,
-            "rankwatch_lists_engaged_total{{{labels}}} {}",
-            group.totals.engaged
-        );
-    }
-    render_counters(&mut out, snapshot, now);
-    out
 }
 
-fn render_counters(out: &mut String, snapshot: &Snapshot, now: Nanos) {
+/// `rankwatch_window_lists`: the lists behind the window gauges.
+fn window_lists(
+    writer: &mut SeriesWriter<'_>,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    window_names: &[String],
+) {
+    let help = "Finalized lists behind the rolling-window gauges, by scope.";
+    let mut family = writer.family(WINDOW_LISTS, Kind::Gauge, help);
+    for (labels, group) in groups {
+        for (window, totals) in window_names.iter().zip(&group.windows) {
+            let GroupTotals { lists, engaged, .. } = totals;
+            family.sample(labels, &[("window", window), ("scope", "all")], lists);
+            family.sample(labels, &[("window", window), ("scope", "engaged")], engaged);
+        }
+    }
+}
+
+fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nanos) {
     let c = &snapshot.counters;
     let accepted = c.impressions
         + c.interactions
@@ -116,170 +166,235 @@ fn render_counters(out: &mut String, snapshot: &Snapshot, now: Nanos) {
         + c.duplicate_impressions
         + c.duplicate_interactions;
     let rejected: u64 = c.rejected.values().sum();
-    single(
-        out,
-        "rankwatch_events_received_total",
-        "counter",
-        "Events received in batches, valid or not.",
-        accepted + rejected,
-    );
-    single(
-        out,
-        "rankwatch_events_accepted_total",
-        "counter",
-        "Valid events applied to the join.",
-        accepted,
-    );
-    header(
-        out,
-        "rankwatch_events_rejected_total",
-        "counter",
-        "Invalid events, by reason.",
-    );
+    let none = &LabelSet::default();
+    let help = "Events received in batches, valid or not.";
+    writer.single(EVENTS_RECEIVED, Kind::Counter, help, accepted + rejected);
+    let help = "Valid events applied to the join.";
+    writer.single(EVENTS_ACCEPTED, Kind::Counter, help, accepted);
+    let help = "Invalid events, by reason.";
+    let mut family = writer.family(EVENTS_REJECTED, Kind::Counter, help);
     for reason in Reason::ALL {
         let n = c.rejected.get(&reason).copied().unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "rankwatch_events_rejected_total{{reason=\"{reason}\"}} {n}"
-        );
+        family.sample(none, &[("reason", reason.as_str())], n);
     }
-    single(
-        out,
-        "rankwatch_impressions_total",
-        "counter",
-        "Impressions opened (valid, not late, not duplicates).",
-        c.impressions,
-    );
-    single(
-        out,
-        "rankwatch_interactions_total",
-        "counter",
-        "Interactions accepted (valid, not duplicates).",
-        c.interactions,
-    );
-    single(
-        out,
-        "rankwatch_interactions_credited_total",
-        "counter",
-        "Interactions credited to an impression.",
-        c.credited,
-    );
-    header(
-        out,
-        "rankwatch_interactions_unattributed_total",
-        "counter",
-        "Interactions credited to no impression, by reason.",
-    );
+    let help = "Impressions opened (valid, not late, not duplicates).";
+    writer.single(IMPRESSIONS, Kind::Counter, help, c.impressions);
+    let help = "Interactions accepted (valid, not duplicates).";
+    writer.single(INTERACTIONS, Kind::Counter, help, c.interactions);
+    let help = "Interactions credited to an impression.";
+    writer.single(INTERACTIONS_CREDITED, Kind::Counter, help, c.credited);
+    let help = "Interactions credited to no impression, by reason.";
+    let mut family = writer.family(INTERACTIONS_UNATTRIBUTED, Kind::Counter, help);
     for reason in Unattributed::ALL {
-        let _ = writeln!(
-            out,
-            "rankwatch_interactions_unattributed_total{{reason=\"{}\"}} {}",
-            reason.as_str(),
-            c.unattributed_count(reason)
-        );
+        let n = c.unattributed_count(reason);
+        family.sample(none, &[("reason", reason.as_str())], n);
     }
-    single(
-        out,
-        "rankwatch_impressions_late_total",
-        "counter",
-        "Impressions whose attribution window had closed on arrival (ignored).",
-        c.late_impressions,
+    let help = "Impressions whose attribution window had closed on arrival (ignored).";
+    writer.single(IMPRESSIONS_LATE, Kind::Counter, help, c.late_impressions);
+    let help = "Retried events recognised and ignored, by kind.";
+    let mut family = writer.family(DUPLICATES, Kind::Counter, help);
+    family.sample(none, &[("kind", "impression")], c.duplicate_impressions);
+    family.sample(none, &[("kind", "interaction")], c.duplicate_interactions);
+    let help = "Events dropped under a limit, by the limit.";
+    let mut family = writer.family(EVENTS_SHED, Kind::Counter, help);
+    family.sample(
+        none,
+        &[("reason", "max_open_impressions")],
+        c.shed_impressions,
     );
-    header(
-        out,
-        "rankwatch_duplicates_total",
-        "counter",
-        "Retried events recognised and ignored, by kind.",
+    family.sample(
+        none,
+        &[("reason", "max_waiting_interactions")],
+        c.shed_interactions,
     );
-    let _ = writeln!(
-        out,
-        "rankwatch_duplicates_total{{kind=\"impression\"}} {}",
-        c.duplicate_impressions
-    );
-    let _ = writeln!(
-        out,
-        "rankwatch_duplicates_total{{kind=\"interaction\"}} {}",
-        c.duplicate_interactions
-    );
-    header(
-        out,
-        "rankwatch_events_shed_total",
-        "counter",
-        "Events dropped under a limit, by the limit.",
-    );
-    let _ = writeln!(
-        out,
-        "rankwatch_events_shed_total{{reason=\"max_open_impressions\"}} {}",
-        c.shed_impressions
-    );
-    let _ = writeln!(
-        out,
-        "rankwatch_events_shed_total{{reason=\"max_waiting_interactions\"}} {}",
-        c.shed_interactions
-    );
-    single(
-        out,
-        "rankwatch_impressions_overflowed_total",
-        "counter",
-        "Impressions folded into the __overflow__ group past max_groups.",
+    render_engine_state(writer, snapshot, now);
+}
+
+/// The gauges of the join's state and the watermark.
+fn render_engine_state(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nanos) {
+    let help = "Impressions folded into the __overflow__ group past max_groups.";
+    writer.single(
+        IMPRESSIONS_OVERFLOWED,
+        Kind::Counter,
+        help,
         snapshot.overflowed_impressions,
     );
-    single(
-        out,
-        "rankwatch_open_impressions",
-        "gauge",
-        "Impressions open for attribution.",
+    let help = "Impressions open for attribution.";
+    writer.single(
+        OPEN_IMPRESSIONS,
+        Kind::Gauge,
+        help,
         snapshot.open_impressions,
     );
-    single(
-        out,
-        "rankwatch_waiting_interactions",
-        "gauge",
-        "Interactions waiting for their impression.",
+    let help = "Interactions waiting for their impression.";
+    writer.single(
+        WAITING_INTERACTIONS,
+        Kind::Gauge,
+        help,
         snapshot.waiting_interactions,
     );
-    single(
-        out,
-        "rankwatch_groups",
-        "gauge",
-        "(model, surface) groups with finalized lists.",
-        snapshot.groups.len(),
-    );
-    if let (Some(watermark), Some(frontier)) = (snapshot.watermark, snapshot.frontier) {
-        single(
-            out,
-            "rankwatch_watermark_seconds",
-            "gauge",
-            "The event-time watermark W, as Unix time.",
-            seconds(watermark),
-        );
-        single(
-            out,
-            "rankwatch_finalization_lag_seconds",
-            "gauge",
-            "Wall clock minus the finalization frontier W - A.",
-            seconds(now.saturating_sub(frontier)),
-        );
-    }
+    let help = "(model, surface) groups with finalized lists.";
+    writer.single(GROUPS, Kind::Gauge, help, snapshot.groups.len());
+    let (Some(watermark), Some(frontier)) = (snapshot.watermark, snapshot.frontier) else {
+        return;
+    };
+    let help = "The event-time watermark W, as Unix time.";
+    writer.single(WATERMARK, Kind::Gauge, help, seconds(watermark));
+    let help = "Wall clock minus the finalization frontier W - A.";
+    let lag = seconds(now.saturating_sub(frontier));
+    writer.single(FINALIZATION_LAG, Kind::Gauge, help, lag);
 }
 
 fn seconds(nanos: Nanos) -> f64 {
     nanos as f64 / NANOS_PER_SECOND as f64
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// The name of a per-metric family: a prefix and the metric's name.
+#[derive(Clone, Copy)]
+struct MetricSeries(&'static str, Metric);
+
+impl Display for MetricSeries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.0, self.1.name())
+    }
 }
 
-fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    header(out, name, kind, help);
-    let _ = writeln!(out, "{name} {value}");
+/// A family's type, as `# TYPE` names it.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Summary,
 }
 
-/// Escapes a label value as the text format requires.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Summary => "summary",
+        }
+    }
+}
+
+/// Labels escaped once and shared by many samples, e.g. `model="m",surface="s"`.
+#[derive(Default)]
+struct LabelSet(String);
+
+impl LabelSet {
+    fn of(pairs: &[(&str, &str)]) -> Self {
+        let mut labels = String::new();
+        write_labels(&mut labels, pairs);
+        Self(labels)
+    }
+}
+
+/// Writes the text format: each family's `# HELP` and `# TYPE` once, then its samples.
+struct SeriesWriter<'a> {
+    out: &'a mut String,
+}
+
+impl SeriesWriter<'_> {
+    /// Opens family `name`, writing its header; its samples follow through the returned handle.
+    fn family(&mut self, name: impl Display, kind: Kind, help: impl Display) -> Family<'_> {
+        let name = name.to_string();
+        let kind = kind.as_str();
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        Family {
+            out: self.out,
+            name,
+        }
+    }
+
+    /// A family of one unlabelled sample.
+    fn single(&mut self, name: &str, kind: Kind, help: &str, value: impl Display) {
+        self.family(name, kind, help)
+            .sample(&LabelSet::default(), &[], value);
+    }
+}
+
+/// One open family of a [`SeriesWriter`].
+struct Family<'a> {
+    out: &'a mut String,
+    name: String,
+}
+
+impl Family<'_> {
+    /// Writes a sample labelled by `shared`, then by `labels`.
+    fn sample(&mut self, shared: &LabelSet, labels: &[(&str, &str)], value: impl Display) {
+        self.sample_suffixed("", shared, labels, value);
+    }
+
+    /// Writes a sample of the family's name plus `suffix` (`_sum`, `_count`).
+    fn sample_suffixed(
+        &mut self,
+        suffix: &str,
+        shared: &LabelSet,
+        labels: &[(&str, &str)],
+        value: impl Display,
+    ) {
+        self.out.push_str(&self.name);
+        self.out.push_str(suffix);
+        if !shared.0.is_empty() || !labels.is_empty() {
+            self.out.push('{');
+            self.out.push_str(&shared.0);
+            if !shared.0.is_empty() && !labels.is_empty() {
+                self.out.push(',');
+            }
+            write_labels(self.out, labels);
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// Writes `name="value"` pairs, comma-separated, escaping the values.
+fn write_labels(out: &mut String, pairs: &[(&str, &str)]) {
+    for (index, (name, value)) in pairs.iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        push_escaped(out, value);
+        out.push('"');
+    }
+}
+
+/// Appends `value` escaped as the text format requires of a label value.
+fn push_escaped(out: &mut String, value: &str) {
+    let mut rest = value;
+    while let Some(at) = rest.find(['\\', '"', '\n']) {
+        out.push_str(&rest[..at]);
+        out.push_str(match rest.as_bytes()[at] {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            _ => "\\n",
+        });
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_the_header_once_and_escapes_label_values() {
+        let mut out = String::new();
+        let mut writer = SeriesWriter { out: &mut out };
+        let shared = LabelSet::of(&[("model", "a\\b\"c\nd")]);
+        let mut family = writer.family(WINDOW_LISTS, Kind::Gauge, "Lists.");
+        family.sample(&shared, &[("scope", "all")], 3);
+        family.sample(&LabelSet::default(), &[], 0.5);
+        writer.single(GROUPS, Kind::Gauge, "Groups.", 2);
+        assert_eq!(
+            out,
+            "# HELP rankwatch_window_lists Lists.\n# TYPE rankwatch_window_lists gauge\n\
+             rankwatch_window_lists{model=\"a\\\\b\\\"c\\nd\",scope=\"all\"} 3\n\
+             rankwatch_window_lists 0.5\n\
+             # HELP rankwatch_groups Groups.\n# TYPE rankwatch_groups gauge\nrankwatch_groups 2\n"
+        );
+    }
 }

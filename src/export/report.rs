@@ -1,7 +1,6 @@
 //! The evaluation report (SPEC §6): settings, counters, and per-group means
 //! of every metric at every K in both scopes.
 
-use crate::config::EngineSettings;
 use crate::join::{Counters, Engine, Unattributed};
 use crate::metrics::{GroupTotals, Metric, MetricMeans};
 use serde::Serialize;
@@ -16,7 +15,7 @@ pub struct Report {
     pub groups: Vec<GroupReport>,
 }
 
-/// The settings that shaped the figures.
+/// The settings that shaped the figures, built by whoever configured the engine.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReportConfig {
     pub k: Vec<usize>,
@@ -102,21 +101,21 @@ impl ReportCounters {
 
 impl Report {
     /// The report of every list finalized since start.
-    pub fn since_start(engine: &Engine, settings: &EngineSettings) -> Self {
-        Self::build(engine, settings, |aggregates| aggregates.totals.clone())
+    pub fn since_start(engine: &Engine, config: &ReportConfig) -> Self {
+        Self::build(engine, config, |aggregates| aggregates.totals.clone())
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
-    pub fn window(engine: &Engine, settings: &EngineSettings, index: usize) -> Self {
+    pub fn window(engine: &Engine, config: &ReportConfig, index: usize) -> Self {
         let frontier = engine.frontier().unwrap_or(0);
-        Self::build(engine, settings, |aggregates| {
+        Self::build(engine, config, |aggregates| {
             aggregates.windows.totals(index, frontier)
         })
     }
 
     fn build(
         engine: &Engine,
-        settings: &EngineSettings,
+        config: &ReportConfig,
         totals_of: impl Fn(&crate::join::GroupAggregates) -> GroupTotals,
     ) -> Self {
         let ks = engine.evaluator().ks();
@@ -131,12 +130,7 @@ impl Report {
             .collect();
         groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
         Self {
-            config: ReportConfig {
-                k: ks.to_vec(),
-                attribution_window_s: settings.attribution_window.as_secs_f64(),
-                allowed_lateness_s: settings.allowed_lateness.as_secs_f64(),
-                gain: settings.metrics.gain.name(),
-            },
+            config: config.clone(),
             counters: ReportCounters::new(engine.counters()),
             groups,
         }
@@ -163,14 +157,21 @@ impl Report {
             join_counts(&c.rejected)
         };
         let _ = writeln!(out, "rejected: {rejected}\n");
-        let names = ["hit_rate", "mrr", "ndcg", "map", "precision", "recall"];
+        let columns = [
+            Metric::HitRate,
+            Metric::Mrr,
+            Metric::Ndcg,
+            Metric::Map,
+            Metric::Precision,
+            Metric::Recall,
+        ];
         let _ = write!(
             out,
             "{:<14} {:<14} {:>7} {:>7} {:>4}",
             "model", "surface", "lists", "engaged", "K"
         );
-        for name in names {
-            let _ = write!(out, " {name:>9}");
+        for metric in columns {
+            let _ = write!(out, " {:>9}", metric.name());
         }
         out.push('\n');
         for group in &self.groups {
@@ -180,10 +181,10 @@ impl Report {
                     "{:<14} {:<14} {:>7} {:>7} {:>4}",
                     group.model, group.surface, group.lists, group.engaged_lists, k
                 );
-                for name in names {
+                for metric in columns {
                     let mean = group
                         .metrics
-                        .get(&format!("{name}@{k}"))
+                        .get(&format!("{}@{k}", metric.name()))
                         .map_or(0.0, |m| m.all);
                     let _ = write!(out, " {mean:>9.4}");
                 }

@@ -7,7 +7,9 @@ use crate::metrics::GroupTotals;
 /// One group's figures at a moment.
 #[derive(Clone, Debug)]
 pub struct GroupSnapshot {
+    /// The group's model.
     pub model: String,
+    /// The group's surface.
     pub surface: String,
     /// Since start.
     pub totals: GroupTotals,
@@ -18,13 +20,21 @@ pub struct GroupSnapshot {
 /// Everything `/metrics` shows of the engine, taken at one moment.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    /// The join's event counters since start.
     pub counters: Counters,
+    /// Every group, in the engine's order.
     pub groups: Vec<GroupSnapshot>,
+    /// The cutoffs, as evaluated.
     pub ks: Vec<usize>,
+    /// Impressions open for attribution.
     pub open_impressions: usize,
+    /// Interactions waiting for their impression.
     pub waiting_interactions: usize,
+    /// Impressions folded into the overflow group.
     pub overflowed_impressions: u64,
+    /// The event-time watermark, once an event has set it.
     pub watermark: Option<Nanos>,
+    /// The finalization frontier, once there is a watermark.
     pub frontier: Option<Nanos>,
 }
 

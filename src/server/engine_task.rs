@@ -8,7 +8,7 @@ use super::codec::RawBatch;
 use crate::config::EngineSettings;
 use crate::event::wire::{parse_batch, WireError};
 use crate::event::{Nanos, Validator};
-use crate::export::{Report, Snapshot};
+use crate::export::{Report, ReportConfig, Snapshot};
 use crate::join::{Engine, EngineState};
 use crate::proto::{IngestAck, Rejection};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,7 +61,7 @@ impl EngineHandle {
         capacity: usize,
     ) -> Self {
         let (commands, receiver) = mpsc::channel(capacity);
-        tokio::spawn(run(engine, validator, settings, receiver));
+        tokio::spawn(run(engine, validator, settings.report_config(), receiver));
         Self { commands }
     }
 
@@ -134,7 +134,7 @@ impl EngineHandle {
 async fn run(
     mut engine: Engine,
     validator: Validator,
-    settings: EngineSettings,
+    report_config: ReportConfig,
     mut commands: mpsc::Receiver<Command>,
 ) {
     let mut idle = true;
@@ -166,8 +166,8 @@ async fn run(
             }
             Command::Report { window, reply } => {
                 let report = match window {
-                    None => Report::since_start(&engine, &settings),
-                    Some(index) => Report::window(&engine, &settings, index),
+                    None => Report::since_start(&engine, &report_config),
+                    Some(index) => Report::window(&engine, &report_config, index),
                 };
                 let _ = reply.send(report);
             }
