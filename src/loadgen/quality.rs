@@ -43,14 +43,6 @@ impl QualityHandle {
         Ok(())
     }
 
-    /// `model`'s current quality, if there is such a model.
-    pub fn get(&self, model: &str) -> Option<f64> {
-        self.models
-            .iter()
-            .find(|(name, _)| name == model)
-            .map(|(_, bits)| f64::from_bits(bits.load(Ordering::Relaxed)))
-    }
-
     pub(super) fn len(&self) -> usize {
         self.models.len()
     }

@@ -125,12 +125,6 @@ impl Traffic {
         self.models.clone()
     }
 
-    /// Sets `model`'s quality from the next impression on: a drop from 0.9 to
-    /// 0.1 is a bad deploy that the server's metrics and alerts should show.
-    pub fn set_quality(&self, model: &str, quality: f64) -> Result<(), TrafficError> {
-        self.models.set(model, quality)
-    }
-
     /// The next event, at or after `now` (nanoseconds since the Unix epoch) and
     /// at or after every event before it.
     pub fn next_event(&mut self, now: Nanos) -> Event {

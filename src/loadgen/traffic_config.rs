@@ -27,7 +27,7 @@ pub enum TrafficError {
         /// The rejected quality.
         quality: f64,
     },
-    /// `set_quality` named a model the generator does not have.
+    /// A quality change named a model the generator does not have.
     #[error("unknown model {model:?}; models: {known}")]
     UnknownModel {
         /// The unknown name.
@@ -165,7 +165,7 @@ mod tests {
         ));
         let traffic = Traffic::new(config(1)).expect("valid config");
         assert!(matches!(
-            traffic.set_quality("nope", 0.5),
+            traffic.quality_handle().set("nope", 0.5),
             Err(TrafficError::UnknownModel { .. })
         ));
         let too_long = TrafficConfig {
