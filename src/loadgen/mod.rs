@@ -32,14 +32,14 @@ pub use error::LoadError;
 pub use model_spec::ModelSpec;
 pub use quality::QualityHandle;
 pub use report::{LatencySummary, LoadReport};
-pub use traffic::{unix_nanos, Traffic};
+pub use traffic::Traffic;
 pub use traffic_config::{TrafficConfig, TrafficError};
 
+use crate::clock::wall_clock;
 use anyhow::Context;
 use report::process_cpu;
 use source::BatchSource;
 use stats::StreamStats;
-use std::time::SystemTime;
 use stream::{drive, StreamPlan};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -66,7 +66,7 @@ pub async fn run_until(
         })?
         .tcp_nodelay(true);
     // Distinct ids per run, so that a second run is not taken for retries of the first.
-    let run_id = u64::try_from(unix_nanos(SystemTime::now()) / 1_000_000).unwrap_or_default();
+    let run_id = u64::try_from(wall_clock() / 1_000_000).unwrap_or_default();
     let plan = StreamPlan {
         rate: args.rate / args.streams as f64,
         batch_size: args.batch_size,

@@ -2,9 +2,9 @@
 //! generated and encoded before the run.
 
 use super::sender::EncodedBatch;
-use super::{unix_nanos, Traffic};
+use super::Traffic;
+use crate::clock::wall_clock;
 use crate::event::Nanos;
-use std::time::SystemTime;
 
 /// Where a stream's batches come from.
 pub(super) enum BatchSource {
@@ -23,7 +23,7 @@ impl BatchSource {
         batch_size: usize,
         period: f64,
     ) -> Self {
-        let start = unix_nanos(SystemTime::now());
+        let start = wall_clock();
         let batches: Vec<_> = (0..count)
             .map(|index| {
                 let now = start + (index as f64 * period) as Nanos;
@@ -38,7 +38,7 @@ impl BatchSource {
     pub(super) fn next(&mut self, sequence: u64, batch_size: usize) -> Option<EncodedBatch> {
         match self {
             BatchSource::Live(traffic) => {
-                let events = traffic.next_batch(unix_nanos(SystemTime::now()), batch_size);
+                let events = traffic.next_batch(wall_clock(), batch_size);
                 Some(EncodedBatch::new(sequence, events))
             }
             BatchSource::Ready(batches) => batches.next(),

@@ -8,7 +8,6 @@ use crate::event::{Nanos, NANOS_PER_SECOND};
 use crate::proto::{event::Kind, Event, Impression, Interaction};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Candidates a model scores per shown item: a better model also picks better items.
 const CANDIDATES_PER_SLOT: usize = 2;
@@ -333,13 +332,6 @@ fn timestamp(time: Nanos) -> prost_types::Timestamp {
         seconds: time.div_euclid(NANOS_PER_SECOND),
         nanos: time.rem_euclid(NANOS_PER_SECOND) as i32,
     }
-}
-
-/// `time` as nanoseconds since the Unix epoch (0 before it), the clock [`Traffic`] takes.
-pub fn unix_nanos(time: SystemTime) -> Nanos {
-    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
-        Nanos::try_from(since.as_nanos()).unwrap_or(Nanos::MAX)
-    })
 }
 
 #[cfg(test)]
