@@ -4,6 +4,7 @@
 //! offline (`replay`) with the same engine.
 
 pub mod clock;
+pub mod codec;
 pub mod config;
 pub mod demo;
 pub mod event;
