@@ -1,7 +1,7 @@
 //! `rankwatch loadgen`'s flags, and the generator each stream gets from them.
 
 use super::source::BatchSource;
-use super::{LoadError, ModelSpec, Traffic, TrafficConfig, TrafficError};
+use super::{LoadError, ModelSpec, Traffic, TrafficConfig, TrafficError, DEFAULT_MODELS};
 use crate::config::parse_duration;
 use crate::event::NANOS_PER_SECOND;
 use std::time::Duration;
@@ -59,12 +59,7 @@ pub struct LoadgenArgs {
     #[arg(long, env = "RANKWATCH_LOADGEN_SEED", default_value_t = 1)]
     pub seed: u64,
     /// Models and their ranking quality in [0, 1], as NAME=QUALITY.
-    #[arg(
-        long,
-        env = "RANKWATCH_LOADGEN_MODELS",
-        value_delimiter = ',',
-        default_value = "control=0.9,candidate=0.4"
-    )]
+    #[arg(long, env = "RANKWATCH_LOADGEN_MODELS", value_delimiter = ',', default_value = DEFAULT_MODELS)]
     pub models: Vec<ModelSpec>,
     /// Surfaces the lists are shown on.
     #[arg(

@@ -29,7 +29,7 @@ mod traffic_config;
 
 pub use args::LoadgenArgs;
 pub use error::LoadError;
-pub use model_spec::ModelSpec;
+pub use model_spec::{ModelSpec, DEFAULT_MODELS};
 pub use quality::QualityHandle;
 pub use report::{LatencySummary, LoadReport};
 pub use traffic::Traffic;

@@ -4,6 +4,9 @@ use super::TrafficError;
 use std::fmt;
 use std::str::FromStr;
 
+/// The models of the demo and of `rankwatch loadgen` by default: a good one against a worse one.
+pub const DEFAULT_MODELS: &str = "control=0.9,candidate=0.4";
+
 /// A named model and how well it ranks: 1 orders by latent relevance, 0 almost at random.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelSpec {

@@ -369,6 +369,12 @@ pub(super) mod tests {
         events
     }
 
+    /// `count` events of a new generator for `config`, 0.1 ms apart, then the rest of the feedback.
+    fn events_of(config: TrafficConfig, count: usize) -> Vec<Event> {
+        let mut traffic = Traffic::new(config).expect("valid config");
+        generate(&mut traffic, count, 100_000)
+    }
+
     /// The event time of `event`.
     pub(in crate::loadgen) fn time(event: &Event) -> Nanos {
         let time = match &event.kind {
@@ -421,21 +427,9 @@ pub(super) mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_events() {
-        let first = generate(
-            &mut Traffic::new(config(7)).expect("valid config"),
-            5_000,
-            100_000,
-        );
-        let second = generate(
-            &mut Traffic::new(config(7)).expect("valid config"),
-            5_000,
-            100_000,
-        );
-        let other = generate(
-            &mut Traffic::new(config(8)).expect("valid config"),
-            5_000,
-            100_000,
-        );
+        let first = events_of(config(7), 5_000);
+        let second = events_of(config(7), 5_000);
+        let other = events_of(config(8), 5_000);
         assert_eq!(first, second);
         assert_ne!(first, other);
     }
@@ -500,11 +494,7 @@ pub(super) mod tests {
 
     #[test]
     fn most_interactions_carry_their_request_id() {
-        let events = generate(
-            &mut Traffic::new(config(5)).expect("valid config"),
-            50_000,
-            100_000,
-        );
+        let events = events_of(config(5), 50_000);
         let interactions: Vec<&Interaction> = events
             .iter()
             .filter_map(|e| match &e.kind {

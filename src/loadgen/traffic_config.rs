@@ -172,14 +172,14 @@ mod tests {
             items_per_list: 6_000,
             ..config(1)
         };
-        assert!(matches!(
-            Traffic::new(too_long),
-            Err(TrafficError::ItemsPerList { .. })
-        ));
         let all = TrafficConfig {
             interaction_share: 1.0,
             ..config(1)
         };
+        assert!(matches!(
+            Traffic::new(too_long),
+            Err(TrafficError::ItemsPerList { .. })
+        ));
         assert!(matches!(
             Traffic::new(all),
             Err(TrafficError::InteractionShare(_))
