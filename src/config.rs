@@ -1,7 +1,8 @@
 //! Settings: TOML file, `RANKWATCH_*` environment variables and flags, with
 //! defaults and validation. Precedence: flag, environment, file, default.
 
-use crate::event::{GradeTable, Nanos, Validator};
+use crate::clock::nanos;
+use crate::event::{GradeTable, Validator};
 use crate::export::ReportConfig;
 use crate::join::JoinSettings;
 use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
@@ -73,10 +74,6 @@ fn parse_grade(text: &str) -> Result<(String, f64), String> {
         .parse()
         .map_err(|_| format!("grade of {name:?} is not a number"))?;
     Ok((name.trim().to_owned(), grade))
-}
-
-fn nanos(duration: Duration) -> Nanos {
-    Nanos::try_from(duration.as_nanos()).unwrap_or(Nanos::MAX)
 }
 
 mod duration_serde {

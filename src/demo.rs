@@ -2,10 +2,11 @@
 //! and a worse model, so a new user sees live, differing metrics at
 //! `/metrics` within a minute.
 
-use crate::config::{EngineSettings, ServerSettings};
-use crate::loadgen::{self, ModelSpec, Traffic, TrafficConfig};
+use crate::config::{parse_duration, EngineSettings, ServerSettings};
+use crate::loadgen::{self, ModelSpec, Traffic, TrafficConfig, DEFAULT_MODELS};
 use crate::server;
 use anyhow::Context;
+use std::str::FromStr;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -17,12 +18,7 @@ pub struct DemoArgs {
     #[arg(long, env = "RANKWATCH_DEMO_RATE", default_value_t = 2_000.0)]
     pub rate: f64,
     /// Models and their ranking quality in [0, 1], as NAME=QUALITY.
-    #[arg(
-        long,
-        env = "RANKWATCH_DEMO_MODELS",
-        value_delimiter = ',',
-        default_value = "control=0.9,candidate=0.4"
-    )]
+    #[arg(long, env = "RANKWATCH_DEMO_MODELS", value_delimiter = ',', default_value = DEFAULT_MODELS)]
     pub models: Vec<ModelSpec>,
     /// Degrade a model after a while, as NAME=QUALITY@DELAY (e.g. candidate=0.05@2m), to watch an alert fire.
     #[arg(long, env = "RANKWATCH_DEMO_DEGRADE", value_parser = parse_degrade)]
@@ -30,14 +26,11 @@ pub struct DemoArgs {
 }
 
 fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
-    let (model, delay) = text
-        .split_once('@')
-        .ok_or_else(|| format!("{text:?} is not NAME=QUALITY@DELAY"))?;
-    let model: ModelSpec = model
-        .parse()
-        .map_err(|e: loadgen::TrafficError| e.to_string())?;
-    let delay =
-        crate::config::parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
+    let Some((model, delay)) = text.split_once('@') else {
+        return Err(format!("{text:?} is not NAME=QUALITY@DELAY"));
+    };
+    let model = ModelSpec::from_str(model).map_err(|e| e.to_string())?;
+    let delay = parse_duration(delay).map_err(|e| format!("delay {delay:?}: {e}"))?;
     Ok((model, delay))
 }
 

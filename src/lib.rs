@@ -3,6 +3,8 @@
 //! window and computes rank-aware metrics per list, online (`serve`) and
 //! offline (`replay`) with the same engine.
 
+pub mod clock;
+pub mod codec;
 pub mod config;
 pub mod demo;
 pub mod event;

@@ -138,9 +138,7 @@ impl StateFile {
 
     /// Moves an unusable file aside (keeping it for a person to inspect); returns its new path.
     pub fn set_aside(&self) -> Result<PathBuf, StateError> {
-        let seconds = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let seconds = crate::clock::wall_clock() / crate::event::NANOS_PER_SECOND;
         let aside = self
             .path
             .with_extension(format!("state.rejected-{seconds}"));

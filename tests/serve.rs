@@ -457,16 +457,14 @@ async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wall_clock_finalizes_lists_when_traffic_stops() {
     let server = Server::start(&["--attribution-window", "1s", "--allowed-lateness", "0s"]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
+    let now = rankwatch::clock::wall_clock();
     let impression = proto::Event {
         kind: Some(proto::event::Kind::Impression(proto::Impression {
             request_id: "r1".into(),
             user_id: "u1".into(),
             item_ids: vec!["a".into()],
             time: Some(prost_types::Timestamp {
-                seconds: now.as_secs() as i64,
+                seconds: now / 1_000_000_000,
                 nanos: 0,
             }),
             ..Default::default()

@@ -1,10 +1,12 @@
 //! The load generator's side of `Collector.Ingest`: batches are encoded by
-//! the generator itself, ahead of time if asked, and tonic sends the bytes.
+//! the generator itself, ahead of time if asked, and tonic sends the bytes
+//! through [`crate::codec`].
 
+use crate::codec::FrameCodec;
 use crate::proto::{event::Kind, Event, EventBatch, IngestAck};
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
+use tonic::codec::Streaming;
 use tonic::transport::Channel;
 use tonic::Status;
 
@@ -63,48 +65,8 @@ impl IngestClient {
         let path = tonic::codegen::http::uri::PathAndQuery::from_static(INGEST_PATH);
         let response = self
             .0
-            .streaming(tonic::Request::new(batches), path, BytesCodec)
+            .streaming(tonic::Request::new(batches), path, FrameCodec::default())
             .await?;
         Ok(response.into_inner())
-    }
-}
-
-/// Sends bytes as they are and decodes acks with prost.
-#[derive(Clone, Copy, Debug, Default)]
-struct BytesCodec;
-
-impl Codec for BytesCodec {
-    type Encode = Bytes;
-    type Decode = IngestAck;
-    type Encoder = BytesCodec;
-    type Decoder = BytesCodec;
-
-    fn encoder(&mut self) -> BytesCodec {
-        BytesCodec
-    }
-
-    fn decoder(&mut self) -> BytesCodec {
-        BytesCodec
-    }
-}
-
-impl Encoder for BytesCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, bytes: Bytes, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        buf.put(bytes);
-        Ok(())
-    }
-}
-
-impl Decoder for BytesCodec {
-    type Item = IngestAck;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<IngestAck>, Status> {
-        let ack = IngestAck::decode(buf)
-            .map_err(|e| Status::internal(format!("decoding an ack: {e}")))?;
-        Ok(Some(ack))
     }
 }

@@ -5,12 +5,11 @@
 use super::codec::RawBatch;
 use super::engine_task::{Applied, EngineHandle};
 use super::wire_service::collector_server::Collector;
-use crate::event::Nanos;
 use crate::proto::IngestAck;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tokio_util::sync::CancellationToken;
@@ -42,13 +41,6 @@ impl CollectorService {
             shutdown,
         }
     }
-}
-
-/// Wall-clock time now, for the `time_in_future` check.
-pub fn wall_clock() -> Nanos {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as Nanos)
 }
 
 fn engine_stopped() -> Status {

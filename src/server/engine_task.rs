@@ -182,7 +182,7 @@ async fn run(
 /// first prefetched the state of every event's user.
 fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
     let view = parse_batch(&batch.0)?;
-    let now = super::wall_clock();
+    let now = crate::clock::wall_clock();
     let mut ack = IngestAck {
         sequence: view.sequence,
         accepted: 0,

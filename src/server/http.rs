@@ -1,8 +1,8 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/healthz` (alive) and
 //! `/readyz` (ready to ingest).
 
-use super::collector::wall_clock;
 use super::engine_task::EngineHandle;
+use crate::clock::wall_clock;
 use crate::export::prometheus;
 use axum::extract::State;
 use axum::http::{header, StatusCode};

@@ -13,9 +13,9 @@ mod wire_service {
     include!(concat!(env!("OUT_DIR"), "/rankwatch.v1.Collector.rs"));
 }
 
-pub use collector::wall_clock;
 pub use engine_task::{EngineHandle, EngineStopped};
 
+use crate::clock::wall_clock;
 use crate::config::{EngineSettings, ServerSettings, TlsSettings};
 use crate::join::Engine;
 use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};

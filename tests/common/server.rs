@@ -262,47 +262,6 @@ pub async fn ingest_raw_bytes(
     server: &Server,
     bytes: Vec<u8>,
 ) -> Result<proto::IngestAck, tonic::Status> {
-    use bytes::Buf;
-    use prost::Message;
-    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-
-    #[derive(Clone, Default)]
-    struct RawClientCodec;
-    struct RawEncoder;
-    struct AckDecoder;
-    impl Codec for RawClientCodec {
-        type Encode = Vec<u8>;
-        type Decode = proto::IngestAck;
-        type Encoder = RawEncoder;
-        type Decoder = AckDecoder;
-        fn encoder(&mut self) -> RawEncoder {
-            RawEncoder
-        }
-        fn decoder(&mut self) -> AckDecoder {
-            AckDecoder
-        }
-    }
-    impl Encoder for RawEncoder {
-        type Item = Vec<u8>;
-        type Error = tonic::Status;
-        fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-            bytes::BufMut::put_slice(buf, &item);
-            Ok(())
-        }
-    }
-    impl Decoder for AckDecoder {
-        type Item = proto::IngestAck;
-        type Error = tonic::Status;
-        fn decode(
-            &mut self,
-            buf: &mut DecodeBuf<'_>,
-        ) -> Result<Option<proto::IngestAck>, tonic::Status> {
-            let ack = proto::IngestAck::decode(buf.copy_to_bytes(buf.remaining()))
-                .map_err(|e| tonic::Status::internal(e.to_string()))?;
-            Ok(Some(ack))
-        }
-    }
-
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
         .unwrap()
         .connect()
@@ -312,7 +271,8 @@ pub async fn ingest_raw_bytes(
     grpc.ready().await.unwrap();
     let path =
         tonic::codegen::http::uri::PathAndQuery::from_static("/rankwatch.v1.Collector/IngestBatch");
-    grpc.unary(tonic::Request::new(bytes), path, RawClientCodec)
+    let codec = rankwatch::codec::FrameCodec::<bytes::Bytes, proto::IngestAck>::default();
+    grpc.unary(tonic::Request::new(bytes.into()), path, codec)
         .await
         .map(tonic::Response::into_inner)
 }
