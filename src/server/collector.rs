@@ -4,6 +4,9 @@
 
 use super::codec::RawBatch;
 use super::engine_task::{Applied, EngineHandle};
+use super::telemetry::{
+    BATCH_DURATION_SECONDS, INGEST_STREAMS, STREAMS_FAILED_TOTAL, STREAMS_REFUSED_TOTAL,
+};
 use super::wire_service::collector_server::Collector;
 use crate::event::Nanos;
 use crate::proto::IngestAck;
@@ -61,7 +64,7 @@ fn reply(applied: Option<Applied>) -> Result<IngestAck, Status> {
     match applied {
         Some(Ok(ack)) => Ok(ack),
         Some(Err(malformed)) => {
-            metrics::counter!("rankwatch_streams_failed_total").increment(1);
+            metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
             Err(Status::invalid_argument(malformed.to_string()))
         }
         None => Err(engine_stopped()),
@@ -80,7 +83,7 @@ impl Collector for CollectorService {
         request: Request<Streaming<RawBatch>>,
     ) -> Result<Response<AckStream>, Status> {
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
-            metrics::counter!("rankwatch_streams_refused_total").increment(1);
+            metrics::counter!(STREAMS_REFUSED_TOTAL).increment(1);
             return Err(Status::resource_exhausted(format!(
                 "too many concurrent ingest streams (max_streams = {}); reuse one stream per client",
                 self.max_streams
@@ -94,7 +97,7 @@ impl Collector for CollectorService {
         let stream_failed = Arc::new(AtomicBool::new(false));
         tokio::spawn(async move {
             let _permit = permit;
-            metrics::gauge!("rankwatch_ingest_streams").increment(1.0);
+            metrics::gauge!(INGEST_STREAMS).increment(1.0);
             loop {
                 let message = tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -104,7 +107,7 @@ impl Collector for CollectorService {
                     Ok(Some(batch)) => batch,
                     Ok(None) => break,
                     Err(status) => {
-                        metrics::counter!("rankwatch_streams_failed_total").increment(1);
+                        metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
                         let _ = failures.send(Err(status)).await;
                         break;
                     }
@@ -118,13 +121,12 @@ impl Collector for CollectorService {
                     break;
                 }
             }
-            metrics::gauge!("rankwatch_ingest_streams").decrement(1.0);
+            metrics::gauge!(INGEST_STREAMS).decrement(1.0);
         });
         tokio::spawn(async move {
             while let Some((started, applied)) = in_order.recv().await {
                 let reply = reply(applied.await.ok());
-                metrics::histogram!("rankwatch_batch_duration_seconds")
-                    .record(started.elapsed().as_secs_f64());
+                metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
                 let failed = reply.is_err();
                 if acks.send(reply).await.is_err() || failed {
                     break;
@@ -140,8 +142,7 @@ impl Collector for CollectorService {
     ) -> Result<Response<IngestAck>, Status> {
         let started = Instant::now();
         let ack = reply(self.engine.apply(request.into_inner()).await.ok())?;
-        metrics::histogram!("rankwatch_batch_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(Response::new(ack))
     }
 }
