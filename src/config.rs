@@ -123,6 +123,8 @@ pub struct FileSettings {
     state_dir: Option<PathBuf>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     snapshot_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    drain_timeout: Option<Duration>,
     max_items: Option<usize>,
     max_groups: Option<usize>,
     max_open_impressions: Option<usize>,
@@ -405,6 +407,9 @@ pub struct ServerArgs {
     /// How often state is saved to the state directory [default: 30s].
     #[arg(long, env = "RANKWATCH_SNAPSHOT_INTERVAL", value_parser = parse_duration)]
     pub snapshot_interval: Option<Duration>,
+    /// At shutdown, how long open streams and requests may take to finish before they are cut [default: 10s].
+    #[arg(long, env = "RANKWATCH_DRAIN_TIMEOUT", value_parser = parse_duration)]
+    pub drain_timeout: Option<Duration>,
     /// Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED) [default: 4194304].
     #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
@@ -447,6 +452,7 @@ pub struct ServerSettings {
     pub windows: Vec<Duration>,
     pub state_dir: Option<PathBuf>,
     pub snapshot_interval: Duration,
+    pub drain_timeout: Duration,
     pub max_message_size: usize,
     pub max_streams: usize,
     pub max_inflight_batches: usize,
@@ -525,6 +531,10 @@ impl ServerSettings {
                 .snapshot_interval
                 .or(file.snapshot_interval)
                 .unwrap_or(Duration::from_secs(30)),
+            drain_timeout: args
+                .drain_timeout
+                .or(file.drain_timeout)
+                .unwrap_or(Duration::from_secs(10)),
             max_message_size: positive(
                 "max_message_size",
                 args.max_message_size

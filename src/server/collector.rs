@@ -4,6 +4,7 @@
 
 use super::codec::RawBatch;
 use super::engine_task::{Applied, EngineHandle};
+use super::tasks::Tasks;
 use super::telemetry::{
     BATCH_DURATION_SECONDS, INGEST_STREAMS, STREAMS_FAILED_TOTAL, STREAMS_REFUSED_TOTAL,
 };
@@ -26,16 +27,19 @@ pub struct CollectorService {
     max_streams: usize,
     max_inflight_batches: usize,
     shutdown: CancellationToken,
+    tasks: Tasks,
 }
 
 impl CollectorService {
     /// A collector feeding `engine`, with at most `max_streams` concurrent
-    /// ingest streams, each with at most `max_inflight_batches` unacknowledged batches.
+    /// ingest streams, each with at most `max_inflight_batches` unacknowledged
+    /// batches; the tasks of each stream are tracked by `tasks`.
     pub fn new(
         engine: EngineHandle,
         max_streams: usize,
         max_inflight_batches: usize,
         shutdown: CancellationToken,
+        tasks: Tasks,
     ) -> Self {
         Self {
             engine,
@@ -43,6 +47,7 @@ impl CollectorService {
             max_streams,
             max_inflight_batches,
             shutdown,
+            tasks,
         }
     }
 }
@@ -95,7 +100,7 @@ impl Collector for CollectorService {
         let (engine, shutdown) = (self.engine.clone(), self.shutdown.clone());
         let failures = acks.clone();
         let stream_failed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _permit = permit;
             metrics::gauge!(INGEST_STREAMS).increment(1.0);
             loop {
@@ -123,7 +128,7 @@ impl Collector for CollectorService {
             }
             metrics::gauge!(INGEST_STREAMS).decrement(1.0);
         });
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some((started, applied)) = in_order.recv().await {
                 let reply = reply(applied.await.ok());
                 metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());

@@ -10,6 +10,7 @@ mod http;
 mod periodic;
 mod persistence;
 mod process;
+mod tasks;
 mod telemetry;
 mod tls;
 
@@ -26,10 +27,12 @@ use crate::config::{EngineSettings, ServerSettings};
 use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
 use crate::state::StateFile;
 use anyhow::Context;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
+use tasks::{Drain, Tasks};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{Router, TcpIncoming};
 use wire_service::collector_server::CollectorServer;
 
 /// The addresses a running server listens on.
@@ -77,22 +80,58 @@ pub async fn serve(
         engine_settings.clone(),
         settings.max_inflight_batches,
     );
-    tokio::spawn(telemetry::keep_up(recorder.clone(), shutdown.clone()));
-    if settings.wall_clock_advance {
-        tokio::spawn(periodic::advance_with_wall_clock(
+    let (drain, tasks) = Drain::new();
+    let grpc = grpc_server(&settings, engine.clone(), shutdown.clone(), tasks.clone()).await?;
+    let grpc = grpc.serve_with_incoming_shutdown(
+        // Without TCP_NODELAY a small ack waits for the client's next packet.
+        TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+        shutdown.clone().cancelled_owned(),
+    );
+    let http = axum::serve(
+        http_listener,
+        http::router(
             engine.clone(),
+            recorder.clone(),
+            settings.windows.clone(),
             shutdown.clone(),
-        ));
-    }
-    if let Some(file) = &state_file {
-        tokio::spawn(persistence::save_periodically(
+        ),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let saver = state_file.map(|file| {
+        persistence::Saver::start(
             engine.clone(),
-            file.clone(),
+            file,
             settings.snapshot_interval,
             shutdown.clone(),
-        ));
+        )
+    });
+    tasks.spawn(telemetry::keep_up(recorder, shutdown.clone()));
+    if settings.wall_clock_advance {
+        tasks.spawn(periodic::advance_with_wall_clock(engine, shutdown.clone()));
     }
+    let grpc = tasks.spawn(grpc);
+    let http = tasks.spawn(http.into_future());
 
+    shutdown.cancelled().await;
+    if drain.wait(tasks, settings.drain_timeout).await {
+        grpc.await?.context("gRPC server")?;
+        http.await?.context("HTTP server")?;
+    }
+    if let Some(saver) = saver {
+        saver.finish().await.context("saving state at shutdown")?;
+    }
+    tracing::info!("rankwatch stopped");
+    Ok(())
+}
+
+/// The gRPC services (collector, evaluation, health, reflection) on
+/// `engine`, over TLS when the settings ask for it.
+async fn grpc_server(
+    settings: &ServerSettings,
+    engine: EngineHandle,
+    shutdown: CancellationToken,
+    tasks: Tasks,
+) -> anyhow::Result<Router> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<CollectorServer<collector::CollectorService>>()
@@ -108,45 +147,21 @@ pub async fn serve(
         engine.clone(),
         settings.max_streams,
         settings.max_inflight_batches,
-        shutdown.clone(),
+        shutdown,
+        tasks,
     );
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls::config(tls)?)?;
     }
-    let grpc = builder
+    Ok(builder
         .add_service(health_service)
         .add_service(reflection)
         .add_service(
             CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size),
         )
         .add_service(EvaluationServer::new(evaluation::EvaluationService::new(
-            engine.clone(),
+            engine,
             settings.windows.clone(),
-        )))
-        .serve_with_incoming_shutdown(
-            // Without TCP_NODELAY a small ack waits for the client's next packet.
-            TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
-            shutdown.clone().cancelled_owned(),
-        );
-    let http = axum::serve(
-        http_listener,
-        http::router(
-            engine.clone(),
-            recorder,
-            settings.windows.clone(),
-            shutdown.clone(),
-        ),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let (grpc, http) = tokio::join!(grpc, async { http.await });
-    grpc.context("gRPC server")?;
-    http.context("HTTP server")?;
-    if let Some(file) = &state_file {
-        persistence::save(&engine, file)
-            .await
-            .context("saving state at shutdown")?;
-    }
-    tracing::info!("rankwatch stopped");
-    Ok(())
+        ))))
 }

@@ -1,6 +1,7 @@
 //! The engine's state across restarts: restored at start, saved every
-//! `snapshot_interval` and once more after the drain. The file format is
-//! `state`'s; this room decides when to read and write it, and counts.
+//! `snapshot_interval` and once more after the drain, all by one task. The
+//! file format is `state`'s; this module decides when to read and write it,
+//! and counts.
 
 use super::engine_task::EngineHandle;
 use super::periodic::Every;
@@ -11,6 +12,7 @@ use crate::config::{EngineSettings, ServerSettings};
 use crate::join::Engine;
 use crate::state::StateFile;
 use std::time::Duration;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// The engine to start with: the saved state when there is a usable one.
@@ -54,7 +56,7 @@ pub fn restore(
 }
 
 /// Copies the engine's state and writes it off the engine task.
-pub async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
+async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
     let state = engine.state().await?;
     let file = file.clone();
     let written = tokio::task::spawn_blocking(move || file.save(&state)).await?;
@@ -71,17 +73,54 @@ pub async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()>
     }
 }
 
-/// Saves the state every `interval` until shutdown (the final save follows the drain).
-pub async fn save_periodically(
+/// The one task that writes the state file: a save every
+/// `snapshot_interval` until shutdown, then, once the server has drained,
+/// the final save. Every save goes through it, one after another, so no two
+/// ever write the temporary file at once.
+pub struct Saver {
+    task: JoinHandle<anyhow::Result<()>>,
+    drained: CancellationToken,
+}
+
+impl Saver {
+    /// Starts saving `engine`'s state to `file` every `interval` until `shutdown`.
+    pub fn start(
+        engine: EngineHandle,
+        file: StateFile,
+        interval: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let drained = CancellationToken::new();
+        let task = tokio::spawn(keep_saved(
+            engine,
+            file,
+            interval,
+            shutdown,
+            drained.clone(),
+        ));
+        Self { task, drained }
+    }
+
+    /// Tells the saver the server has drained, and waits for the final save.
+    pub async fn finish(self) -> anyhow::Result<()> {
+        self.drained.cancel();
+        self.task.await?
+    }
+}
+
+async fn keep_saved(
     engine: EngineHandle,
     file: StateFile,
     interval: Duration,
     shutdown: CancellationToken,
-) {
+    drained: CancellationToken,
+) -> anyhow::Result<()> {
     let mut every = Every::after_one(interval, shutdown);
     while every.tick().await {
         if let Err(error) = save(&engine, &file).await {
             tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
         }
     }
+    drained.cancelled().await;
+    save(&engine, &file).await
 }
