@@ -63,14 +63,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_grade(text: &str) -> Result<(String, f64), String> {
-    let (name, grade) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not TYPE=GRADE, e.g. click=1"))?;
-    let grade: f64 = grade
-        .trim()
-        .parse()
-        .map_err(|_| format!("grade of {name:?} is not a number"))?;
-    Ok((name.trim().to_owned(), grade))
+    let Some((name, grade)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not TYPE=GRADE, e.g. click=1"));
+    };
+    match grade.trim().parse() {
+        Ok(grade) => Ok((name.trim().to_owned(), grade)),
+        Err(_) => Err(format!("grade of {name:?} is not a number")),
+    }
 }
 
 fn nanos(duration: Duration) -> Nanos {
@@ -321,14 +320,23 @@ pub struct EngineArgs {
 /// Join and metric settings, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineSettings {
+    /// How long after an impression its interactions count.
     pub attribution_window: Duration,
+    /// How far the watermark trails the latest event time.
     pub allowed_lateness: Duration,
+    /// Cutoffs K.
     pub k: Vec<usize>,
+    /// Gain, discount and half-life of the metrics.
     pub metrics: MetricSettings,
+    /// Grade of each interaction type.
     pub grades: GradeTable,
+    /// Most items in one impression.
     pub max_items: usize,
+    /// Most (model, surface) groups.
     pub max_groups: usize,
+    /// Most open impressions.
     pub max_open_impressions: usize,
+    /// Most waiting interactions.
     pub max_waiting_interactions: usize,
 }
 
@@ -565,18 +573,31 @@ pub struct TlsSettings {
 /// Server settings, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerSettings {
+    /// Where gRPC listens.
     pub grpc_addr: SocketAddr,
+    /// Where HTTP listens.
     pub http_addr: SocketAddr,
+    /// Whether the watermark follows the wall clock while traffic stops.
     pub wall_clock_advance: bool,
+    /// Whether the kernel may back the heap with transparent huge pages.
     pub huge_pages: bool,
+    /// How far ahead of the wall clock an event may be.
     pub max_future_skew: Duration,
+    /// Rolling windows of the exported gauges.
     pub windows: Vec<Duration>,
+    /// Where state is saved; `None`: nowhere.
     pub state_dir: Option<PathBuf>,
+    /// How often state is saved.
     pub snapshot_interval: Duration,
+    /// How long the drain at shutdown may take.
     pub drain_timeout: Duration,
+    /// Largest gRPC message, in bytes.
     pub max_message_size: usize,
+    /// Most concurrent ingest streams.
     pub max_streams: usize,
+    /// Batches queued for the engine before ingest waits.
     pub max_inflight_batches: usize,
+    /// TLS of the gRPC listener; `None`: plaintext.
     pub tls: Option<TlsSettings>,
 }
 
