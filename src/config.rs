@@ -66,14 +66,121 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_grade(text: &str) -> Result<(String, f64), String> {
-    let (name, grade) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not TYPE=GRADE, e.g. click=1"))?;
-    let grade: f64 = grade
-        .trim()
-        .parse()
-        .map_err(|_| format!("grade of {name:?} is not a number"))?;
-    Ok((name.trim().to_owned(), grade))
+    let Some((name, grade)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not TYPE=GRADE, e.g. click=1"));
+    };
+    match grade.trim().parse() {
+        Ok(grade) => Ok((name.trim().to_owned(), grade)),
+        Err(_) => Err(format!("grade of {name:?} is not a number")),
+    }
+}
+
+/// Every default, written once: resolution falls back to it and `--help` shows it.
+pub mod defaults {
+    use super::{DiscountName, GainName};
+    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+    use std::time::Duration;
+
+    /// `attribution_window`.
+    pub const ATTRIBUTION_WINDOW: Duration = Duration::from_secs(300);
+    /// `allowed_lateness`.
+    pub const ALLOWED_LATENESS: Duration = Duration::from_secs(30);
+    /// `k`.
+    pub const K: [usize; 4] = [1, 5, 10, 20];
+    /// `gain`.
+    pub const GAIN: GainName = GainName::Linear;
+    /// `discount`.
+    pub const DISCOUNT: DiscountName = DiscountName::Log2;
+    /// `log_base`.
+    pub const LOG_BASE: f64 = 2.0;
+    /// `half_life`.
+    pub const HALF_LIFE: f64 = 5.0;
+    /// `max_items`.
+    pub const MAX_ITEMS: usize = 1000;
+    /// `max_groups`.
+    pub const MAX_GROUPS: usize = 1000;
+    /// `max_open_impressions`.
+    pub const MAX_OPEN_IMPRESSIONS: usize = 1_000_000;
+    /// `max_waiting_interactions`.
+    pub const MAX_WAITING_INTERACTIONS: usize = 1_000_000;
+    /// `grpc_addr`.
+    pub const GRPC_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 50051));
+    /// `http_addr`.
+    pub const HTTP_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9477));
+    /// `wall_clock_advance`.
+    pub const WALL_CLOCK_ADVANCE: bool = true;
+    /// `huge_pages`.
+    pub const HUGE_PAGES: bool = false;
+    /// `max_future_skew`.
+    pub const MAX_FUTURE_SKEW: Duration = Duration::from_secs(300);
+    /// `windows`.
+    pub const WINDOWS: [Duration; 3] = [
+        Duration::from_secs(60),
+        Duration::from_secs(300),
+        Duration::from_secs(3600),
+    ];
+    /// `snapshot_interval`.
+    pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(30);
+    /// `drain_timeout`.
+    pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `max_message_size`.
+    pub const MAX_MESSAGE_SIZE: usize = 4 << 20;
+    /// `max_streams`.
+    pub const MAX_STREAMS: usize = 256;
+    /// `max_inflight_batches`.
+    pub const MAX_INFLIGHT_BATCHES: usize = 64;
+}
+
+/// A setting's value: the flag or its environment variable (clap has
+/// already merged the two, the flag first), else the file's key, else the default.
+fn resolved<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
+    flag.or(file).unwrap_or(default)
+}
+
+/// A limit's value, which must be at least 1.
+fn at_least_one(key: &'static str, value: usize) -> Result<usize, ConfigError> {
+    if value == 0 {
+        return Err(invalid(key, "must be at least 1"));
+    }
+    Ok(value)
+}
+
+/// The help line of a setting: `text` and the default it falls back to.
+fn help(text: &str, default: impl std::fmt::Display) -> String {
+    format!("{text} [default: {default}]")
+}
+
+/// A duration as settings write it (`5m`, `30s`).
+fn shown_duration(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(duration)
+}
+
+/// A list as flags write it, comma-separated.
+fn shown_list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|item| item.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The name of a choice as flags and files write it.
+fn shown_choice(choice: impl ValueEnum) -> String {
+    choice
+        .to_possible_value()
+        .map(|value| value.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// The default table of grades, as `--grade` writes it.
+fn shown_grades() -> String {
+    let table = GradeTable::default();
+    let pairs: Vec<String> = table
+        .pairs()
+        .iter()
+        .map(|(name, grade)| format!("{name}={grade}"))
+        .collect();
+    pairs.join(" ")
 }
 
 mod duration_serde {
@@ -122,6 +229,8 @@ pub struct FileSettings {
     state_dir: Option<PathBuf>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     snapshot_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    drain_timeout: Option<Duration>,
     max_items: Option<usize>,
     max_groups: Option<usize>,
     max_open_impressions: Option<usize>,
@@ -157,166 +266,179 @@ pub struct EngineArgs {
     /// TOML config file; flags and RANKWATCH_* variables override its keys.
     #[arg(long, env = "RANKWATCH_CONFIG")]
     pub config: Option<PathBuf>,
-    /// How long after an impression its interactions count [default: 5m].
-    #[arg(long, env = "RANKWATCH_ATTRIBUTION_WINDOW", value_parser = parse_duration)]
+    /// How long after an impression its interactions count.
+    #[arg(long, env = "RANKWATCH_ATTRIBUTION_WINDOW", value_parser = parse_duration,
+        help = help("How long after an impression its interactions count", shown_duration(defaults::ATTRIBUTION_WINDOW)))]
     pub attribution_window: Option<Duration>,
-    /// How far the watermark trails the latest event time [default: 30s].
-    #[arg(long, env = "RANKWATCH_ALLOWED_LATENESS", value_parser = parse_duration)]
+    /// How far the watermark trails the latest event time.
+    #[arg(long, env = "RANKWATCH_ALLOWED_LATENESS", value_parser = parse_duration,
+        help = help("How far the watermark trails the latest event time", shown_duration(defaults::ALLOWED_LATENESS)))]
     pub allowed_lateness: Option<Duration>,
-    /// Cutoffs K, comma-separated [default: 1,5,10,20].
-    #[arg(long, env = "RANKWATCH_K", value_delimiter = ',')]
+    /// Cutoffs K.
+    #[arg(long, env = "RANKWATCH_K", value_delimiter = ',',
+        help = help("Cutoffs K, comma-separated", shown_list(defaults::K)))]
     pub k: Option<Vec<usize>>,
-    /// Gain of DCG, nDCG and half-life utility [default: linear].
-    #[arg(long, env = "RANKWATCH_GAIN")]
+    /// Gain of DCG, nDCG and half-life utility.
+    #[arg(long, env = "RANKWATCH_GAIN",
+        help = help("Gain of DCG, nDCG and half-life utility", shown_choice(defaults::GAIN)))]
     pub gain: Option<GainName>,
-    /// Discount of DCG and nDCG [default: log2, that is log2(j + 1)].
-    #[arg(long, env = "RANKWATCH_DISCOUNT")]
+    /// Discount of DCG and nDCG.
+    #[arg(long, env = "RANKWATCH_DISCOUNT",
+        help = help("Discount of DCG and nDCG", shown_choice(defaults::DISCOUNT)))]
     pub discount: Option<DiscountName>,
-    /// Logarithm base of the jarvelin discount [default: 2].
-    #[arg(long, env = "RANKWATCH_LOG_BASE")]
+    /// Logarithm base of the jarvelin discount.
+    #[arg(long, env = "RANKWATCH_LOG_BASE",
+        help = help("Logarithm base of the jarvelin discount", defaults::LOG_BASE))]
     pub log_base: Option<f64>,
-    /// Half-life α of half-life utility, in ranks [default: 5].
-    #[arg(long, env = "RANKWATCH_HALF_LIFE")]
+    /// Half-life α of half-life utility, in ranks.
+    #[arg(long, env = "RANKWATCH_HALF_LIFE",
+        help = help("Half-life α of half-life utility, in ranks", defaults::HALF_LIFE))]
     pub half_life: Option<f64>,
-    /// Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table [default: click=1 add_to_cart=2 purchase=3].
-    #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade)]
+    /// Grade of an interaction type, TYPE=GRADE, repeatable.
+    #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
+        help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
     pub grades: Option<Vec<(String, f64)>>,
-    /// Limit: most items in one impression; longer lists are rejected (too_many_items) [default: 1000].
-    #[arg(long, env = "RANKWATCH_MAX_ITEMS")]
+    /// Limit: most items in one impression.
+    #[arg(long, env = "RANKWATCH_MAX_ITEMS",
+        help = help("Limit: most items in one impression; longer lists are rejected (too_many_items)", defaults::MAX_ITEMS))]
     pub max_items: Option<usize>,
-    /// Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group [default: 1000].
-    #[arg(long, env = "RANKWATCH_MAX_GROUPS")]
+    /// Limit: most (model, surface) groups.
+    #[arg(long, env = "RANKWATCH_MAX_GROUPS",
+        help = help("Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
     pub max_groups: Option<usize>,
-    /// Limit: most open impressions; a new impression past it is shed, counted, and not evaluated [default: 1000000].
-    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS")]
+    /// Limit: most open impressions.
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS",
+        help = help("Limit: most open impressions; a new impression past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS))]
     pub max_open_impressions: Option<usize>,
-    /// Limit: most waiting interactions; a new one that would wait past it is shed and counted [default: 1000000].
-    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS")]
+    /// Limit: most waiting interactions.
+    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
+        help = help("Limit: most waiting interactions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS))]
     pub max_waiting_interactions: Option<usize>,
 }
 
 /// Join and metric settings, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineSettings {
+    /// How long after an impression its interactions count.
     pub attribution_window: Duration,
+    /// How far the watermark trails the latest event time.
     pub allowed_lateness: Duration,
+    /// Cutoffs K.
     pub k: Vec<usize>,
+    /// Gain, discount and half-life of the metrics.
     pub metrics: MetricSettings,
+    /// Grade of each interaction type.
     pub grades: GradeTable,
+    /// Most items in one impression.
     pub max_items: usize,
+    /// Most (model, surface) groups.
     pub max_groups: usize,
+    /// Most open impressions.
     pub max_open_impressions: usize,
+    /// Most waiting interactions.
     pub max_waiting_interactions: usize,
+}
+
+/// The grade table: the file's table replaces the defaults; flags add
+/// types or override them.
+fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigError> {
+    let base = match &file.grades {
+        Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
+        None => GradeTable::default(),
+    };
+    let grades = GradeTable::new(
+        base.pairs()
+            .iter()
+            .cloned()
+            .chain(args.grades.iter().flatten().cloned()),
+    );
+    if let Some((name, grade)) = grades
+        .pairs()
+        .iter()
+        .find(|(_, g)| !(g.is_finite() && *g >= 0.0))
+    {
+        return Err(invalid(
+            "grades",
+            format!("grade of {name:?} is {grade}; grades are finite numbers >= 0"),
+        ));
+    }
+    Ok(grades)
 }
 
 impl EngineSettings {
     /// Resolves flags and environment over `file` over defaults.
     pub fn resolve(args: &EngineArgs, file: &FileSettings) -> Result<Self, ConfigError> {
-        let k = args
-            .k
-            .clone()
-            .or_else(|| file.k.clone())
-            .unwrap_or_else(|| vec![1, 5, 10, 20]);
+        let k = resolved(args.k.clone(), file.k.clone(), defaults::K.to_vec());
         if k.is_empty() || k.contains(&0) {
             return Err(invalid(
                 "k",
                 "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
             ));
         }
-        let half_life = args.half_life.or(file.half_life).unwrap_or(5.0);
+        let half_life = resolved(args.half_life, file.half_life, defaults::HALF_LIFE);
         if !(half_life.is_finite() && half_life > 1.0) {
             return Err(invalid(
                 "half_life",
                 format!("{half_life} must be a number greater than 1"),
             ));
         }
-        let log_base = args.log_base.or(file.log_base).unwrap_or(2.0);
+        let log_base = resolved(args.log_base, file.log_base, defaults::LOG_BASE);
         if !(log_base.is_finite() && log_base > 1.0) {
             return Err(invalid(
                 "log_base",
                 format!("{log_base} must be a number greater than 1"),
             ));
         }
-        let discount = match args
-            .discount
-            .or(file.discount)
-            .unwrap_or(DiscountName::Log2)
-        {
+        let discount = match resolved(args.discount, file.discount, defaults::DISCOUNT) {
             DiscountName::Log2 => Discount::Log2,
             DiscountName::Jarvelin => Discount::Jarvelin { base: log_base },
         };
-        let gain = match args.gain.or(file.gain).unwrap_or(GainName::Linear) {
+        let gain = match resolved(args.gain, file.gain, defaults::GAIN) {
             GainName::Linear => Gain::Linear,
             GainName::Exponential => Gain::Exponential,
         };
-        // The file's table replaces the defaults; flags add types or override them.
-        let base = match &file.grades {
-            Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
-            None => GradeTable::default(),
-        };
-        let grades = GradeTable::new(
-            base.pairs()
-                .iter()
-                .cloned()
-                .chain(args.grades.iter().flatten().cloned()),
-        );
-        if let Some((name, grade)) = grades
-            .pairs()
-            .iter()
-            .find(|(_, g)| !(g.is_finite() && *g >= 0.0))
-        {
-            return Err(invalid(
-                "grades",
-                format!("grade of {name:?} is {grade}; grades are finite numbers >= 0"),
-            ));
-        }
-        let limit = |key: &'static str, value: usize| {
-            if value == 0 {
-                Err(invalid(key, "must be at least 1"))
-            } else {
-                Ok(value)
-            }
-        };
-        let max_items = limit(
-            "max_items",
-            args.max_items.or(file.max_items).unwrap_or(1000),
-        )?;
-        let max_groups = limit(
-            "max_groups",
-            args.max_groups.or(file.max_groups).unwrap_or(1000),
-        )?;
-        let max_open_impressions = limit(
-            "max_open_impressions",
-            args.max_open_impressions
-                .or(file.max_open_impressions)
-                .unwrap_or(1_000_000),
-        )?;
-        let max_waiting_interactions = limit(
-            "max_waiting_interactions",
-            args.max_waiting_interactions
-                .or(file.max_waiting_interactions)
-                .unwrap_or(1_000_000),
-        )?;
         Ok(Self {
-            attribution_window: args
-                .attribution_window
-                .or(file.attribution_window)
-                .unwrap_or(Duration::from_secs(300)),
-            allowed_lateness: args
-                .allowed_lateness
-                .or(file.allowed_lateness)
-                .unwrap_or(Duration::from_secs(30)),
+            attribution_window: resolved(
+                args.attribution_window,
+                file.attribution_window,
+                defaults::ATTRIBUTION_WINDOW,
+            ),
+            allowed_lateness: resolved(
+                args.allowed_lateness,
+                file.allowed_lateness,
+                defaults::ALLOWED_LATENESS,
+            ),
             k,
             metrics: MetricSettings {
                 gain,
                 discount,
                 half_life,
             },
-            grades,
-            max_items,
-            max_groups,
-            max_open_impressions,
-            max_waiting_interactions,
+            grades: grades(args, file)?,
+            max_items: at_least_one(
+                "max_items",
+                resolved(args.max_items, file.max_items, defaults::MAX_ITEMS),
+            )?,
+            max_groups: at_least_one(
+                "max_groups",
+                resolved(args.max_groups, file.max_groups, defaults::MAX_GROUPS),
+            )?,
+            max_open_impressions: at_least_one(
+                "max_open_impressions",
+                resolved(
+                    args.max_open_impressions,
+                    file.max_open_impressions,
+                    defaults::MAX_OPEN_IMPRESSIONS,
+                ),
+            )?,
+            max_waiting_interactions: at_least_one(
+                "max_waiting_interactions",
+                resolved(
+                    args.max_waiting_interactions,
+                    file.max_waiting_interactions,
+                    defaults::MAX_WAITING_INTERACTIONS,
+                ),
+            )?,
         })
     }
 
@@ -398,40 +520,52 @@ impl EngineSettings {
 /// Settings of the server, beyond the engine's.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ServerArgs {
-    /// gRPC listen address [default: 127.0.0.1:50051].
-    #[arg(long, env = "RANKWATCH_GRPC_ADDR")]
+    /// gRPC listen address.
+    #[arg(long, env = "RANKWATCH_GRPC_ADDR",
+        help = help("gRPC listen address", defaults::GRPC_ADDR))]
     pub grpc_addr: Option<SocketAddr>,
-    /// HTTP listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9477].
-    #[arg(long, env = "RANKWATCH_HTTP_ADDR")]
+    /// HTTP listen address for /metrics, /healthz, /readyz.
+    #[arg(long, env = "RANKWATCH_HTTP_ADDR",
+        help = help("HTTP listen address for /metrics, /healthz, /readyz", defaults::HTTP_ADDR))]
     pub http_addr: Option<SocketAddr>,
-    /// Advance the watermark with the wall clock when traffic stops [default: true].
-    #[arg(long, env = "RANKWATCH_WALL_CLOCK_ADVANCE")]
+    /// Advance the watermark with the wall clock when traffic stops.
+    #[arg(long, env = "RANKWATCH_WALL_CLOCK_ADVANCE",
+        help = help("Advance the watermark with the wall clock when traffic stops", defaults::WALL_CLOCK_ADVANCE))]
     pub wall_clock_advance: Option<bool>,
-    /// Let the kernel back the heap with transparent huge pages: less CPU
-    /// per event under heavy load, but a batch that faults in a fresh 2 MiB
-    /// page waits milliseconds [default: false].
-    #[arg(long, env = "RANKWATCH_HUGE_PAGES")]
+    /// Let the kernel back the heap with transparent huge pages.
+    #[arg(long, env = "RANKWATCH_HUGE_PAGES",
+        help = help("Let the kernel back the heap with transparent huge pages: less CPU per event under heavy load, but a batch that faults in a fresh 2 MiB page waits milliseconds", defaults::HUGE_PAGES))]
     pub huge_pages: Option<bool>,
-    /// Reject events further ahead of the wall clock than this (time_in_future) [default: 5m].
-    #[arg(long, env = "RANKWATCH_MAX_FUTURE_SKEW", value_parser = parse_duration)]
+    /// Reject events further ahead of the wall clock than this.
+    #[arg(long, env = "RANKWATCH_MAX_FUTURE_SKEW", value_parser = parse_duration,
+        help = help("Reject events further ahead of the wall clock than this (time_in_future)", shown_duration(defaults::MAX_FUTURE_SKEW)))]
     pub max_future_skew: Option<Duration>,
-    /// Rolling windows of the exported gauges, comma-separated [default: 1m,5m,1h].
-    #[arg(long, env = "RANKWATCH_WINDOWS", value_delimiter = ',', value_parser = parse_duration)]
+    /// Rolling windows of the exported gauges.
+    #[arg(long, env = "RANKWATCH_WINDOWS", value_delimiter = ',', value_parser = parse_duration,
+        help = help("Rolling windows of the exported gauges, comma-separated", shown_list(defaults::WINDOWS.map(shown_duration))))]
     pub windows: Option<Vec<Duration>>,
     /// Directory for saved state; none means no persistence.
     #[arg(long, env = "RANKWATCH_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// How often state is saved to the state directory [default: 30s].
-    #[arg(long, env = "RANKWATCH_SNAPSHOT_INTERVAL", value_parser = parse_duration)]
+    /// How often state is saved to the state directory.
+    #[arg(long, env = "RANKWATCH_SNAPSHOT_INTERVAL", value_parser = parse_duration,
+        help = help("How often state is saved to the state directory", shown_duration(defaults::SNAPSHOT_INTERVAL)))]
     pub snapshot_interval: Option<Duration>,
-    /// Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED) [default: 4194304].
-    #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE")]
+    /// At shutdown, how long open streams and requests may take to finish.
+    #[arg(long, env = "RANKWATCH_DRAIN_TIMEOUT", value_parser = parse_duration,
+        help = help("At shutdown, how long open streams and requests may take to finish before they are cut", shown_duration(defaults::DRAIN_TIMEOUT)))]
+    pub drain_timeout: Option<Duration>,
+    /// Limit: largest gRPC message in bytes.
+    #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE",
+        help = help("Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED)", defaults::MAX_MESSAGE_SIZE))]
     pub max_message_size: Option<usize>,
-    /// Limit: most concurrent ingest streams; more are refused (RESOURCE_EXHAUSTED) [default: 256].
-    #[arg(long, env = "RANKWATCH_MAX_STREAMS")]
+    /// Limit: most concurrent ingest streams.
+    #[arg(long, env = "RANKWATCH_MAX_STREAMS",
+        help = help("Limit: most concurrent ingest streams; more are refused (RESOURCE_EXHAUSTED)", defaults::MAX_STREAMS))]
     pub max_streams: Option<usize>,
-    /// Limit: batches queued for the engine across all streams before ingest waits (back-pressure) [default: 64].
-    #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES")]
+    /// Limit: batches queued for the engine across all streams.
+    #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES",
+        help = help("Limit: batches queued for the engine across all streams before ingest waits (back-pressure)", defaults::MAX_INFLIGHT_BATCHES))]
     pub max_inflight_batches: Option<usize>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key) [default: plaintext].
     #[arg(long, env = "RANKWATCH_TLS_CERT", requires = "tls_key")]
@@ -458,109 +592,120 @@ pub struct TlsSettings {
 /// Server settings, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerSettings {
+    /// Where gRPC listens.
     pub grpc_addr: SocketAddr,
+    /// Where HTTP listens.
     pub http_addr: SocketAddr,
+    /// Whether the watermark follows the wall clock while traffic stops.
     pub wall_clock_advance: bool,
+    /// Whether the kernel may back the heap with transparent huge pages.
     pub huge_pages: bool,
+    /// How far ahead of the wall clock an event may be.
     pub max_future_skew: Duration,
+    /// Rolling windows of the exported gauges.
     pub windows: Vec<Duration>,
+    /// Where state is saved; `None`: nowhere.
     pub state_dir: Option<PathBuf>,
+    /// How often state is saved.
     pub snapshot_interval: Duration,
+    /// How long the drain at shutdown may take.
+    pub drain_timeout: Duration,
+    /// Largest gRPC message, in bytes.
     pub max_message_size: usize,
+    /// Most concurrent ingest streams.
     pub max_streams: usize,
+    /// Batches queued for the engine before ingest waits.
     pub max_inflight_batches: usize,
+    /// TLS of the gRPC listener; `None`: plaintext.
     pub tls: Option<TlsSettings>,
 }
 
 impl ServerSettings {
     /// Resolves flags and environment over `file` over defaults.
     pub fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Self, ConfigError> {
-        let windows = args
-            .windows
-            .clone()
-            .or_else(|| file.windows.clone())
-            .unwrap_or_else(|| {
-                vec![
-                    Duration::from_secs(60),
-                    Duration::from_secs(300),
-                    Duration::from_secs(3600),
-                ]
-            });
+        let windows = resolved(
+            args.windows.clone(),
+            file.windows.clone(),
+            defaults::WINDOWS.to_vec(),
+        );
         if windows.is_empty() || windows.iter().any(|w| *w < Duration::from_secs(1)) {
             return Err(invalid(
                 "windows",
                 "give at least one window of 1s or more, e.g. 1m,5m,1h",
             ));
         }
-        let positive = |key: &'static str, value: usize| {
-            if value == 0 {
-                Err(invalid(key, "must be at least 1"))
-            } else {
-                Ok(value)
-            }
-        };
-        let tls = match (
-            args.tls_cert.clone().or_else(|| file.tls_cert.clone()),
-            args.tls_key.clone().or_else(|| file.tls_key.clone()),
-            args.tls_client_ca
-                .clone()
-                .or_else(|| file.tls_client_ca.clone()),
-        ) {
-            (Some(cert), Some(key), client_ca) => Some(TlsSettings {
+        Ok(Self {
+            tls: TlsSettings::resolve(args, file)?,
+            grpc_addr: resolved(args.grpc_addr, file.grpc_addr, defaults::GRPC_ADDR),
+            http_addr: resolved(args.http_addr, file.http_addr, defaults::HTTP_ADDR),
+            wall_clock_advance: resolved(
+                args.wall_clock_advance,
+                file.wall_clock_advance,
+                defaults::WALL_CLOCK_ADVANCE,
+            ),
+            huge_pages: resolved(args.huge_pages, file.huge_pages, defaults::HUGE_PAGES),
+            max_future_skew: resolved(
+                args.max_future_skew,
+                file.max_future_skew,
+                defaults::MAX_FUTURE_SKEW,
+            ),
+            windows,
+            state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
+            snapshot_interval: resolved(
+                args.snapshot_interval,
+                file.snapshot_interval,
+                defaults::SNAPSHOT_INTERVAL,
+            ),
+            drain_timeout: resolved(
+                args.drain_timeout,
+                file.drain_timeout,
+                defaults::DRAIN_TIMEOUT,
+            ),
+            max_message_size: at_least_one(
+                "max_message_size",
+                resolved(
+                    args.max_message_size,
+                    file.max_message_size,
+                    defaults::MAX_MESSAGE_SIZE,
+                ),
+            )?,
+            max_streams: at_least_one(
+                "max_streams",
+                resolved(args.max_streams, file.max_streams, defaults::MAX_STREAMS),
+            )?,
+            max_inflight_batches: at_least_one(
+                "max_inflight_batches",
+                resolved(
+                    args.max_inflight_batches,
+                    file.max_inflight_batches,
+                    defaults::MAX_INFLIGHT_BATCHES,
+                ),
+            )?,
+        })
+    }
+}
+
+impl TlsSettings {
+    /// TLS when both a certificate and its key are set; none when nothing is.
+    fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Option<Self>, ConfigError> {
+        let cert = args.tls_cert.clone().or_else(|| file.tls_cert.clone());
+        let key = args.tls_key.clone().or_else(|| file.tls_key.clone());
+        let client_ca = args
+            .tls_client_ca
+            .clone()
+            .or_else(|| file.tls_client_ca.clone());
+        match (cert, key, client_ca) {
+            (Some(cert), Some(key), client_ca) => Ok(Some(Self {
                 cert,
                 key,
                 client_ca,
-            }),
-            (None, None, None) => None,
-            _ => {
-                return Err(invalid(
-                    "tls_cert/tls_key",
-                    "TLS needs both tls_cert and tls_key (and tls_client_ca only with them)",
-                ))
-            }
-        };
-        Ok(Self {
-            tls,
-            grpc_addr: args
-                .grpc_addr
-                .or(file.grpc_addr)
-                .unwrap_or(([127, 0, 0, 1], 50051).into()),
-            http_addr: args
-                .http_addr
-                .or(file.http_addr)
-                .unwrap_or(([127, 0, 0, 1], 9477).into()),
-            wall_clock_advance: args
-                .wall_clock_advance
-                .or(file.wall_clock_advance)
-                .unwrap_or(true),
-            huge_pages: args.huge_pages.or(file.huge_pages).unwrap_or(false),
-            max_future_skew: args
-                .max_future_skew
-                .or(file.max_future_skew)
-                .unwrap_or(Duration::from_secs(300)),
-            windows,
-            state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
-            snapshot_interval: args
-                .snapshot_interval
-                .or(file.snapshot_interval)
-                .unwrap_or(Duration::from_secs(30)),
-            max_message_size: positive(
-                "max_message_size",
-                args.max_message_size
-                    .or(file.max_message_size)
-                    .unwrap_or(4 << 20),
-            )?,
-            max_streams: positive(
-                "max_streams",
-                args.max_streams.or(file.max_streams).unwrap_or(256),
-            )?,
-            max_inflight_batches: positive(
-                "max_inflight_batches",
-                args.max_inflight_batches
-                    .or(file.max_inflight_batches)
-                    .unwrap_or(64),
-            )?,
-        })
+            })),
+            (None, None, None) => Ok(None),
+            _ => Err(invalid(
+                "tls_cert/tls_key",
+                "TLS needs both tls_cert and tls_key (and tls_client_ca only with them)",
+            )),
+        }
     }
 }
 

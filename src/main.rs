@@ -8,6 +8,7 @@ use rankwatch::demo::{self, DemoArgs};
 use rankwatch::loadgen::{self, LoadgenArgs};
 use rankwatch::replay::{self, ReplayOptions};
 use rankwatch::server;
+use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -113,11 +114,21 @@ fn init_logging() {
         .init();
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Runs `command` on a new runtime, handing it the shutdown token that
+/// SIGTERM or SIGINT cancels.
+fn run_until_signal<T, F>(command: impl FnOnce(CancellationToken) -> F) -> anyhow::Result<T>
+where
+    F: Future<Output = anyhow::Result<T>>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        command(shutdown).await
+    })
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.
@@ -150,11 +161,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let engine = EngineSettings::resolve(&args.engine, &file)?;
     let server = ServerSettings::resolve(&args.server, &file)?;
-    runtime()?.block_on(async {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
-        server::serve(engine, server, shutdown, |_| {}).await
-    })
+    run_until_signal(|shutdown| server::serve(engine, server, shutdown, |_| {}))
 }
 
 fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
@@ -162,20 +169,13 @@ fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let engine = EngineSettings::resolve(&args.engine, &file)?.with_quick_join(&args.engine, &file);
     let server = ServerSettings::resolve(&args.server, &file)?;
-    runtime()?.block_on(async {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
-        demo::run(args.demo, engine, server, shutdown).await
-    })
+    run_until_signal(|shutdown| demo::run(args.demo, engine, server, shutdown))
 }
 
 fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
     init_logging();
-    let report = runtime()?.block_on(async {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
-        loadgen::run_until(&args, shutdown).await
-    })?;
+    let report =
+        run_until_signal(|shutdown| async move { loadgen::run_until(&args, shutdown).await })?;
     println!("{report}");
     Ok(())
 }

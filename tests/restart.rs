@@ -175,3 +175,69 @@ async fn a_corrupt_state_file_is_set_aside_and_counted() {
     );
     assert_eq!(server.get("/readyz").0, 200, "the server runs, empty");
 }
+
+/// With a save every millisecond, a periodic save is as good as always
+/// under way when SIGTERM comes: the final save still succeeds (exit 0),
+/// and the restarted server reports exactly what the stopped one did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_save_never_meets_a_periodic_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = [
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        state_dir,
+        "--snapshot-interval",
+        "1ms",
+    ];
+    let lines = log_lines();
+    let mut server = Server::start(&args);
+    send(&server, &lines[..lines.len() / 2]).await;
+    let before = server.report().await;
+    assert!(before.counters.as_ref().unwrap().impressions > 0);
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+
+    let server = Server::start(&args);
+    assert_eq!(server.report().await, before);
+}
+
+/// A client that connects and never speaks holds the drain: the server
+/// gives up on it after `--drain-timeout`, says so, saves its state and
+/// exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_ends_at_its_deadline_and_the_state_is_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = [
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        state_dir,
+        "--drain-timeout",
+        "500ms",
+    ];
+    let lines = log_lines();
+    let mut server = Server::start(&args);
+    send(&server, &lines[..lines.len() / 2]).await;
+    let before = server.report().await;
+    let silent = std::net::TcpStream::connect(server.grpc).unwrap();
+    let code = tokio::task::spawn_blocking(move || {
+        let code = server.terminate();
+        (code, server.log.iter().collect::<Vec<_>>())
+    });
+    let (code, log) = code.await.unwrap();
+    drop(silent);
+    assert_eq!(code, Some(0));
+    assert!(
+        log.iter()
+            .any(|line| line.contains("drain deadline passed")),
+        "{log:#?}"
+    );
+
+    let server = Server::start(&args);
+    assert_eq!(server.report().await, before);
+}

@@ -4,6 +4,10 @@
 
 use super::codec::RawBatch;
 use super::engine_task::{Applied, EngineHandle};
+use super::tasks::Tasks;
+use super::telemetry::{
+    BATCH_DURATION_SECONDS, INGEST_STREAMS, STREAMS_FAILED_TOTAL, STREAMS_REFUSED_TOTAL,
+};
 use super::wire_service::collector_server::Collector;
 use crate::proto::IngestAck;
 use std::pin::Pin;
@@ -22,16 +26,19 @@ pub struct CollectorService {
     max_streams: usize,
     max_inflight_batches: usize,
     shutdown: CancellationToken,
+    tasks: Tasks,
 }
 
 impl CollectorService {
     /// A collector feeding `engine`, with at most `max_streams` concurrent
-    /// ingest streams, each with at most `max_inflight_batches` unacknowledged batches.
+    /// ingest streams, each with at most `max_inflight_batches` unacknowledged
+    /// batches; the tasks of each stream are tracked by `tasks`.
     pub fn new(
         engine: EngineHandle,
         max_streams: usize,
         max_inflight_batches: usize,
         shutdown: CancellationToken,
+        tasks: Tasks,
     ) -> Self {
         Self {
             engine,
@@ -39,6 +46,7 @@ impl CollectorService {
             max_streams,
             max_inflight_batches,
             shutdown,
+            tasks,
         }
     }
 }
@@ -53,7 +61,7 @@ fn reply(applied: Option<Applied>) -> Result<IngestAck, Status> {
     match applied {
         Some(Ok(ack)) => Ok(ack),
         Some(Err(malformed)) => {
-            metrics::counter!("rankwatch_streams_failed_total").increment(1);
+            metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
             Err(Status::invalid_argument(malformed.to_string()))
         }
         None => Err(engine_stopped()),
@@ -72,7 +80,7 @@ impl Collector for CollectorService {
         request: Request<Streaming<RawBatch>>,
     ) -> Result<Response<AckStream>, Status> {
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
-            metrics::counter!("rankwatch_streams_refused_total").increment(1);
+            metrics::counter!(STREAMS_REFUSED_TOTAL).increment(1);
             return Err(Status::resource_exhausted(format!(
                 "too many concurrent ingest streams (max_streams = {}); reuse one stream per client",
                 self.max_streams
@@ -84,9 +92,9 @@ impl Collector for CollectorService {
         let (engine, shutdown) = (self.engine.clone(), self.shutdown.clone());
         let failures = acks.clone();
         let stream_failed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _permit = permit;
-            metrics::gauge!("rankwatch_ingest_streams").increment(1.0);
+            metrics::gauge!(INGEST_STREAMS).increment(1.0);
             loop {
                 let message = tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -96,7 +104,7 @@ impl Collector for CollectorService {
                     Ok(Some(batch)) => batch,
                     Ok(None) => break,
                     Err(status) => {
-                        metrics::counter!("rankwatch_streams_failed_total").increment(1);
+                        metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
                         let _ = failures.send(Err(status)).await;
                         break;
                     }
@@ -110,13 +118,12 @@ impl Collector for CollectorService {
                     break;
                 }
             }
-            metrics::gauge!("rankwatch_ingest_streams").decrement(1.0);
+            metrics::gauge!(INGEST_STREAMS).decrement(1.0);
         });
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some((started, applied)) = in_order.recv().await {
                 let reply = reply(applied.await.ok());
-                metrics::histogram!("rankwatch_batch_duration_seconds")
-                    .record(started.elapsed().as_secs_f64());
+                metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
                 let failed = reply.is_err();
                 if acks.send(reply).await.is_err() || failed {
                     break;
@@ -132,8 +139,7 @@ impl Collector for CollectorService {
     ) -> Result<Response<IngestAck>, Status> {
         let started = Instant::now();
         let ack = reply(self.engine.apply(request.into_inner()).await.ok())?;
-        metrics::histogram!("rankwatch_batch_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(Response::new(ack))
     }
 }

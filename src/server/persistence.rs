@@ -1,0 +1,127 @@
+//! The engine's state across restarts: restored at start, saved every
+//! `snapshot_interval` and once more after the drain, all by one task. The
+//! file format is `state`'s; this module decides when to read and write it,
+//! and counts.
+
+use super::engine_task::EngineHandle;
+use super::periodic::Every;
+use super::telemetry::{
+    STATE_BYTES, STATE_RESTORE_FAILURES_TOTAL, STATE_SAVES_TOTAL, STATE_SAVE_FAILURES_TOTAL,
+};
+use crate::config::{EngineSettings, ServerSettings};
+use crate::join::Engine;
+use crate::state::StateFile;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The engine to start with: the saved state when there is a usable one.
+/// An unusable state file is set aside with a loud log line and a counter,
+/// and the server starts empty rather than not at all.
+pub fn restore(
+    engine: &EngineSettings,
+    server: &ServerSettings,
+    file: Option<&StateFile>,
+) -> Engine {
+    let fresh = || Engine::new(engine.join(&server.windows), engine.evaluator());
+    metrics::counter!(STATE_RESTORE_FAILURES_TOTAL).absolute(0);
+    let Some(file) = file else { return fresh() };
+    match file.load() {
+        Ok(Some(state)) => {
+            let restored =
+                Engine::from_state(engine.join(&server.windows), engine.evaluator(), state);
+            tracing::info!(
+                path = %file.path().display(),
+                open_impressions = restored.open_impressions(),
+                waiting_interactions = restored.waiting_interactions(),
+                "state restored"
+            );
+            restored
+        }
+        Ok(None) => fresh(),
+        Err(error) => {
+            metrics::counter!(STATE_RESTORE_FAILURES_TOTAL).increment(1);
+            let error = format!("{:#}", anyhow::Error::new(error));
+            match file.set_aside() {
+                Ok(aside) => {
+                    tracing::error!(%error, aside = %aside.display(), "STATE NOT RESTORED: starting empty; the unusable file was moved aside")
+                }
+                Err(move_error) => {
+                    let move_error = format!("{:#}", anyhow::Error::new(move_error));
+                    tracing::error!(%error, %move_error, "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside and will be overwritten")
+                }
+            }
+            fresh()
+        }
+    }
+}
+
+/// Copies the engine's state and writes it off the engine task.
+async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
+    let state = engine.state().await?;
+    let file = file.clone();
+    let written = tokio::task::spawn_blocking(move || file.save(&state)).await?;
+    match written {
+        Ok(bytes) => {
+            metrics::counter!(STATE_SAVES_TOTAL).increment(1);
+            metrics::gauge!(STATE_BYTES).set(bytes as f64);
+            Ok(())
+        }
+        Err(error) => {
+            metrics::counter!(STATE_SAVE_FAILURES_TOTAL).increment(1);
+            Err(error.into())
+        }
+    }
+}
+
+/// The one task that writes the state file: a save every
+/// `snapshot_interval` until shutdown, then, once the server has drained,
+/// the final save. Every save goes through it, one after another, so no two
+/// ever write the temporary file at once.
+pub struct Saver {
+    task: JoinHandle<anyhow::Result<()>>,
+    drained: CancellationToken,
+}
+
+impl Saver {
+    /// Starts saving `engine`'s state to `file` every `interval` until `shutdown`.
+    pub fn start(
+        engine: EngineHandle,
+        file: StateFile,
+        interval: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let drained = CancellationToken::new();
+        let task = tokio::spawn(keep_saved(
+            engine,
+            file,
+            interval,
+            shutdown,
+            drained.clone(),
+        ));
+        Self { task, drained }
+    }
+
+    /// Tells the saver the server has drained, and waits for the final save.
+    pub async fn finish(self) -> anyhow::Result<()> {
+        self.drained.cancel();
+        self.task.await?
+    }
+}
+
+async fn keep_saved(
+    engine: EngineHandle,
+    file: StateFile,
+    interval: Duration,
+    shutdown: CancellationToken,
+    drained: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut every = Every::after_one(interval, shutdown);
+    while every.tick().await {
+        if let Err(error) = save(&engine, &file).await {
+            tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
+        }
+    }
+    drained.cancelled().await;
+    save(&engine, &file).await
+}

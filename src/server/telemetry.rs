@@ -1,0 +1,118 @@
+//! The server's own health series: their names, written once here, the
+//! process-wide Prometheus recorder that holds them, their descriptions and
+//! the configured limits. The list-metric series are `export::prometheus`'s.
+
+use super::periodic::Every;
+use crate::config::{EngineSettings, ServerSettings};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Histogram: time from receiving a batch to its acknowledgement.
+pub const BATCH_DURATION_SECONDS: &str = "rankwatch_batch_duration_seconds";
+/// Gauge: open Ingest streams.
+pub const INGEST_STREAMS: &str = "rankwatch_ingest_streams";
+/// Counter: Ingest streams refused past `max_streams`.
+pub const STREAMS_REFUSED_TOTAL: &str = "rankwatch_streams_refused_total";
+/// Counter: Ingest RPCs ended by a malformed or oversize message.
+pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
+/// Gauge: configured limits, by the label `limit`.
+pub const LIMIT: &str = "rankwatch_limit";
+/// Counter: state snapshots written.
+pub const STATE_SAVES_TOTAL: &str = "rankwatch_state_saves_total";
+/// Counter: state snapshots that could not be written.
+pub const STATE_SAVE_FAILURES_TOTAL: &str = "rankwatch_state_save_failures_total";
+/// Counter: saved states that could not be restored at start.
+pub const STATE_RESTORE_FAILURES_TOTAL: &str = "rankwatch_state_restore_failures_total";
+/// Gauge: size of the last saved state.
+pub const STATE_BYTES: &str = "rankwatch_state_bytes";
+
+/// How often the recorder's upkeep runs (the exporter's own default).
+const RECORDER_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Bucket bounds of [`BATCH_DURATION_SECONDS`].
+const BATCH_SECONDS_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// The process-wide Prometheus recorder of the health series.
+pub fn recorder() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(BATCH_DURATION_SECONDS.into()),
+            &BATCH_SECONDS_BUCKETS,
+        )?
+        .install_recorder()?;
+    describe_health_series();
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+fn describe_health_series() {
+    metrics::describe_histogram!(
+        BATCH_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "Time from receiving a batch to its acknowledgement."
+    );
+    metrics::describe_gauge!(INGEST_STREAMS, "Open Ingest streams.");
+    metrics::describe_counter!(
+        STREAMS_REFUSED_TOTAL,
+        "Ingest streams refused past max_streams."
+    );
+    metrics::describe_counter!(
+        STREAMS_FAILED_TOTAL,
+        "Ingest RPCs ended by a malformed or oversize message."
+    );
+    metrics::describe_gauge!(LIMIT, "Configured limits, by name.");
+    metrics::describe_counter!(
+        STATE_SAVES_TOTAL,
+        "State snapshots written to the state directory."
+    );
+    metrics::describe_counter!(
+        STATE_SAVE_FAILURES_TOTAL,
+        "State snapshots that could not be written."
+    );
+    metrics::describe_counter!(
+        STATE_RESTORE_FAILURES_TOTAL,
+        "Saved states that could not be restored at start (the server started empty)."
+    );
+    metrics::describe_gauge!(
+        STATE_BYTES,
+        metrics::Unit::Bytes,
+        "Size of the last saved state."
+    );
+    // Zero series exist from the start, so that rate() and alerts see them.
+    metrics::counter!(STREAMS_REFUSED_TOTAL).absolute(0);
+    metrics::counter!(STREAMS_FAILED_TOTAL).absolute(0);
+    metrics::gauge!(INGEST_STREAMS).set(0.0);
+}
+
+/// Exports every configured limit as a [`LIMIT`] series.
+pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
+    let limits = [
+        ("max_items", engine.max_items),
+        ("max_groups", engine.max_groups),
+        ("max_open_impressions", engine.max_open_impressions),
+        ("max_waiting_interactions", engine.max_waiting_interactions),
+        ("max_message_size", server.max_message_size),
+        ("max_streams", server.max_streams),
+        ("max_inflight_batches", server.max_inflight_batches),
+    ];
+    for (name, value) in limits {
+        metrics::gauge!(LIMIT, "limit" => name).set(value as f64);
+    }
+}
+
+/// Folds the histogram samples recorded since the last upkeep into their
+/// buckets, every [`RECORDER_UPKEEP`] until shutdown. Without it they pile
+/// up between scrapes, without bound when nothing scrapes.
+pub async fn keep_up(recorder: PrometheusHandle, shutdown: CancellationToken) {
+    let mut every = Every::new(RECORDER_UPKEEP, shutdown);
+    while every.tick().await {
+        recorder.run_upkeep();
+    }
+}
