@@ -104,6 +104,7 @@ class Collector(EventSink):
         self._backoff = retry_backoff
         self._stopping = False
         self._settled = 0
+        self._sent = 0
         self._accepted = 0
         self._rejected: Dict[str, int] = collections.Counter()
         self._failed = 0
@@ -157,6 +158,7 @@ class Collector(EventSink):
             return SinkStats(
                 queued=self._buffer.offered,
                 dropped=self._buffer.dropped,
+                sent=self._sent,
                 accepted=self._accepted,
                 rejected=dict(self._rejected),
                 failed=self._failed,
@@ -202,6 +204,8 @@ class Collector(EventSink):
             if unacked.sent:
                 self._resent_batches += 1
                 self._resent_events += len(unacked.batch.events)
+            else:
+                self._sent += len(unacked.batch.events)
             unacked.sent = True
             stream.send(unacked.batch)
         return stream
@@ -213,6 +217,8 @@ class Collector(EventSink):
             self._next_sequence += 1
             stream = self._stream
             self._window.append(_Unacked(batch, sent=stream is not None))
+            if stream is not None:
+                self._sent += len(events)
         if stream is not None:
             stream.send(batch)
 

@@ -35,6 +35,8 @@ class SinkStats:
     """Events taken into the queue."""
     dropped: int = 0
     """Events refused because the queue was full (or the client closed)."""
+    sent: int = 0
+    """Events handed to a stream (or the producer) for the first time."""
     accepted: int = 0
     """Events the server acknowledged as accepted (or the broker stored)."""
     rejected: Dict[str, int] = dataclasses.field(default_factory=dict)
