@@ -2,9 +2,9 @@
 # Installs what the tests need beyond cargo, from Debian's packages and PyPI:
 # promtool and prometheus (Debian's `prometheus`) for the metrics and rules
 # checks and the end-to-end run, and a Python virtualenv with grpcio for the
-# independent client test, the Python client (clients/python, rebuilt from the
-# working tree every time) and pytest. Safe to run again: it installs only what
-# is missing, and the client.
+# independent client test, then the Python client (clients/python, rebuilt from
+# the working tree every time) with its test and Kafka extras. Safe to run
+# again: it installs only what is missing, and the client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,4 +23,4 @@ fi
 # `python -m pip` rather than bin/pip, whose first line names the path where the
 # venv was made (wrong in a copy). pip always rebuilds a project given as a
 # directory, so the client is current.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check './clients/python[test]'
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check './clients/python[test,kafka]'
