@@ -14,6 +14,7 @@ import pytest
 
 kafka = pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed: pip install './clients/python[kafka]'")
 
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from traffic import lists  # noqa: E402
 
 from rankwatch import KafkaCollector, RejectedEvent  # noqa: E402
@@ -46,22 +47,23 @@ def test_records_that_no_broker_takes_are_counted_and_reported() -> None:
 
 
 @pytest.fixture
-def broker() -> Iterator[str]:
+def broker(tmp_path) -> Iterator[str]:
     """A tansu broker on a loopback port, its storage in memory."""
     if not os.access(TANSU, os.X_OK) and shutil.which("tansu") is None:
         pytest.skip(f"no Kafka-compatible broker: tansu is not built at {TANSU} (set RANKWATCH_TANSU)")
     binary = TANSU if os.access(TANSU, os.X_OK) else str(shutil.which("tansu"))
     address = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "tansu.log"
     process = subprocess.Popen(
         [binary, "broker", "--listener-url", f"tcp://{address}", "--advertised-listener-url", f"tcp://{address}",
          "--storage-engine", "memory://tansu/"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     try:
-        admin = kafka.admin.AdminClient({"bootstrap.servers": address})
+        admin = AdminClient({"bootstrap.servers": address})
         deadline = time.monotonic() + PATIENCE_S
         while True:
-            assert process.poll() is None, f"tansu exited: {process.stderr.read().decode()[-2000:]}"
+            assert process.poll() is None, f"tansu exited: {log.read_text()[-2000:]}"
             try:
                 admin.list_topics(timeout=1)
                 break
@@ -75,8 +77,8 @@ def broker() -> Iterator[str]:
 
 def test_records_are_keyed_by_user_and_carry_the_event(broker: str) -> None:
     topic, partitions = "rankwatch.events", 3
-    admin = kafka.admin.AdminClient({"bootstrap.servers": broker})
-    for future in admin.create_topics([kafka.admin.NewTopic(topic, partitions, 1)]).values():
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         future.result(timeout=PATIENCE_S)
     log = lists(seed=5, n_lists=100)
 
