@@ -217,3 +217,28 @@ def test_evaluation_reads_a_window(server: Server) -> None:
     assert report["window"] == "5m"
     assert report["counters"]["impressions"] == 1
     assert report["config"]["k"] == [1, 5, 10]
+
+
+def test_a_batch_over_the_servers_limit_is_split_and_an_event_too_large_given_up(tmp_path) -> None:
+    server = Server(["--max-message-size", "4096"])
+    try:
+        log = lists(seed=6, n_lists=40)
+        too_large = events.impression(user_id="u-big", items=[f"item-{i:06d}" for i in range(400)], time=START)
+        assert too_large.ByteSize() > 4096 and sum(e.ByteSize() for e in log) > 2 * 4096
+        heard: List[RejectedEvent] = []
+        client = Collector(server.grpc_addr, batch_size=1000, linger=NEVER_S, on_rejection=heard.append)
+        for event in log[:30] + [too_large] + log[30:] + [closing_event(log)]:
+            client.send(event)
+        flushed = client.flush(timeout=PATIENCE_S)
+        stats = client.stats()
+        client.close(timeout=0)
+        assert flushed, stats
+
+        assert (stats.failed, stats.accepted, stats.pending) == (1, len(log) + 1, 0)
+        assert stats.stream_failures >= 2
+        assert [(r.event, r.reason) for r in heard] == [(too_large, "out_of_range")]
+        write_log(str(tmp_path / "log.jsonl"), log)
+        with Evaluation(server.grpc_addr) as evaluation:
+            assert_report_matches(evaluation.get_metrics(), replay(str(tmp_path / "log.jsonl")))
+    finally:
+        server.kill()

@@ -7,6 +7,11 @@ When the stream breaks (the server restarts, the network drops, a SIGTERM
 drain ends it), the sender opens a new stream after a backoff and sends the
 unacknowledged batches again, in order, before anything new: a resend is
 idempotent because impressions carry `request_id` and interactions `event_id`.
+
+A stream the server ends because of a message it cannot take (oversize or
+undecodable) may end before the acks of the batches before it, so the batch
+at fault is found by sending the suspects one at a time; it is split in two
+and sent again, down to the single event at fault, which is given up.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ logger = logging.getLogger("rankwatch")
 #: How long the sender sleeps at most before it looks at its state again.
 IDLE_WAKEUP_S = 0.2
 
+#: The server's reason for refusing a stream outright (retried, unlike an oversize message).
+TOO_MANY_STREAMS = "too many concurrent ingest streams"
+
 #: grpc's own reconnection backoff, short enough to find a restarted server within seconds.
 CHANNEL_OPTIONS: Tuple[Tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -41,10 +49,13 @@ CHANNEL_OPTIONS: Tuple[Tuple[str, int], ...] = (
 
 @dataclasses.dataclass
 class _Unacked:
-    """A batch waiting for its ack, and whether a stream was given it."""
+    """A batch waiting for its ack."""
 
     batch: pb.EventBatch
-    sent: bool
+    generation: int = 0
+    """The stream it was last given to (streams are numbered from 1; 0: none yet)."""
+    suspect: bool = False
+    """In the window when a stream was refused; suspects are sent one at a time."""
 
 
 class Collector(EventSink):
@@ -100,6 +111,7 @@ class Collector(EventSink):
         self._window: Deque[_Unacked] = collections.deque()
         self._next_sequence = 1
         self._stream: Optional[IngestStream] = None
+        self._generation = 0
         self._retry_at = 0.0
         self._backoff = retry_backoff
         self._stopping = False
@@ -198,29 +210,42 @@ class Collector(EventSink):
             return self._stream
         if time.monotonic() < self._retry_at:
             return None
-        stream = IngestStream(self._channel, self._on_ack, self._on_end)
-        self._stream = stream
-        for unacked in self._window:
-            if unacked.sent:
+        self._stream = IngestStream(self._channel, self._on_ack, self._on_end)
+        self._generation += 1
+        self._send_due()
+        return self._stream
+
+    def _dispatch(self, events: List[pb.Event]) -> None:
+        """Numbers a batch, keeps it until its ack, and sends it if it is due."""
+        with self._state:
+            self._window.append(_Unacked(self._numbered(events)))
+            self._send_due()
+
+    def _numbered(self, events: Sequence[pb.Event]) -> pb.EventBatch:
+        """A batch of `events` with the next sequence number; holds `_state`."""
+        batch = pb.EventBatch(sequence=self._next_sequence, events=events)
+        self._next_sequence += 1
+        return batch
+
+    def _send_due(self) -> None:
+        """Gives the current stream, in order, the batches it has not had:
+        all of them, or only the oldest while it is a suspect; holds `_state`."""
+        if self._stream is None:
+            return
+        for unacked in list(self._window)[:1] if self._suspects() else self._window:
+            if unacked.generation == self._generation:
+                continue
+            if unacked.generation:
                 self._resent_batches += 1
                 self._resent_events += len(unacked.batch.events)
             else:
                 self._sent += len(unacked.batch.events)
-            unacked.sent = True
-            stream.send(unacked.batch)
-        return stream
+            unacked.generation = self._generation
+            self._stream.send(unacked.batch)
 
-    def _dispatch(self, events: List[pb.Event]) -> None:
-        """Numbers a batch, keeps it until its ack, and sends it if a stream is up."""
-        batch = pb.EventBatch(sequence=self._next_sequence, events=events)
-        with self._state:
-            self._next_sequence += 1
-            stream = self._stream
-            self._window.append(_Unacked(batch, sent=stream is not None))
-            if stream is not None:
-                self._sent += len(events)
-        if stream is not None:
-            stream.send(batch)
+    def _suspects(self) -> bool:
+        """Whether suspects are left (they lead the window); holds `_state`."""
+        return bool(self._window) and self._window[0].suspect
 
     # ---- the receiver thread -------------------------------------------------
 
@@ -237,6 +262,7 @@ class Collector(EventSink):
             for rejection in ack.rejections:
                 self._rejected[rejection.reason] += 1
             self._backoff = self._first_backoff
+            self._send_due()
             self._state.notify_all()
         if ack.rejections:
             self._report(batch, ack.rejections)
@@ -257,29 +283,69 @@ class Collector(EventSink):
 
     def _on_end(self, stream: IngestStream, code: grpc.StatusCode, details: str) -> None:
         """Forgets an ended stream; unless the client is closing, counts it as
-        a failure and schedules the next one after the backoff."""
+        a failure, deals with a refused message and schedules the next stream
+        after the backoff."""
+        given_up: Optional[pb.Event] = None
         with self._state:
-            if self._stream is stream:
+            current = self._stream is stream
+            if current:
                 self._stream = None
             if self._stopping:
                 self._state.notify_all()
                 return
             self._stream_failures += 1
-            if code == grpc.StatusCode.INVALID_ARGUMENT and self._window:
-                self._give_up_oldest(details)
-            self._retry_at = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, self._max_backoff)
+            if current and _refused(code, details):
+                # Not an outage: the next stream may start at once.
+                given_up = self._narrow_down()
+            else:
+                self._retry_at = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, self._max_backoff)
             self._state.notify_all()
         logger.warning("rankwatch ingest stream ended (%s: %s); resending what was not acknowledged",
                        code.name, details)
+        if given_up is not None:
+            logger.error("rankwatch refused an event on its own; given up (%s: %s)", code.name, details)
+            self._report_refused(given_up, code, details)
 
-    def _give_up_oldest(self, details: str) -> None:
-        """Drops the batch the server refused whole (a malformed or oversize
-        message), so that resending it does not fail every stream; holds `_state`."""
-        batch = self._window.popleft().batch
-        self._failed += len(batch.events)
-        self._settled += len(batch.events)
-        logger.error("rankwatch refused batch %d of %d events: %s", batch.sequence, len(batch.events), details)
+    def _narrow_down(self) -> Optional[pb.Event]:
+        """After a refused message: when the oldest batch was the only one in
+        flight, it is at fault: it is split in two, or given up (and returned)
+        if it holds one event. Every batch in the window becomes a suspect;
+        holds `_state`."""
+        at_fault = self._suspects() and self._window[0].generation == self._generation
+        given_up = None
+        if at_fault:
+            refused = self._window.popleft()
+            events = refused.batch.events
+            if len(events) == 1:
+                self._failed += 1
+                self._settled += 1
+                given_up = events[0]
+            else:
+                half = len(events) // 2
+                for part in (events[half:], events[:half]):
+                    self._window.appendleft(_Unacked(self._numbered(part), generation=refused.generation))
+        for unacked in self._window:
+            unacked.suspect = True
+        return given_up
+
+    def _report_refused(self, event: pb.Event, code: grpc.StatusCode, details: str) -> None:
+        """Hands an event given up to the callback, with the status as its reason."""
+        if self._on_rejection is None:
+            return
+        try:
+            self._on_rejection(RejectedEvent(event, code.name.lower(), details))
+        except Exception:
+            logger.exception("the rejection callback failed on a refused event")
+
+
+def _refused(code: grpc.StatusCode, details: str) -> bool:
+    """Whether a stream ended on a message the server cannot take: undecodable
+    (INVALID_ARGUMENT) or over its size limit (OUT_OF_RANGE, or
+    RESOURCE_EXHAUSTED unless it refused the stream itself)."""
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
+        return True
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:

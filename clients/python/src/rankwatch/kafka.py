@@ -125,6 +125,7 @@ class KafkaCollector(EventSink):
             )
 
     def _drop(self) -> bool:
+        """Counts an event that was not queued; returns `False` for `send`."""
         with self._counts:
             self._dropped += 1
         return False

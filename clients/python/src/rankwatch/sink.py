@@ -1,6 +1,6 @@
 """The public methods every client shares, whatever carries its events:
 typed `impression` and `interaction`, `send`, `flush`, `close`, `stats` and
-use as a context manager."""
+use as a context manager (`with`), which closes the client at the end."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from rankwatch.stats import SinkStats
 from rankwatch.v1 import rankwatch_pb2 as pb
 
 Self = TypeVar("Self", bound="EventSink")
+
+#: How long leaving a `with` block waits for the last acks before giving up.
+EXIT_TIMEOUT_S = 30.0
 
 
 class EventSink(abc.ABC):
@@ -85,6 +88,7 @@ class EventSink(abc.ABC):
         return event.interaction.event_id
 
     def __enter__(self: Self) -> Self:
+        """The client itself; leaving the block closes it."""
         return self
 
     def __exit__(
@@ -93,4 +97,5 @@ class EventSink(abc.ABC):
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
-        self.close()
+        """Closes the client, waiting at most `EXIT_TIMEOUT_S` for the last acks."""
+        self.close(timeout=EXIT_TIMEOUT_S)
