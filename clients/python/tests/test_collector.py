@@ -66,8 +66,8 @@ def test_batches_leave_after_linger_without_a_flush(server: Server) -> None:
     client = Collector(server.grpc_addr, batch_size=1000, linger=0.05)
     for user in ("u1", "u2", "u3"):
         client.impression(user_id=user, items=["a", "b"])
-    wait_until(lambda: client.stats().accepted == 3, "the lingering batch's ack")
-    assert client.stats().batches == 1
+    wait_until(lambda: client.stats().accepted == 3, "the lingering batches' acks")
+    assert 1 <= client.stats().batches <= 3  # one, unless a pause of the machine split them
     assert received(server) == 3
     assert client.close(timeout=PATIENCE_S)
 

@@ -57,6 +57,14 @@ def test_batches_are_cut_by_count_then_by_bytes() -> None:
     assert [len(small.take(timeout=0)) for _ in range(4)] == [2, 2, 1, 0]
 
 
+def test_a_batch_short_of_its_size_leaves_after_linger() -> None:
+    buffer = EventBuffer(capacity=100, max_events=10, max_bytes=10_000, linger=0.05)
+    for i in range(4):
+        buffer.offer(events.impression(user_id=f"u{i}", items=["a"]))
+    assert len(buffer.take(timeout=None)) == 4  # without a flush, once the oldest has waited
+    assert buffer.take(timeout=0.01) == []
+
+
 def test_a_closed_buffer_hands_out_what_it_holds_and_refuses_more() -> None:
     buffer = EventBuffer(capacity=2, max_events=10, max_bytes=10_000, linger=3600)
     event = events.impression(user_id="u", items=["a"])

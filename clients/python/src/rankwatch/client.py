@@ -204,7 +204,8 @@ class Collector(EventSink):
     def _live_stream(self) -> Optional[IngestStream]:
         """The current stream, or a new one once the backoff has passed; holds `_state`.
 
-        A new stream first carries every unacknowledged batch, in order.
+        A new stream first carries every unacknowledged batch, in order (only
+        the oldest while suspects are left).
         """
         if self._stream is not None:
             return self._stream
@@ -323,8 +324,8 @@ class Collector(EventSink):
                 given_up = events[0]
             else:
                 half = len(events) // 2
-                for part in (events[half:], events[:half]):
-                    self._window.appendleft(_Unacked(self._numbered(part), generation=refused.generation))
+                halves = [_Unacked(self._numbered(part), refused.generation) for part in (events[:half], events[half:])]
+                self._window.extendleft(reversed(halves))
         for unacked in self._window:
             unacked.suspect = True
         return given_up
