@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
-from typing import List
+from typing import Callable, List
 
-import pytest
 from conftest import Server, by_label, replay, sample
 from traffic import (START, assert_groups_match, assert_report_matches, batches_of, closing_event, lists,
                      write_log)
 from proxy import Proxy
 
 from rankwatch import Collector, Evaluation, RejectedEvent, events
-from rankwatch.v1 import rankwatch_pb2 as pb
 
 #: A linger no test waits for: batches leave by size, or on flush.
 NEVER_S = 3600.0
@@ -22,7 +19,7 @@ NEVER_S = 3600.0
 PATIENCE_S = 60.0
 
 
-def wait_until(condition, what: str) -> None:
+def wait_until(condition: Callable[[], bool], what: str) -> None:
     """Polls `condition` until it holds; fails after `PATIENCE_S` (a hang, not a timing check)."""
     deadline = time.monotonic() + PATIENCE_S
     while not condition():
