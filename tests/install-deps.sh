@@ -2,7 +2,9 @@
 # Installs what the tests need beyond cargo, from Debian's packages and PyPI:
 # promtool and prometheus (Debian's `prometheus`) for the metrics and rules
 # checks and the end-to-end run, and a Python virtualenv with grpcio for the
-# independent client test. Safe to run again: it installs only what is missing.
+# independent client test, then the Python client (clients/python, rebuilt from
+# the working tree every time) with its test and Kafka extras. Safe to run
+# again: it installs only what is missing, and the client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,5 +18,9 @@ fi
 venv=target/python
 if ! "$venv/bin/python" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check 'grpcio>=1.60' 'grpcio-tools>=1.60'
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'grpcio==1.85.1' 'grpcio-tools==1.85.1'
 fi
+# `python -m pip` rather than bin/pip, whose first line names the path where the
+# venv was made (wrong in a copy). pip always rebuilds a project given as a
+# directory, so the client is current.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check './clients/python[test,kafka]'

@@ -80,6 +80,10 @@ def generate_stubs(out_dir):
     ])
     if status != 0:
         raise SystemExit(f"grpc_tools.protoc failed on {PROTO_FILE} (exit {status})")
+    # Regular packages, so that these stubs come first even where the rankwatch
+    # Python client (a package of the same name) is installed.
+    for package in ("rankwatch", os.path.join("rankwatch", "v1")):
+        open(os.path.join(out_dir, package, "__init__.py"), "a").close()
     sys.path.insert(0, out_dir)
     return (importlib.import_module("rankwatch.v1.rankwatch_pb2"),
             importlib.import_module("rankwatch.v1.rankwatch_pb2_grpc"))

@@ -1,0 +1,24 @@
+"""Python client of rankwatch, the evaluation sidecar for online recommenders.
+
+`Collector` streams impressions and interactions to `rankwatch serve` over
+gRPC without ever blocking the caller; `KafkaCollector` (extra `kafka`)
+produces them to the Kafka topic of fleet mode instead; `Evaluation` reads the
+server's report. Events can also be built on their own with
+`rankwatch.events`.
+"""
+
+from rankwatch.client import Collector
+from rankwatch.evaluation import Evaluation
+from rankwatch.sink import EventSink
+from rankwatch.stats import RejectedEvent, SinkStats
+
+__all__ = ["Collector", "Evaluation", "EventSink", "KafkaCollector", "RejectedEvent", "SinkStats"]
+
+
+def __getattr__(name: str) -> object:
+    """Loads `KafkaCollector` on first use, so that confluent-kafka stays optional."""
+    if name == "KafkaCollector":
+        from rankwatch.kafka import KafkaCollector
+
+        return KafkaCollector
+    raise AttributeError(f"module 'rankwatch' has no attribute {name!r}")

@@ -1,0 +1,354 @@
+"""`Collector`: the gRPC client that serving code keeps for its lifetime.
+
+Serving code hands events to a bounded buffer and returns at once. One sender
+thread cuts batches from it and writes them to a long-lived `Ingest` stream,
+keeping every batch until its ack arrives (acks come one per batch, in order).
+When the stream breaks (the server restarts, the network drops, a SIGTERM
+drain ends it), the sender opens a new stream after a backoff and sends the
+unacknowledged batches again, in order, before anything new: a resend is
+idempotent because impressions carry `request_id` and interactions `event_id`.
+
+A stream the server ends because of a message it cannot take (oversize or
+undecodable) may end before the acks of the batches before it, so the batch
+at fault is found by sending the suspects one at a time; it is split in two
+and sent again, down to the single event at fault, which is given up.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
+
+import grpc
+
+from rankwatch.batching import EventBuffer
+from rankwatch.ingest import IngestStream
+from rankwatch.sink import EventSink
+from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
+from rankwatch.v1 import rankwatch_pb2 as pb
+
+logger = logging.getLogger("rankwatch")
+
+#: How long the sender sleeps at most before it looks at its state again.
+IDLE_WAKEUP_S = 0.2
+
+#: The server's reason for refusing a stream outright (retried, unlike an oversize message).
+TOO_MANY_STREAMS = "too many concurrent ingest streams"
+
+#: grpc's own reconnection backoff, short enough to find a restarted server within seconds.
+CHANNEL_OPTIONS: Tuple[Tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+
+@dataclasses.dataclass
+class _Unacked:
+    """A batch waiting for its ack."""
+
+    batch: pb.EventBatch
+    generation: int = 0
+    """The stream it was last given to (streams are numbered from 1; 0: none yet)."""
+    suspect: bool = False
+    """In the window when a stream was refused; suspects are sent one at a time."""
+
+
+class Collector(EventSink):
+    """Streams events to `rankwatch serve` over gRPC, in the background.
+
+    ```
+    with Collector("127.0.0.1:50051") as rankwatch:
+        request_id = rankwatch.impression(user_id="u1", items=["a", "b"], model="v7", surface="home")
+        rankwatch.interaction(user_id="u1", item_id="b", type="click", request_id=request_id)
+    ```
+    """
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+        batch_size: int = 500,
+        max_batch_bytes: int = 1 << 20,
+        linger: float = 0.05,
+        queue_size: int = 100_000,
+        max_inflight_batches: int = 32,
+        on_rejection: Optional[RejectionCallback] = None,
+        retry_backoff: float = 0.1,
+        max_retry_backoff: float = 5.0,
+        channel_options: Sequence[Tuple[str, object]] = (),
+    ) -> None:
+        """A client of the server at `target` (`host:port`), TLS when `credentials` are given.
+
+        Batches hold at most `batch_size` events and `max_batch_bytes` bytes
+        (keep it under the server's `max_message_size`), and leave at the
+        latest `linger` seconds after their first event. At most `queue_size`
+        events wait in the queue (past that they are dropped and counted) and
+        at most `max_inflight_batches` batches wait for their ack.
+        `on_rejection` hears every event the server rejected, with its reason.
+        A broken stream is opened again after `retry_backoff` seconds, doubling
+        up to `max_retry_backoff` while it keeps failing.
+        """
+        if max_inflight_batches < 1:
+            raise ValueError("max_inflight_batches must be at least 1")
+        self._buffer = EventBuffer(queue_size, batch_size, max_batch_bytes, linger)
+        self._on_rejection = on_rejection
+        self._max_inflight = max_inflight_batches
+        self._first_backoff = retry_backoff
+        self._max_backoff = max_retry_backoff
+        options = list(CHANNEL_OPTIONS) + list(channel_options)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+
+        self._state = threading.Condition()
+        self._window: Deque[_Unacked] = collections.deque()
+        self._next_sequence = 1
+        self._stream: Optional[IngestStream] = None
+        self._generation = 0
+        self._retry_at = 0.0
+        self._backoff = retry_backoff
+        self._stopping = False
+        self._settled = 0
+        self._sent = 0
+        self._accepted = 0
+        self._rejected: Dict[str, int] = collections.Counter()
+        self._failed = 0
+        self._batches = 0
+        self._resent_batches = 0
+        self._resent_events = 0
+        self._stream_failures = 0
+        self._sender = threading.Thread(target=self._run, name="rankwatch-sender", daemon=True)
+        self._sender.start()
+
+    # ---- serving code's side -------------------------------------------------
+
+    def send(self, event: pb.Event) -> bool:
+        """Queues one event; never blocks. Returns `False` when the queue is
+        full (or the client closed) and the event was dropped."""
+        return self._buffer.offer(event)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Sends what is queued without waiting for `linger`, and waits until
+        every event queued before the call is acknowledged (or given up).
+        Returns `False` if `timeout` seconds passed first."""
+        target = self._buffer.flush()
+        with self._state:
+            return self._state.wait_for(lambda: self._settled >= target, timeout)
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flushes, then closes the stream and the channel. Returns `False` if
+        events were still unacknowledged after `timeout` seconds; they are
+        given up (see `stats().pending`). Safe to call more than once."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = self.flush(timeout)
+        self._buffer.close()
+        with self._state:
+            self._stopping = True
+            self._state.notify_all()
+        self._sender.join(_left(deadline))
+        with self._state:
+            stream = self._stream
+        if stream is not None:
+            if done:
+                stream.finish()
+                done = stream.wait(_left(deadline))
+            if not done:
+                stream.cancel()
+        self._channel.close()
+        return done
+
+    def stats(self) -> SinkStats:
+        """A snapshot of the counters."""
+        with self._state:
+            return SinkStats(
+                queued=self._buffer.offered,
+                dropped=self._buffer.dropped,
+                sent=self._sent,
+                accepted=self._accepted,
+                rejected=dict(self._rejected),
+                failed=self._failed,
+                batches=self._batches,
+                resent_batches=self._resent_batches,
+                resent_events=self._resent_events,
+                stream_failures=self._stream_failures,
+            )
+
+    # ---- the sender thread ---------------------------------------------------
+
+    def _run(self) -> None:
+        """Cuts batches and sends them, over a new stream whenever the last one broke."""
+        while True:
+            with self._state:
+                if self._stopping:
+                    return
+                stream = self._live_stream()
+                if stream is None or len(self._window) >= self._max_inflight:
+                    self._state.wait(self._pause())
+                    continue
+            events = self._buffer.take(timeout=IDLE_WAKEUP_S)
+            if events:
+                self._dispatch(events)
+
+    def _pause(self) -> float:
+        """How long to wait for a stream or for room in the window."""
+        backoff_left = self._retry_at - time.monotonic()
+        return min(IDLE_WAKEUP_S, backoff_left) if backoff_left > 0 else IDLE_WAKEUP_S
+
+    def _live_stream(self) -> Optional[IngestStream]:
+        """The current stream, or a new one once the backoff has passed; holds `_state`.
+
+        A new stream first carries every unacknowledged batch, in order (only
+        the oldest while suspects are left).
+        """
+        if self._stream is not None:
+            return self._stream
+        if time.monotonic() < self._retry_at:
+            return None
+        self._stream = IngestStream(self._channel, self._on_ack, self._on_end)
+        self._generation += 1
+        self._send_due()
+        return self._stream
+
+    def _dispatch(self, events: List[pb.Event]) -> None:
+        """Numbers a batch, keeps it until its ack, and sends it if it is due."""
+        with self._state:
+            self._window.append(_Unacked(self._numbered(events)))
+            self._send_due()
+
+    def _numbered(self, events: Sequence[pb.Event]) -> pb.EventBatch:
+        """A batch of `events` with the next sequence number; holds `_state`."""
+        batch = pb.EventBatch(sequence=self._next_sequence, events=events)
+        self._next_sequence += 1
+        return batch
+
+    def _send_due(self) -> None:
+        """Gives the current stream, in order, the batches it has not had:
+        all of them, or only the oldest while it is a suspect; holds `_state`."""
+        if self._stream is None:
+            return
+        for unacked in list(self._window)[:1] if self._suspects() else self._window:
+            if unacked.generation == self._generation:
+                continue
+            if unacked.generation:
+                self._resent_batches += 1
+                self._resent_events += len(unacked.batch.events)
+            else:
+                self._sent += len(unacked.batch.events)
+            unacked.generation = self._generation
+            self._stream.send(unacked.batch)
+
+    def _suspects(self) -> bool:
+        """Whether suspects are left (they lead the window); holds `_state`."""
+        return bool(self._window) and self._window[0].suspect
+
+    # ---- the receiver thread -------------------------------------------------
+
+    def _on_ack(self, ack: pb.IngestAck) -> None:
+        """Settles the oldest unacknowledged batch and reports its rejections."""
+        with self._state:
+            if not self._window or self._window[0].batch.sequence != ack.sequence:
+                expected = self._window[0].batch.sequence if self._window else None
+                raise ValueError(f"ack of batch {ack.sequence}, expected batch {expected}")
+            batch = self._window.popleft().batch
+            self._accepted += ack.accepted
+            self._batches += 1
+            self._settled += len(batch.events)
+            for rejection in ack.rejections:
+                self._rejected[rejection.reason] += 1
+            self._backoff = self._first_backoff
+            self._send_due()
+            self._state.notify_all()
+        if ack.rejections:
+            self._report(batch, ack.rejections)
+
+    def _report(self, batch: pb.EventBatch, rejections: Sequence[pb.Rejection]) -> None:
+        """Hands each rejected event to the callback, if there is one."""
+        if self._on_rejection is None:
+            return
+        for rejection in rejections:
+            if rejection.index >= len(batch.events):
+                logger.warning("rejection of event %d in a batch of %d", rejection.index, len(batch.events))
+                continue
+            rejected = RejectedEvent(batch.events[rejection.index], rejection.reason, rejection.message)
+            try:
+                self._on_rejection(rejected)
+            except Exception:
+                logger.exception("the rejection callback failed on %s", rejection.reason)
+
+    def _on_end(self, stream: IngestStream, code: grpc.StatusCode, details: str) -> None:
+        """Forgets an ended stream; unless the client is closing, counts it as
+        a failure, deals with a refused message and schedules the next stream
+        after the backoff."""
+        given_up: Optional[pb.Event] = None
+        with self._state:
+            current = self._stream is stream
+            if current:
+                self._stream = None
+            if self._stopping:
+                self._state.notify_all()
+                return
+            self._stream_failures += 1
+            if current and _refused(code, details):
+                # Not an outage: the next stream may start at once.
+                given_up = self._narrow_down()
+            else:
+                self._retry_at = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, self._max_backoff)
+            self._state.notify_all()
+        logger.warning("rankwatch ingest stream ended (%s: %s); resending what was not acknowledged",
+                       code.name, details)
+        if given_up is not None:
+            logger.error("rankwatch refused an event on its own; given up (%s: %s)", code.name, details)
+            self._report_refused(given_up, code, details)
+
+    def _narrow_down(self) -> Optional[pb.Event]:
+        """After a refused message: when the oldest batch was the only one in
+        flight, it is at fault: it is split in two, or given up (and returned)
+        if it holds one event. Every batch in the window becomes a suspect;
+        holds `_state`."""
+        at_fault = self._suspects() and self._window[0].generation == self._generation
+        given_up = None
+        if at_fault:
+            refused = self._window.popleft()
+            events = refused.batch.events
+            if len(events) == 1:
+                self._failed += 1
+                self._settled += 1
+                given_up = events[0]
+            else:
+                half = len(events) // 2
+                halves = [_Unacked(self._numbered(part), refused.generation) for part in (events[:half], events[half:])]
+                self._window.extendleft(reversed(halves))
+        for unacked in self._window:
+            unacked.suspect = True
+        return given_up
+
+    def _report_refused(self, event: pb.Event, code: grpc.StatusCode, details: str) -> None:
+        """Hands an event given up to the callback, with the status as its reason."""
+        if self._on_rejection is None:
+            return
+        try:
+            self._on_rejection(RejectedEvent(event, code.name.lower(), details))
+        except Exception:
+            logger.exception("the rejection callback failed on a refused event")
+
+
+def _refused(code: grpc.StatusCode, details: str) -> bool:
+    """Whether a stream ended on a message the server cannot take: undecodable
+    (INVALID_ARGUMENT) or over its size limit (OUT_OF_RANGE, or
+    RESOURCE_EXHAUSTED unless it refused the stream itself)."""
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
+        return True
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
+
+
+def _left(deadline: Optional[float]) -> Optional[float]:
+    """Seconds left until `deadline` (`None`: no deadline)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

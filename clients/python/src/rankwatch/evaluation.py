@@ -1,0 +1,95 @@
+"""`Evaluation`: the report of a running server (`Evaluation.GetMetrics`) as
+plain dicts, shaped like the output of `rankwatch replay --format json`."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Dict, Optional, Type
+
+import grpc
+
+from rankwatch.v1 import rankwatch_pb2 as pb
+from rankwatch.v1 import rankwatch_pb2_grpc as pb_grpc
+
+#: The reasons an interaction stays unattributed (SPEC §3); reported even when zero.
+UNATTRIBUTED_REASONS = ("no_impression", "outside_window", "not_in_list")
+
+
+class Evaluation:
+    """A client of the `Evaluation` service."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+    ) -> None:
+        """A client of the server at `target` (`host:port`), TLS when `credentials` are given."""
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            self._channel = grpc.secure_channel(target, credentials)
+        self._stub = pb_grpc.EvaluationStub(self._channel)
+
+    def get_metrics(self, window: str = "", timeout: Optional[float] = 30.0) -> Dict[str, Any]:
+        """The report since start (`window` empty) or for a configured rolling
+        window such as `"5m"`: `config`, `counters`, `groups` and `window`."""
+        report = self._stub.GetMetrics(pb.GetMetricsRequest(window=window), timeout=timeout)
+        return report_dict(report)
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> "Evaluation":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+def report_dict(report: pb.Report) -> Dict[str, Any]:
+    """A `Report` in the shape of `rankwatch replay --format json` (plus `window`)."""
+    counters = report.counters
+    return {
+        "config": {
+            "k": list(report.config.k),
+            "attribution_window_s": report.config.attribution_window_s,
+            "allowed_lateness_s": report.config.allowed_lateness_s,
+            "gain": report.config.gain,
+        },
+        "counters": {
+            "impressions": counters.impressions,
+            "interactions": counters.interactions,
+            "credited": counters.credited,
+            "unattributed": {
+                **{reason: 0 for reason in UNATTRIBUTED_REASONS},
+                **dict(counters.unattributed),
+            },
+            "late": {"impressions": counters.late_impressions},
+            "duplicates": {
+                "impressions": counters.duplicate_impressions,
+                "interactions": counters.duplicate_interactions,
+            },
+            "rejected": dict(counters.rejected),
+        },
+        "groups": [
+            {
+                "model": group.model,
+                "surface": group.surface,
+                "lists": group.lists,
+                "engaged_lists": group.engaged_lists,
+                "metrics": {
+                    key: {"all": mean.all, "engaged": mean.engaged}
+                    for key, mean in sorted(group.metrics.items())
+                },
+            }
+            for group in report.groups
+        ],
+        "window": report.window,
+    }

@@ -1,0 +1,151 @@
+"""`KafkaCollector`: produces events straight to the Kafka topic of fleet mode
+(SPEC §10), for serving systems that already run Kafka.
+
+Each event becomes one record: key = its `user_id` in UTF-8, value = the
+serialized `rankwatch.v1.Event`. librdkafka batches, retries and keeps order
+per partition (with idempotence on); this module counts what it was given and
+what the broker took. Needs the `kafka` extra (confluent-kafka).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, Mapping, Optional
+
+try:
+    from confluent_kafka import KafkaError, KafkaException, Message, Producer
+except ImportError as missing:  # pragma: no cover - depends on the installed extras
+    raise ImportError("KafkaCollector needs confluent-kafka: pip install 'rankwatch[kafka]'") from missing
+
+from rankwatch.events import user_of
+from rankwatch.sink import EventSink
+from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
+from rankwatch.v1 import rankwatch_pb2 as pb
+
+logger = logging.getLogger("rankwatch")
+
+#: The topic rankwatch consumes by default (setting `kafka_topic`).
+DEFAULT_TOPIC = "rankwatch.events"
+#: How often the background thread serves delivery reports.
+POLL_INTERVAL_S = 0.1
+
+
+class KafkaCollector(EventSink):
+    """Produces events to a Kafka topic keyed by user, in the background.
+
+    ```
+    with KafkaCollector("broker-1:9092") as rankwatch:
+        rankwatch.impression(user_id="u1", items=["a", "b"], model="v7", surface="home")
+    ```
+    """
+
+    def __init__(
+        self,
+        brokers: str,
+        topic: str = DEFAULT_TOPIC,
+        *,
+        queue_size: int = 100_000,
+        linger: float = 0.05,
+        on_rejection: Optional[RejectionCallback] = None,
+        config: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """A producer to `topic` on `brokers` (`host:port,…`).
+
+        At most `queue_size` records wait in the producer (past that an event
+        is dropped and counted); a batch leaves at the latest `linger` seconds
+        after its first record. `on_rejection` hears every record the broker
+        did not take (reason `delivery_failed`). `config` adds or overrides
+        librdkafka settings (TLS, SASL, acks, …).
+        """
+        settings: Dict[str, Any] = {
+            "bootstrap.servers": brokers,
+            # The Java client's default: a user's events land on the same
+            # partition whichever client produced them.
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "linger.ms": linger * 1000,
+            "queue.buffering.max.messages": queue_size,
+            "client.id": "rankwatch-python",
+        }
+        settings.update(config or {})
+        self._topic = topic
+        self._on_rejection = on_rejection
+        self._producer = Producer(settings)
+        self._counts = threading.Lock()
+        self._queued = 0
+        self._dropped = 0
+        self._accepted = 0
+        self._failed = 0
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="rankwatch-kafka", daemon=True)
+        self._poller.start()
+
+    def send(self, event: pb.Event) -> bool:
+        """Queues one event as a record; never blocks. Returns `False` when the
+        producer's queue is full (or the client closed) and it was dropped."""
+        if self._closed.is_set():
+            return self._drop()
+        try:
+            self._producer.produce(
+                self._topic,
+                key=user_of(event).encode("utf-8"),
+                value=event.SerializeToString(),
+                on_delivery=self._delivered,
+            )
+        except (BufferError, KafkaException):
+            return self._drop()
+        with self._counts:
+            self._queued += 1
+        return True
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the broker has taken (or refused) every queued record;
+        returns `False` if `timeout` seconds passed first."""
+        left = self._producer.flush(-1 if timeout is None else timeout)
+        return left == 0
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flushes, then stops the background thread. Returns `False` if
+        records were still undelivered after `timeout` seconds."""
+        self._closed.set()
+        done = self.flush(timeout)
+        self._poller.join()
+        return done
+
+    def stats(self) -> SinkStats:
+        """A snapshot of the counters (`accepted`: records the broker took)."""
+        with self._counts:
+            return SinkStats(
+                queued=self._queued,
+                dropped=self._dropped,
+                sent=self._queued,
+                accepted=self._accepted,
+                failed=self._failed,
+            )
+
+    def _drop(self) -> bool:
+        """Counts an event that was not queued; returns `False` for `send`."""
+        with self._counts:
+            self._dropped += 1
+        return False
+
+    def _poll(self) -> None:
+        """Serves delivery reports until the client closes."""
+        while not self._closed.is_set():
+            self._producer.poll(POLL_INTERVAL_S)
+
+    def _delivered(self, error: Optional[KafkaError], message: Message) -> None:
+        """Counts one delivery report, and hands a failure to the callback."""
+        with self._counts:
+            if error is None:
+                self._accepted += 1
+                return
+            self._failed += 1
+        logger.warning("rankwatch record not delivered: %s", error)
+        if self._on_rejection is None:
+            return
+        try:
+            self._on_rejection(RejectedEvent(pb.Event.FromString(message.value()), "delivery_failed", str(error)))
+        except Exception:
+            logger.exception("the rejection callback failed on a delivery failure")

@@ -1,0 +1,101 @@
+"""The public methods every client shares, whatever carries its events:
+typed `impression` and `interaction`, `send`, `flush`, `close`, `stats` and
+use as a context manager (`with`), which closes the client at the end."""
+
+from __future__ import annotations
+
+import abc
+from types import TracebackType
+from typing import Optional, Sequence, Type, TypeVar
+
+from rankwatch import events
+from rankwatch.events import EventTime
+from rankwatch.stats import SinkStats
+from rankwatch.v1 import rankwatch_pb2 as pb
+
+Self = TypeVar("Self", bound="EventSink")
+
+#: How long leaving a `with` block waits for the last acks before giving up.
+EXIT_TIMEOUT_S = 30.0
+
+
+class EventSink(abc.ABC):
+    """Somewhere to send impressions and interactions without blocking the caller."""
+
+    @abc.abstractmethod
+    def send(self, event: pb.Event) -> bool:
+        """Queues one `rankwatch.v1.Event`; never blocks. Returns whether it was
+        queued (when not, it is counted as dropped)."""
+
+    @abc.abstractmethod
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Sends everything queued so far and waits until it is settled;
+        returns `False` if `timeout` seconds passed first."""
+
+    @abc.abstractmethod
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flushes, then stops the client; returns `False` if events were
+        still pending after `timeout` seconds (they are given up)."""
+
+    @abc.abstractmethod
+    def stats(self) -> SinkStats:
+        """A snapshot of the counters."""
+
+    def impression(
+        self,
+        *,
+        user_id: str,
+        items: Sequence[str],
+        model: str = "",
+        surface: str = "",
+        request_id: Optional[str] = None,
+        time: EventTime = None,
+    ) -> str:
+        """Sends the ranked list `items` (rank 1 first) shown to `user_id`.
+
+        Returns its `request_id` (a generated uuid4 when `None` was given), to
+        pass along with the interactions on this list.
+        """
+        event = events.impression(
+            user_id=user_id, items=items, model=model, surface=surface, request_id=request_id, time=time
+        )
+        self.send(event)
+        return event.impression.request_id
+
+    def interaction(
+        self,
+        *,
+        user_id: str,
+        item_id: str,
+        type: str = "click",
+        request_id: Optional[str] = None,
+        event_id: Optional[str] = None,
+        grade: Optional[float] = None,
+        time: EventTime = None,
+    ) -> str:
+        """Sends one interaction of `user_id` with `item_id`; returns its
+        `event_id` (a generated uuid4 when `None` was given)."""
+        event = events.interaction(
+            user_id=user_id,
+            item_id=item_id,
+            type=type,
+            request_id=request_id,
+            event_id=event_id,
+            grade=grade,
+            time=time,
+        )
+        self.send(event)
+        return event.interaction.event_id
+
+    def __enter__(self: Self) -> Self:
+        """The client itself; leaving the block closes it."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        """Closes the client, waiting at most `EXIT_TIMEOUT_S` for the last acks."""
+        self.close(timeout=EXIT_TIMEOUT_S)

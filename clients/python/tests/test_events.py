@@ -1,0 +1,74 @@
+"""The event builders and the batch cutter, on their own."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import pytest
+
+from rankwatch import events
+from rankwatch.batching import EventBuffer
+
+
+def test_an_impression_gets_a_uuid4_request_id_and_now_as_its_time() -> None:
+    before = time.time_ns()
+    event = events.impression(user_id="u1", items=["a", "b"], model="v7", surface="home")
+    after = time.time_ns()
+    shown = event.impression
+    assert uuid.UUID(shown.request_id).version == 4
+    assert (shown.user_id, list(shown.item_ids), shown.model, shown.surface) == ("u1", ["a", "b"], "v7", "home")
+    assert before <= shown.time.ToNanoseconds() <= after
+
+
+def test_an_interaction_keeps_given_ids_grade_and_time() -> None:
+    at = datetime.datetime(2026, 11, 1, 10, 0, 4, 250_000, tzinfo=datetime.timezone.utc)
+    event = events.interaction(user_id="u1", item_id="b", type="purchase", request_id="r1", event_id="e1",
+                               grade=2.5, time=at)
+    feedback = event.interaction
+    assert (feedback.event_id, feedback.request_id, feedback.type, feedback.grade) == ("e1", "r1", "purchase", 2.5)
+    assert feedback.time.ToJsonString() == "2026-11-01T10:00:04.250Z"
+    assert not events.interaction(user_id="u1", item_id="b").interaction.HasField("grade")
+    assert events.user_of(event) == "u1"
+
+
+def test_times_are_aware_datetimes_or_seconds_since_1970() -> None:
+    event = events.interaction(user_id="u1", item_id="b", time=1_793_527_425.5)
+    assert event.interaction.time.ToJsonString() == "2026-11-01T10:03:45.500Z"
+    with pytest.raises(ValueError, match="naive datetime"):
+        events.impression(user_id="u1", items=["a"], time=datetime.datetime(2026, 11, 1))
+    with pytest.raises(ValueError):
+        events.impression(user_id="u1", items=["a"], time=float("nan"))
+
+
+def test_batches_are_cut_by_count_then_by_bytes() -> None:
+    buffer = EventBuffer(capacity=100, max_events=3, max_bytes=10_000, linger=3600)
+    for i in range(7):
+        assert buffer.offer(events.impression(user_id=f"u{i}", items=["a"]))
+    assert [len(buffer.take(timeout=0)) for _ in range(3)] == [3, 3, 0]
+    buffer.flush()
+    assert len(buffer.take(timeout=0)) == 1
+
+    one = events.impression(user_id="u", items=["x" * 100])
+    small = EventBuffer(capacity=100, max_events=100, max_bytes=2 * one.ByteSize() + 1, linger=0)
+    for _ in range(5):
+        small.offer(one)
+    assert [len(small.take(timeout=0)) for _ in range(4)] == [2, 2, 1, 0]
+
+
+def test_a_batch_short_of_its_size_leaves_after_linger() -> None:
+    buffer = EventBuffer(capacity=100, max_events=10, max_bytes=10_000, linger=0.05)
+    for i in range(4):
+        buffer.offer(events.impression(user_id=f"u{i}", items=["a"]))
+    assert len(buffer.take(timeout=None)) == 4  # without a flush, once the oldest has waited
+    assert buffer.take(timeout=0.01) == []
+
+
+def test_a_closed_buffer_hands_out_what_it_holds_and_refuses_more() -> None:
+    buffer = EventBuffer(capacity=2, max_events=10, max_bytes=10_000, linger=3600)
+    event = events.impression(user_id="u", items=["a"])
+    assert [buffer.offer(event) for _ in range(3)] == [True, True, False]
+    buffer.close()
+    assert buffer.offer(event) is False
+    assert (len(buffer.take()), buffer.take(), buffer.dropped, buffer.offered) == (2, [], 2, 2)

@@ -1,0 +1,146 @@
+"""`KafkaCollector`: records keyed by user carrying serialized events, read back
+from a real Kafka-compatible broker (tansu) when one is installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from typing import Dict, Iterator, List
+
+import pytest
+
+kafka = pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed: pip install './clients/python[kafka]'")
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from traffic import lists  # noqa: E402
+
+from rankwatch import KafkaCollector, RejectedEvent  # noqa: E402
+from rankwatch.v1 import rankwatch_pb2 as pb  # noqa: E402
+
+TANSU = os.environ.get("RANKWATCH_TANSU", os.path.expanduser("~/.cache/rankwatch/tansu-0.6.0/bin/tansu"))
+PATIENCE_S = 60.0
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_records_that_no_broker_takes_are_counted_and_reported() -> None:
+    heard: List[RejectedEvent] = []
+    client = KafkaCollector(f"127.0.0.1:{free_port()}", queue_size=3, on_rejection=heard.append,
+                            config={"message.timeout.ms": 500, "enable.idempotence": False})
+    sent = [client.impression(user_id=f"u{i}", items=["a"]) for i in range(5)]
+    stats = client.stats()
+    assert (stats.queued, stats.dropped) == (3, 2)
+    client.close(timeout=PATIENCE_S)
+    stats = client.stats()
+    assert (stats.accepted, stats.failed, stats.pending) == (0, 3, 0)
+    assert sorted(r.event.impression.request_id for r in heard) == sorted(sent[:3])
+    assert {r.reason for r in heard} == {"delivery_failed"}
+    assert client.send(pb.Event()) is False
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[str]:
+    """A tansu broker on a loopback port, its storage in memory."""
+    if not os.access(TANSU, os.X_OK) and shutil.which("tansu") is None:
+        pytest.skip(f"no Kafka-compatible broker: tansu is not built at {TANSU} (set RANKWATCH_TANSU)")
+    binary = TANSU if os.access(TANSU, os.X_OK) else str(shutil.which("tansu"))
+    address = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "tansu.log"
+    process = subprocess.Popen(
+        [binary, "broker", "--listener-url", f"tcp://{address}", "--advertised-listener-url", f"tcp://{address}",
+         "--storage-engine", "memory://tansu/"],
+        stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        admin = AdminClient({"bootstrap.servers": address})
+        deadline = time.monotonic() + PATIENCE_S
+        while True:
+            assert process.poll() is None, f"tansu exited: {log.read_text()[-2000:]}"
+            try:
+                admin.list_topics(timeout=1)
+                break
+            except kafka.KafkaException:
+                assert time.monotonic() < deadline, "tansu did not answer"
+        yield address
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_records_are_keyed_by_user_and_carry_the_event(broker: str) -> None:
+    topic, partitions = "rankwatch.events", 3
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=PATIENCE_S)
+    log = lists(seed=5, n_lists=100)
+
+    with KafkaCollector(broker, topic) as client:
+        assert all(client.send(event) for event in log)
+        assert client.flush(timeout=PATIENCE_S)
+        stats = client.stats()
+    assert (stats.queued, stats.accepted, stats.failed, stats.dropped) == (len(log), len(log), 0, 0)
+
+    consumer = kafka.Consumer({"bootstrap.servers": broker, "group.id": "rankwatch-test",
+                               "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    records: Dict[int, List[kafka.Message]] = {}
+    deadline = time.monotonic() + PATIENCE_S
+    while sum(map(len, records.values())) < len(log):
+        assert time.monotonic() < deadline, f"read {sum(map(len, records.values()))} of {len(log)} records"
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        records.setdefault(message.partition(), []).append(message)
+    consumer.close()
+
+    users = {}
+    for partition, messages in records.items():
+        for message in messages:
+            event = pb.Event.FromString(message.value())
+            user = getattr(event, event.WhichOneof("kind")).user_id
+            assert message.key() == user.encode("utf-8")
+            assert users.setdefault(user, partition) == partition  # one user, one partition
+            assert partition == murmur2_partition(message.key(), partitions)
+    # Per partition, records keep the order the events were sent in.
+    for messages in records.values():
+        got = [pb.Event.FromString(m.value()) for m in messages]
+        assert got == [e for e in log if murmur2_partition(user_key(e), partitions) == messages[0].partition()]
+
+
+def user_key(event: pb.Event) -> bytes:
+    """The record key of `event`."""
+    return getattr(event, event.WhichOneof("kind")).user_id.encode("utf-8")
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition the Java client's default partitioner picks for `key`."""
+    seed, m, mask = 0x9747B28C, 0x5BD1E995, 0xFFFFFFFF
+    h = (seed ^ len(key)) & mask
+    whole = len(key) - len(key) % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = key[whole:]
+    if len(tail) >= 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
