@@ -1,7 +1,7 @@
 //! Synthetic traffic: a position-based click model over several models of
 //! different quality, sent to a running server (loadgen, demo, benchmarks).
 //!
-//! [`Traffic`] is a deterministic generator of wire [`Event`]s: users see
+//! [`Traffic`] is a deterministic generator of wire [`Event`](crate::proto::Event)s: users see
 //! ranked lists from a catalogue of items with a latent relevance, ranked by
 //! models that are better or worse at ordering by that relevance, and give
 //! feedback under a position-based click model. [`run`] drives `--streams`
