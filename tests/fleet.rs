@@ -17,7 +17,7 @@ mod common;
 use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, replay_json};
 use prost::Message;
-use rankwatch::proto;
+use rankwatch::proto::{self, EventBatch};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -63,6 +63,11 @@ impl Broker {
     /// A broker keeping its data in memory.
     fn in_memory() -> Broker {
         Broker::start("memory://tansu/".into())
+    }
+
+    /// A broker keeping its data in SQLite, so that it survives a restart.
+    fn on_disk() -> Broker {
+        Broker::start("sqlite://tansu.db".into())
     }
 
     fn start(storage: String) -> Broker {
@@ -316,6 +321,15 @@ fn value(metrics: &BTreeMap<String, f64>, key: &str) -> f64 {
     metrics.get(key).copied().unwrap_or(0.0)
 }
 
+/// The sum of the series whose keys start with `prefix`.
+fn prefixed(metrics: &BTreeMap<String, f64>, prefix: &str) -> f64 {
+    metrics
+        .iter()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
 /// Adds every series of `metrics` into `into`.
 fn add(into: &mut BTreeMap<String, f64>, metrics: &BTreeMap<String, f64>) {
     for (key, v) in metrics {
@@ -550,4 +564,235 @@ async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition
             .any(|k| k.starts_with("rankwatch_lists_recounted_total"))),
         "no list was counted twice"
     );
+}
+
+/// Polls until the group has committed every partition up to its end:
+/// the instances have evaluated every record.
+fn wait_until_committed(broker: &Broker) {
+    let consumer: BaseConsumer = broker
+        .client()
+        .set("group.id", "rankwatch")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut ends = TopicPartitionList::new();
+    let mut partitions = TopicPartitionList::new();
+    for partition in 0..PARTITIONS {
+        let (_, high) = consumer
+            .fetch_watermarks(TOPIC, partition, Duration::from_secs(10))
+            .unwrap();
+        ends.add_partition_offset(TOPIC, partition, Offset::Offset(high))
+            .unwrap();
+        partitions.add_partition(TOPIC, partition);
+    }
+    for _ in 0..POLLS {
+        let committed = consumer.committed_offsets(partitions.clone(), Duration::from_secs(10));
+        if committed.is_ok_and(|c| {
+            c.elements()
+                .iter()
+                .zip(ends.elements())
+                .all(|(c, e)| c.offset() == e.offset())
+        }) {
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("the group did not commit every partition to its end");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_exported() {
+    let broker = Broker::in_memory();
+    broker.create_topic().await;
+    let log = log_records();
+    let (first, second) = log.split_at(log.len() * 3 / 4);
+    let mut second = second.to_vec();
+    second.extend(closing_records());
+    let producer = broker.producer();
+
+    // The instance that dies never commits on its own: every list it
+    // finalized is counted again by the next owners, and exported as such.
+    let mut a = instance(&broker, &["--kafka-commit-interval", "1h"]);
+    let b = instance(&broker, &[]);
+    let c = instance(&broker, &[]);
+    produce(&producer, first).await;
+    let received = "rankwatch_events_received_total";
+    let partitions = "rankwatch_kafka_partitions";
+    let scraped = wait_for(&[&a, &b, &c], "the first half on all three", |m| {
+        total(m, received) == first.len() as f64 && m.iter().all(|m| value(m, partitions) > 0.0)
+    });
+    let a_last = scraped[0].clone();
+    let finalized_by_a = prefixed(&a_last, "rankwatch_lists_finalized_total");
+    assert!(finalized_by_a > 0.0);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    wait_for(
+        &[&b, &c],
+        "the dead instance's partitions to be taken",
+        |m| total(m, partitions) == f64::from(PARTITIONS),
+    );
+    produce(&producer, &second).await;
+    wait_until_committed(&broker);
+    let live = wait_for(&[&b, &c], "the figures", |_| true);
+
+    let mut fleet = a_last.clone();
+    for metrics in &live {
+        add(&mut fleet, metrics);
+    }
+    let all: Vec<Produced> = first.iter().chain(&second).cloned().collect();
+    let expected = replayed(&broker, &lines_by_value(&all));
+    assert_eq!(
+        value(&fleet, "rankwatch_open_impressions"),
+        f64::from(PARTITIONS),
+        "only the closing lists are open: none was lost"
+    );
+    let mut recounted_total = 0.0;
+    let mut compared = 0;
+    for (key, want) in &expected {
+        let Some(rest) = key.strip_prefix("rankwatch_list_") else {
+            continue;
+        };
+        let Some((_, labels)) = rest.split_once("_count{") else {
+            continue;
+        };
+        let group = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|l| !l.starts_with("k="))
+            .collect::<Vec<_>>()
+            .join(",");
+        let recounted = value(
+            &fleet,
+            &format!("rankwatch_lists_recounted_total{{{group}}}"),
+        );
+        assert_eq!(
+            value(&fleet, key) - recounted,
+            *want,
+            "{key}: every list once, after the recounted ones"
+        );
+        compared += 1;
+        if key.starts_with("rankwatch_list_ndcg_count{k=\"10\"") {
+            recounted_total += recounted;
+        }
+    }
+    assert!(compared > 10);
+    assert!(
+        recounted_total > 0.0,
+        "the dead instance's lists were counted again"
+    );
+    assert!(
+        recounted_total <= finalized_by_a,
+        "at most what the dead instance finalized since its last commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_acknowledges_only_what_the_broker_stored() {
+    use tokio_stream::wrappers::ReceiverStream;
+    let mut broker = Broker::on_disk();
+    broker.create_topic().await;
+    let brokers = broker.address();
+    let relay = Server::start(&[
+        "--kafka-mode",
+        "relay",
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-delivery-timeout",
+        "3s",
+    ]);
+    let log = log_records();
+    let batches: Vec<EventBatch> = log
+        .chunks(50)
+        .enumerate()
+        .map(|(i, chunk)| EventBatch {
+            sequence: i as u64,
+            events: chunk
+                .iter()
+                .map(|r| event_from_json(r.line.as_deref().unwrap()).unwrap())
+                .collect(),
+        })
+        .collect();
+    let kill_after = batches.len() / 3;
+    let (mut acked, mut unavailable, mut attempts) = (0, 0, 0);
+    while acked < batches.len() {
+        attempts += 1;
+        if attempts == 120 {
+            for line in relay.log.try_iter() {
+                eprintln!("relay: {line}");
+            }
+            panic!(
+                "the relay never took the rest: {acked} of {} batches",
+                batches.len()
+            );
+        }
+        let mut client = relay.collector().await;
+        let (send, requests) = tokio::sync::mpsc::channel(1);
+        let mut acks = match client.ingest(ReceiverStream::new(requests)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => panic!("ingest refused: {status}"),
+        };
+        while acked < batches.len() {
+            if acked == kill_after && unavailable == 0 {
+                broker.kill();
+            }
+            send.send(batches[acked].clone()).await.unwrap();
+            match acks.message().await {
+                Ok(Some(ack)) => {
+                    assert_eq!(ack.sequence, batches[acked].sequence);
+                    acked += 1;
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    eprintln!("{status}");
+                    assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+                    unavailable += 1;
+                    if broker.child.is_none() {
+                        broker.run();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        unavailable > 0,
+        "the stream failed while the broker was down"
+    );
+
+    // Every acknowledged event is in the topic; resent batches may be there twice.
+    let records = broker.records();
+    let stored: std::collections::BTreeSet<&Vec<u8>> =
+        records.values().flatten().map(|(_, value)| value).collect();
+    let sent = lines_by_value(&log);
+    let valid: Vec<&Vec<u8>> = sent.keys().filter(|v| stored.contains(v)).collect();
+    let rejected_by_validation = sent.len() - valid.len();
+    let replayed_log = replay_json(
+        &[
+            conformance("replay_small.jsonl").to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let rejected: f64 = replayed_log["counters"]["rejected"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!(
+        rejected_by_validation as f64 <= rejected,
+        "only invalid events are missing from the topic"
+    );
+
+    // The fleet's figures of what was stored are those of replay by partition.
+    produce(&broker.producer(), &closing_records()).await;
+    let consumer = instance(&broker, &[]);
+    wait_until_committed(&broker);
+    let fleet = wait_for(&[&consumer], "the figures", |_| true).remove(0);
+    let mut lines = sent;
+    lines.extend(lines_by_value(&closing_records()));
+    assert_fleet_matches(&fleet, &replayed(&broker, &lines));
 }
