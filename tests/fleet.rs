@@ -234,10 +234,16 @@ fn log_records() -> Vec<Produced> {
 
 /// One closing impression per partition, far later than the log.
 fn closing_records() -> Vec<Produced> {
+    marker_records(CLOSING_MODEL, "2026-11-03T00:00:00Z")
+}
+
+/// One impression per partition of user `<model>-<partition>` at `time`:
+/// it moves every partition's watermark to `time` less the lateness.
+fn marker_records(model: &str, time: &str) -> Vec<Produced> {
     (0..PARTITIONS)
         .map(|partition| {
             let line = format!(
-                r#"{{"impression":{{"requestId":"closing","userId":"closing-{partition}","itemIds":["x"],"time":"2026-11-03T00:00:00Z","model":"{CLOSING_MODEL}"}}}}"#
+                r#"{{"impression":{{"requestId":"{model}","userId":"{model}-{partition}","itemIds":["x"],"time":"{time}","model":"{model}"}}}}"#
             );
             Produced {
                 partition: Some(partition),
@@ -605,7 +611,12 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
     let broker = Broker::in_memory();
     broker.create_topic().await;
     let log = log_records();
-    let (first, second) = log.split_at(log.len() * 3 / 4);
+    let (first, second) = log.split_at(log.len() / 2);
+    // Past the attribution window of every list so far: the instance that
+    // dies has finalized lists in each of its partitions.
+    let mut first = first.to_vec();
+    first.extend(marker_records("push", "2026-11-01T10:20:00Z"));
+    let first = &first[..];
     let mut second = second.to_vec();
     second.extend(closing_records());
     let producer = broker.producer();
@@ -626,15 +637,20 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
     assert!(finalized_by_a > 0.0);
     a.child.kill().unwrap();
     a.child.wait().unwrap();
+    // A replacement starts once the dead one's session (10 s) has expired,
+    // as a Deployment's would; tansu 0.6 rebalances on the replacement's
+    // join rather than on the survivors' heartbeats.
+    std::thread::sleep(Duration::from_secs(12));
+    let d = instance(&broker, &[]);
 
     wait_for(
-        &[&b, &c],
+        &[&b, &c, &d],
         "the dead instance's partitions to be taken",
         |m| total(m, partitions) == f64::from(PARTITIONS),
     );
     produce(&producer, &second).await;
     wait_until_committed(&broker);
-    let live = wait_for(&[&b, &c], "the figures", |_| true);
+    let live = wait_for(&[&b, &c, &d], "the figures", |_| true);
 
     let mut fleet = a_last.clone();
     for metrics in &live {
@@ -643,7 +659,7 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
     let all: Vec<Produced> = first.iter().chain(&second).cloned().collect();
     let expected = replayed(&broker, &lines_by_value(&all));
     assert_eq!(
-        value(&fleet, "rankwatch_open_impressions"),
+        total(&live, "rankwatch_open_impressions"),
         f64::from(PARTITIONS),
         "only the closing lists are open: none was lost"
     );

@@ -43,6 +43,9 @@ pub fn start(
     let producer: FutureProducer = settings
         .client()
         .set("acks", "all")
+        // Java's default partitioner (murmur2 of the key), which most
+        // producers of a topic use: all producers of a topic must agree.
+        .set("partitioner", "murmur2_random")
         // Not idempotent: a client resends what was not acknowledged
         // anyway, and brokers differ in how they keep producer state
         // across a restart.
