@@ -53,6 +53,7 @@ pub mod config;
 pub mod demo;
 pub mod event;
 pub mod export;
+pub mod fleet;
 pub mod join;
 pub mod loadgen;
 pub mod metrics;
