@@ -115,6 +115,10 @@ impl Broker {
                     continue;
                 };
                 let message = message.unwrap();
+                // Fetched before the assignment moved on.
+                if message.partition() != partition {
+                    continue;
+                }
                 next = message.offset() + 1;
                 let key = String::from_utf8(message.key().unwrap().to_vec()).unwrap();
                 let event = Event::decode(message.payload().unwrap()).unwrap();
