@@ -13,6 +13,7 @@ pub mod join;
 pub mod loadgen;
 pub mod metrics;
 pub mod replay;
+pub mod sequential;
 pub mod server;
 pub mod state;
 pub mod window;
