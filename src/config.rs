@@ -96,6 +96,8 @@ pub mod defaults {
     pub const LOG_BASE: f64 = 2.0;
     /// `half_life`.
     pub const HALF_LIFE: f64 = 5.0;
+    /// `control_model`: none, no comparisons.
+    pub const CONTROL_MODEL: Option<String> = None;
     /// `max_items`.
     pub const MAX_ITEMS: usize = 1000;
     /// `max_groups`.
@@ -236,6 +238,7 @@ pub struct FileSettings {
     max_groups: Option<usize>,
     max_open_impressions: Option<usize>,
     max_waiting_interactions: Option<usize>,
+    control_model: Option<String>,
     max_message_size: Option<usize>,
     max_streams: Option<usize>,
     tls_cert: Option<PathBuf>,
@@ -330,6 +333,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
         help = help("Limit: most waiting interactions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS))]
     pub max_waiting_interactions: Option<usize>,
+    /// The model every other model on a surface is compared against.
+    #[arg(long, env = "RANKWATCH_CONTROL_MODEL",
+        help = help("The model every other model on a surface is compared against (SPEC §9)", "none"))]
+    pub control_model: Option<String>,
 }
 
 /// Join and metric settings, resolved and validated.
@@ -353,6 +360,8 @@ pub struct EngineSettings {
     pub max_open_impressions: usize,
     /// Most waiting interactions.
     pub max_waiting_interactions: usize,
+    /// The model compared against; none means no comparisons.
+    pub control_model: Option<String>,
 }
 
 /// The grade table: the file's table replaces the defaults; flags add
@@ -379,6 +388,24 @@ fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigEr
         ));
     }
     Ok(grades)
+}
+
+/// The control model, if any: flags and environment over the file; a blank name is an error.
+fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String>, ConfigError> {
+    let Some(name) = args
+        .control_model
+        .clone()
+        .or_else(|| file.control_model.clone())
+    else {
+        return Ok(defaults::CONTROL_MODEL);
+    };
+    if name.trim().is_empty() {
+        return Err(invalid(
+            "control_model",
+            "the control model's name is empty",
+        ));
+    }
+    Ok(Some(name))
 }
 
 impl EngineSettings {
@@ -455,6 +482,7 @@ impl EngineSettings {
                     defaults::MAX_WAITING_INTERACTIONS,
                 ),
             )?,
+            control_model: control_model(args, file)?,
         })
     }
 
@@ -510,6 +538,7 @@ impl EngineSettings {
             attribution_window_s: self.attribution_window.as_secs_f64(),
             allowed_lateness_s: self.allowed_lateness.as_secs_f64(),
             gain: self.metrics.gain.name(),
+            control_model: self.control_model.clone(),
         }
     }
 

@@ -35,12 +35,18 @@ fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
 }
 
 /// Serves and feeds the server its own traffic until `shutdown`.
+///
+/// Unless a control model is set, the first model is the control, so the
+/// comparisons and their bounds show from the start.
 pub async fn run(
     args: DemoArgs,
-    engine: EngineSettings,
+    mut engine: EngineSettings,
     server: ServerSettings,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    if engine.control_model.is_none() {
+        engine.control_model = args.models.first().map(|model| model.name.clone());
+    }
     let (bound_sender, bound) = oneshot::channel();
     let serving = tokio::spawn(server::serve(
         engine,

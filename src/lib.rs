@@ -58,6 +58,7 @@ pub mod join;
 pub mod loadgen;
 pub mod metrics;
 pub mod replay;
+pub mod sequential;
 pub mod server;
 pub mod state;
 pub mod window;

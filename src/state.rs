@@ -12,7 +12,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"RNKWATCH";
-const FORMAT_VERSION: u32 = 1;
+/// Version 2 adds the sums of squares of per-list values (SPEC §9).
+const FORMAT_VERSION: u32 = 2;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 

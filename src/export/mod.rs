@@ -1,9 +1,11 @@
 //! What leaves the engine: the report of `replay` and `GetMetrics`, and the
 //! Prometheus text of `/metrics`.
 
+mod comparison;
 pub mod prometheus;
 mod report;
 mod snapshot;
 
+pub use comparison::{compare, Comparison, NamedTotals};
 pub use report::{GroupReport, Report, ReportConfig, ReportCounters};
 pub use snapshot::{GroupSnapshot, Snapshot};

@@ -3,6 +3,7 @@
 //! the join's counters. Rendered from one engine snapshot per scrape, like a
 //! Prometheus collector, so recording costs ingest nothing.
 
+use super::comparison::{compare, Comparison, NamedTotals};
 use super::{GroupSnapshot, Snapshot};
 use crate::event::{Nanos, Reason, NANOS_PER_SECOND};
 use crate::join::Unattributed;
@@ -12,6 +13,14 @@ use std::time::Duration;
 
 /// Prefix of the per-list summaries, `rankwatch_list_<metric>` (`_sum`, `_count`).
 pub const LIST_SUMMARY_PREFIX: &str = "rankwatch_list_";
+/// Suffix of the per-list sums of squares, `rankwatch_list_<metric>_sum_of_squares_total`.
+pub const SUM_OF_SQUARES_SUFFIX: &str = "_sum_of_squares_total";
+/// Suffix of the rolling-window standard errors, `rankwatch_<metric>_standard_error`.
+pub const STANDARD_ERROR_SUFFIX: &str = "_standard_error";
+/// Prefix of the comparison gauges, `rankwatch_comparison_<figure>`.
+pub const COMPARISON_PREFIX: &str = "rankwatch_comparison_";
+/// The `window` label of figures since start.
+pub const SINCE_START: &str = "since_start";
 /// Prefix of the rolling-window gauges, `rankwatch_<metric>`.
 pub const WINDOW_GAUGE_PREFIX: &str = "rankwatch_";
 /// Finalized lists behind the rolling-window gauges.
@@ -74,11 +83,16 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
     let ks: Vec<String> = snapshot.ks.iter().map(usize::to_string).collect();
     for metric in Metric::ALL {
         list_summary(&mut writer, metric, &groups, &ks);
+        list_sum_of_squares(&mut writer, metric, &groups, &ks);
     }
     for metric in Metric::ALL {
         window_gauge(&mut writer, metric, &groups, &ks, &window_names);
+        window_standard_error(&mut writer, metric, &groups, &ks, &window_names);
     }
     window_lists(&mut writer, &groups, &window_names);
+    if let Some(control) = &snapshot.control_model {
+        comparison_gauges(&mut writer, snapshot, control, &window_names);
+    }
     let help = "Lists finalized since start.";
     let mut family = writer.family(LISTS_FINALIZED, Kind::Counter, help);
     for (labels, group) in &groups {
@@ -113,6 +127,107 @@ fn list_summary(
             let sum = group.totals.sums.get(slot).copied().unwrap_or(0.0);
             family.sample_suffixed("_sum", labels, &[("k", k)], sum);
             family.sample_suffixed("_count", labels, &[("k", k)], group.totals.lists);
+        }
+    }
+}
+
+/// `rankwatch_list_<metric>_sum_of_squares_total`: squared per-list values summed since start.
+fn list_sum_of_squares(
+    writer: &mut SeriesWriter<'_>,
+    metric: Metric,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    ks: &[String],
+) {
+    let name = metric.name();
+    let help = format_args!("Squares of per-list {name}@k of finalized lists since start, summed. With rankwatch_list_{name}_sum and _count, gives the standard error of the mean across instances.");
+    let family_name = format!("{LIST_SUMMARY_PREFIX}{name}{SUM_OF_SQUARES_SUFFIX}");
+    let mut family = writer.family(family_name, Kind::Counter, help);
+    for (labels, group) in groups {
+        for (k_index, k) in ks.iter().enumerate() {
+            let slot = k_index * Metric::COUNT + metric as usize;
+            family.sample(labels, &[("k", k)], group.totals.sum_of_squares(slot));
+        }
+    }
+}
+
+/// `rankwatch_<metric>_standard_error`: standard errors of the window gauges' means.
+fn window_standard_error(
+    writer: &mut SeriesWriter<'_>,
+    metric: Metric,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    ks: &[String],
+    window_names: &[String],
+) {
+    let name = metric.name();
+    let help = format_args!("Standard error of the mean per-list {name}@k over the lists of the rolling window, by scope.");
+    let family_name = format!("{WINDOW_GAUGE_PREFIX}{name}{STANDARD_ERROR_SUFFIX}");
+    let mut family = writer.family(family_name, Kind::Gauge, help);
+    for (labels, group) in groups {
+        for (window, totals) in window_names.iter().zip(&group.windows) {
+            for (k_index, k) in ks.iter().enumerate() {
+                let means = totals.means(k_index * Metric::COUNT + metric as usize);
+                for (scope, se) in [("all", means.se_all), ("engaged", means.se_engaged)] {
+                    let extra = [("k", k.as_str()), ("window", window), ("scope", scope)];
+                    family.sample(labels, &extra, se);
+                }
+            }
+        }
+    }
+}
+
+/// A comparison gauge: its name after the prefix, its help, and how to read it off a comparison.
+type ComparisonFigure = (&'static str, &'static str, fn(&Comparison) -> f64);
+
+/// `rankwatch_comparison_*`: each model against the control, per window and since start.
+fn comparison_gauges(
+    writer: &mut SeriesWriter<'_>,
+    snapshot: &Snapshot,
+    control: &str,
+    window_names: &[String],
+) {
+    let named = |totals_of: &dyn Fn(&GroupSnapshot) -> Option<&GroupTotals>| {
+        snapshot
+            .groups
+            .iter()
+            .filter_map(|g| {
+                totals_of(g).map(|totals| NamedTotals {
+                    model: &g.model,
+                    surface: &g.surface,
+                    totals,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut views: Vec<(&str, Vec<Comparison>)> = vec![(
+        SINCE_START,
+        compare(&named(&|g| Some(&g.totals)), control, &snapshot.ks),
+    )];
+    for (index, window) in window_names.iter().enumerate() {
+        let groups = named(&|g| g.windows.get(index));
+        views.push((window, compare(&groups, control, &snapshot.ks)));
+    }
+    let figures: [ComparisonFigure; 6] = [
+        ("diff", "Mean of the model minus mean of the control model, scope all.", |c| c.diff),
+        ("standard_error", "Standard error of the difference.", |c| c.se),
+        ("ci95_lower", "Lower bound of the fixed-sample 95% interval of the difference (valid at one look).", |c| c.ci95[0]),
+        ("ci95_upper", "Upper bound of the fixed-sample 95% interval of the difference (valid at one look).", |c| c.ci95[1]),
+        ("cs95_lower", "Lower bound of the anytime-valid 95% confidence sequence of the difference (valid however often it is looked at).", |c| c.cs95[0]),
+        ("cs95_upper", "Upper bound of the anytime-valid 95% confidence sequence of the difference (valid however often it is looked at).", |c| c.cs95[1]),
+    ];
+    for (figure, help, value) in figures {
+        let mut family = writer.family(format!("{COMPARISON_PREFIX}{figure}"), Kind::Gauge, help);
+        for (window, comparisons) in &views {
+            for c in comparisons {
+                let labels = LabelSet::of(&[("model", &c.model), ("surface", &c.surface)]);
+                let k = c.k.to_string();
+                let extra = [
+                    ("control", c.control.as_str()),
+                    ("metric", c.measure.name()),
+                    ("k", &k),
+                    ("window", window),
+                ];
+                family.sample(&labels, &extra, value(c));
+            }
         }
     }
 }

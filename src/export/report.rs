@@ -1,6 +1,7 @@
 //! The evaluation report (SPEC §6): settings, counters, and per-group means
 //! of every metric at every K in both scopes.
 
+use super::comparison::{compare, Comparison, NamedTotals};
 use crate::join::{Counters, Engine, Unattributed};
 use crate::metrics::{GroupTotals, Metric, MetricMeans};
 use serde::Serialize;
@@ -13,6 +14,9 @@ pub struct Report {
     pub config: ReportConfig,
     pub counters: ReportCounters,
     pub groups: Vec<GroupReport>,
+    /// Every other model against the control (SPEC §9); present when a control model is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comparisons: Option<Vec<Comparison>>,
 }
 
 /// The settings that shaped the figures, built by whoever configured the engine.
@@ -22,6 +26,9 @@ pub struct ReportConfig {
     pub attribution_window_s: f64,
     pub allowed_lateness_s: f64,
     pub gain: &'static str,
+    /// The model the others are compared against, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_model: Option<String>,
 }
 
 /// Event outcomes, shaped as in SPEC §6.
@@ -51,11 +58,14 @@ pub struct GroupReport {
     pub metrics: BTreeMap<String, MeanPair>,
 }
 
-/// Both scopes' means, serialized as `{"all": …, "engaged": …}`.
+/// Both scopes' means and their standard errors, serialized as
+/// `{"all": …, "engaged": …, "se_all": …, "se_engaged": …}` (SPEC §9).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct MeanPair {
     pub all: f64,
     pub engaged: f64,
+    pub se_all: f64,
+    pub se_engaged: f64,
 }
 
 impl From<MetricMeans> for MeanPair {
@@ -63,6 +73,8 @@ impl From<MetricMeans> for MeanPair {
         Self {
             all: means.all,
             engaged: means.engaged,
+            se_all: means.se_all,
+            se_engaged: means.se_engaged,
         }
     }
 }
@@ -119,20 +131,32 @@ impl Report {
         totals_of: impl Fn(&crate::join::GroupAggregates) -> GroupTotals,
     ) -> Self {
         let ks = engine.evaluator().ks();
-        let mut groups: Vec<GroupReport> = engine
-            .aggregates()
+        let totals: Vec<GroupTotals> = engine.aggregates().iter().map(totals_of).collect();
+        let named: Vec<NamedTotals<'_>> = engine
+            .group_names()
             .iter()
-            .zip(engine.group_names())
-            .map(|(aggregates, (model, surface))| {
-                group_report(model, surface, &totals_of(aggregates), ks)
+            .zip(&totals)
+            .map(|((model, surface), totals)| NamedTotals {
+                model: model.as_str(),
+                surface: surface.as_str(),
+                totals,
             })
+            .collect();
+        let mut groups: Vec<GroupReport> = named
+            .iter()
+            .map(|g| group_report(g.model, g.surface, g.totals, ks))
             .filter(|group| group.lists > 0)
             .collect();
         groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
+        let comparisons = config
+            .control_model
+            .as_deref()
+            .map(|control| compare(&named, control, ks));
         Self {
             config: config.clone(),
             counters: ReportCounters::new(engine.counters()),
             groups,
+            comparisons,
         }
     }
 
@@ -171,7 +195,7 @@ impl Report {
             "model", "surface", "lists", "engaged", "K"
         );
         for metric in columns {
-            let _ = write!(out, " {:>9}", metric.name());
+            let _ = write!(out, " {:>15}", metric.name());
         }
         out.push('\n');
         for group in &self.groups {
@@ -182,18 +206,47 @@ impl Report {
                     group.model, group.surface, group.lists, group.engaged_lists, k
                 );
                 for metric in columns {
-                    let mean = group
+                    let (mean, se) = group
                         .metrics
                         .get(&format!("{}@{k}", metric.name()))
-                        .map_or(0.0, |m| m.all);
-                    let _ = write!(out, " {mean:>9.4}");
+                        .map_or((0.0, 0.0), |m| (m.all, m.se_all));
+                    let shown = format!("{mean:.4}±{:.4}", 1.96 * se);
+                    let _ = write!(out, " {shown:>15}");
                 }
                 out.push('\n');
             }
         }
-        out.push_str("\nmeans over all finalized lists; `--format json` gives every metric in both scopes.\n");
+        out.push_str("\nmeans over all finalized lists ± 1.96 standard errors; `--format json` gives every metric in both scopes.\n");
+        if let Some(comparisons) = &self.comparisons {
+            write_comparisons(&mut out, comparisons);
+        }
         out
     }
+}
+
+/// The comparisons against the control, one row each.
+fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
+    let _ = writeln!(
+        out,
+        "\n{:<14} {:<14} {:<14} {:<24} {:>9} {:>9} {:>21} {:>21}",
+        "surface", "model", "control", "metric", "diff", "se", "95% interval", "95% anytime-valid"
+    );
+    for c in comparisons {
+        let interval = |[lo, hi]: [f64; 2]| format!("[{lo:.4}, {hi:.4}]");
+        let _ = writeln!(
+            out,
+            "{:<14} {:<14} {:<14} {:<24} {:>9.4} {:>9.4} {:>21} {:>21}",
+            c.surface,
+            c.model,
+            c.control,
+            c.metric,
+            c.diff,
+            c.se,
+            interval(c.ci95),
+            interval(c.cs95)
+        );
+    }
+    out.push_str("\ndiff = model − control, scope all; the anytime-valid sequence stays valid however often it is looked at.\n");
 }
 
 fn join_counts(counts: &BTreeMap<&'static str, u64>) -> String {

@@ -36,11 +36,13 @@ pub struct Snapshot {
     pub watermark: Option<Nanos>,
     /// The finalization frontier, once there is a watermark.
     pub frontier: Option<Nanos>,
+    /// The model the others are compared against, if any (SPEC §9).
+    pub control_model: Option<String>,
 }
 
 impl Snapshot {
-    /// The figures of `engine` now.
-    pub fn of(engine: &Engine) -> Self {
+    /// The figures of `engine` now, with comparisons against `control_model` if set.
+    pub fn of(engine: &Engine, control_model: Option<String>) -> Self {
         let frontier = engine.frontier();
         let window_count = engine.window_count();
         let groups = engine
@@ -69,6 +71,7 @@ impl Snapshot {
             overflowed_impressions: engine.overflowed_impressions(),
             watermark: engine.watermark(),
             frontier,
+            control_model,
         }
     }
 }

@@ -184,7 +184,10 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
             // The collector is not served in consume mode.
             Command::Apply { .. } | Command::AdvanceIfIdle { .. } => {}
             Command::Snapshot { reply } => {
-                let _ = reply.send(Snapshot::of(&fleet.figures()));
+                let _ = reply.send(Snapshot::of(
+                    &fleet.figures(),
+                    fleet.engine_settings().report_config().control_model,
+                ));
             }
             Command::Report { window, reply } => {
                 let view = fleet.figures();

@@ -79,7 +79,10 @@ impl Relay {
                 } => self.relay(batch, stream_failed, done).await,
                 Command::AdvanceIfIdle { .. } => {}
                 Command::Snapshot { reply } => {
-                    let _ = reply.send(Snapshot::of(&self.engine));
+                    let _ = reply.send(Snapshot::of(
+                        &self.engine,
+                        self.report.control_model.clone(),
+                    ));
                 }
                 Command::Report { window, reply } => {
                     let report = match window {

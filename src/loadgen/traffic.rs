@@ -118,6 +118,25 @@ impl Traffic {
         })
     }
 
+    /// The grades a user gives one list of a model of `quality` under the
+    /// click model, rank by rank (the deepest feedback: click 1, cart 2,
+    /// purchase 3; 0 for none), without making events: for simulations.
+    pub fn list_grades(&mut self, quality: f64) -> Vec<f64> {
+        self.rank(quality);
+        let shown = std::mem::take(&mut self.shown);
+        let grades = shown
+            .iter()
+            .enumerate()
+            .map(|(rank, &item)| {
+                let relevance = self.relevance[item as usize];
+                engagement_depth(&mut self.rng, self.examination[rank], relevance)
+                    .map_or(0.0, |depth| depth as f64)
+            })
+            .collect();
+        self.shown = shown;
+        grades
+    }
+
     /// A handle on the models' qualities, to change them while the generator
     /// runs elsewhere (e.g. inside [`feed`](super::feed)).
     pub fn quality_handle(&self) -> QualityHandle {

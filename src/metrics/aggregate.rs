@@ -1,9 +1,12 @@
-//! Sums of per-list values for one group, from which both scopes' means follow.
+//! Sums of per-list values for one group, from which both scopes' means
+//! and their standard errors follow.
+
+use super::uncertainty::{standard_error, Estimate};
 
 /// The sums over a set of finalized lists of one group.
 ///
 /// Unengaged lists contribute 0 to every metric, so the `all` and `engaged`
-/// scopes share `sums` and differ only in the count they divide by.
+/// scopes share `sums` and `squares` and differ only in the count they divide by.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GroupTotals {
     /// Finalized lists.
@@ -12,6 +15,8 @@ pub struct GroupTotals {
     pub engaged: u64,
     /// Per-list values summed, laid out as [`ListEvaluator::evaluate`](super::ListEvaluator::evaluate) writes them.
     pub sums: Vec<f64>,
+    /// Squares of the per-list values summed, in the same layout (SPEC §9).
+    pub squares: Vec<f64>,
 }
 
 /// Means of one set of lists in both scopes.
@@ -21,6 +26,10 @@ pub struct MetricMeans {
     pub all: f64,
     /// Over engaged lists only.
     pub engaged: f64,
+    /// Standard error of `all`.
+    pub se_all: f64,
+    /// Standard error of `engaged`.
+    pub se_engaged: f64,
 }
 
 impl GroupTotals {
@@ -30,6 +39,7 @@ impl GroupTotals {
             lists: 0,
             engaged: 0,
             sums: vec![0.0; width],
+            squares: vec![0.0; width],
         }
     }
 
@@ -40,27 +50,58 @@ impl GroupTotals {
         for (sum, value) in self.sums.iter_mut().zip(values) {
             *sum += value;
         }
+        for (square, value) in self.squares.iter_mut().zip(values) {
+            *square += value * value;
+        }
     }
 
     /// Adds another set of totals of the same width.
     pub fn merge(&mut self, other: &GroupTotals) {
         self.lists += other.lists;
         self.engaged += other.engaged;
-        if self.sums.len() < other.sums.len() {
-            self.sums.resize(other.sums.len(), 0.0);
-        }
-        for (sum, value) in self.sums.iter_mut().zip(&other.sums) {
-            *sum += value;
-        }
+        merge_into(&mut self.sums, &other.sums);
+        merge_into(&mut self.squares, &other.squares);
     }
 
-    /// The means of the value at `slot`.
+    /// The sum of the values at `slot`.
+    pub fn sum(&self, slot: usize) -> f64 {
+        self.sums.get(slot).copied().unwrap_or(0.0)
+    }
+
+    /// The sum of the squared values at `slot`.
+    pub fn sum_of_squares(&self, slot: usize) -> f64 {
+        self.squares.get(slot).copied().unwrap_or(0.0)
+    }
+
+    /// The means of the value at `slot`, with their standard errors.
     pub fn means(&self, slot: usize) -> MetricMeans {
-        let sum = self.sums.get(slot).copied().unwrap_or(0.0);
+        let (sum, squares) = (self.sum(slot), self.sum_of_squares(slot));
         let mean = |count: u64| if count == 0 { 0.0 } else { sum / count as f64 };
         MetricMeans {
             all: mean(self.lists),
             engaged: mean(self.engaged),
+            se_all: standard_error(sum, squares, self.lists),
+            se_engaged: standard_error(sum, squares, self.engaged),
         }
+    }
+
+    /// The mean over every list of the value at `slot` (scope `all`), with its standard error.
+    pub fn estimate(&self, slot: usize) -> Estimate {
+        let means = self.means(slot);
+        Estimate {
+            mean: means.all,
+            se: means.se_all,
+            n: self.lists,
+        }
+    }
+}
+
+/// Adds `other` element-wise into `totals`, growing it to fit.
+fn merge_into(totals: &mut Vec<f64>, other: &[f64]) {
+    if totals.len() < other.len() {
+        totals.resize(other.len(), 0.0);
+    }
+    for (total, value) in totals.iter_mut().zip(other) {
+        *total += value;
     }
 }

@@ -3,6 +3,7 @@
 
 mod aggregate;
 mod list;
+pub mod uncertainty;
 
 pub use aggregate::{GroupTotals, MetricMeans};
 pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings};

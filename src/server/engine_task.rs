@@ -169,7 +169,7 @@ async fn run(
                 idle = true;
             }
             Command::Snapshot { reply } => {
-                let _ = reply.send(Snapshot::of(&engine));
+                let _ = reply.send(Snapshot::of(&engine, report_config.control_model.clone()));
             }
             Command::Report { window, reply } => {
                 let report = match window {

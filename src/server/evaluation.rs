@@ -2,7 +2,7 @@
 //! or for one rolling window.
 
 use super::engine_task::EngineHandle;
-use crate::export::Report;
+use crate::export::{Comparison, Report};
 use crate::proto::{self, evaluation_server::Evaluation};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
@@ -67,6 +67,7 @@ fn to_proto(report: Report, window: String) -> proto::Report {
             attribution_window_s: report.config.attribution_window_s,
             allowed_lateness_s: report.config.allowed_lateness_s,
             gain: report.config.gain.to_owned(),
+            control_model: report.config.control_model.clone().unwrap_or_default(),
         }),
         counters: Some(proto::Counters {
             impressions: counters.impressions,
@@ -103,12 +104,35 @@ fn to_proto(report: Report, window: String) -> proto::Report {
                             proto::MetricMean {
                                 all: mean.all,
                                 engaged: mean.engaged,
+                                se_all: mean.se_all,
+                                se_engaged: mean.se_engaged,
                             },
                         )
                     })
                     .collect(),
             })
             .collect(),
+        comparisons: report
+            .comparisons
+            .unwrap_or_default()
+            .into_iter()
+            .map(comparison_to_proto)
+            .collect(),
         window,
+    }
+}
+
+fn comparison_to_proto(c: Comparison) -> proto::Comparison {
+    proto::Comparison {
+        surface: c.surface,
+        model: c.model,
+        control: c.control,
+        metric: c.metric,
+        diff: c.diff,
+        se: c.se,
+        ci95_lower: c.ci95[0],
+        ci95_upper: c.ci95[1],
+        cs95_lower: c.cs95[0],
+        cs95_upper: c.cs95[1],
     }
 }
