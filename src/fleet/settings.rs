@@ -26,7 +26,9 @@ pub enum FleetMode {
 pub enum SecurityProtocol {
     Plaintext,
     Ssl,
+    #[value(name = "sasl_plaintext")]
     SaslPlaintext,
+    #[value(name = "sasl_ssl")]
     SaslSsl,
 }
 
