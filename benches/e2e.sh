@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
-BIN=target/release/rankwatch
+# BIN=path measures another build (for interleaved before/after runs).
+BIN=${BIN:-target/release/rankwatch}
 GRPC=127.0.0.1:50071
 HTTP=127.0.0.1:19571
 work=$(mktemp -d)
@@ -21,7 +22,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release --locked --bins >/dev/null 2>&1
+[ "$BIN" = target/release/rankwatch ] && cargo build --release --locked --bins >/dev/null 2>&1
 
 start_server() {
   taskset -c 0 "$BIN" serve --grpc-addr "$GRPC" --http-addr "$HTTP" --wall-clock-advance false "$@" >"$work/server.log" 2>&1 &

@@ -4,6 +4,7 @@
 use crate::clock::nanos;
 use crate::event::{GradeTable, Validator};
 use crate::export::ReportConfig;
+use crate::fleet::{FleetArgs, FleetFile, FleetSettings};
 use crate::join::JoinSettings;
 use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
 use crate::replay::ReplaySetup;
@@ -244,6 +245,9 @@ pub struct FileSettings {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     max_inflight_batches: Option<usize>,
+    /// The fleet keys (`kafka_*`, `shutdown_linger`), read apart.
+    #[serde(skip)]
+    pub fleet: FleetFile,
 }
 
 impl FileSettings {
@@ -256,10 +260,22 @@ impl FileSettings {
             path: path.into(),
             source,
         })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let parse_error = |source| ConfigError::Parse {
             path: path.into(),
             source,
-        })
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
+        let fleet: toml::Table = table
+            .keys()
+            .filter(|key| FleetFile::owns(key))
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|key| table.remove_entry(&key))
+            .collect();
+        let mut settings: Self = table.try_into().map_err(parse_error)?;
+        settings.fleet = fleet.try_into().map_err(parse_error)?;
+        Ok(settings)
     }
 }
 
@@ -605,6 +621,8 @@ pub struct ServerArgs {
     /// PEM CA certificates: require client certificates signed by them (mutual TLS).
     #[arg(long, env = "RANKWATCH_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
 }
 
 /// TLS on the gRPC listener.
@@ -647,6 +665,8 @@ pub struct ServerSettings {
     pub max_inflight_batches: usize,
     /// TLS of the gRPC listener; `None`: plaintext.
     pub tls: Option<TlsSettings>,
+    /// Fleet mode (SPEC §10); `None`: gRPC only.
+    pub fleet: Option<FleetSettings>,
 }
 
 impl ServerSettings {
@@ -665,6 +685,7 @@ impl ServerSettings {
         }
         Ok(Self {
             tls: TlsSettings::resolve(args, file)?,
+            fleet: FleetSettings::resolve(&args.fleet, &file.fleet)?,
             grpc_addr: resolved(args.grpc_addr, file.grpc_addr, defaults::GRPC_ADDR),
             http_addr: resolved(args.http_addr, file.http_addr, defaults::HTTP_ADDR),
             wall_clock_advance: resolved(

@@ -2,6 +2,50 @@
 //! lists (impressions) with feedback (interactions) inside an attribution
 //! window and computes rank-aware metrics per list, online (`serve`) and
 //! offline (`replay`) with the same engine.
+//!
+//! # The path of an event
+//!
+//! ```text
+//! gRPC EventBatch ─ server::collector ─ event::wire ─┐
+//!                                                     ├─ event::raw ─ event::validate ─ join ─ metrics ─ window ─ export
+//! JSON Lines log ─── replay ─────────── event::json ─┘    (readers)    (domain events)  (attribution)  (per list) (rolling) (Prometheus, report)
+//! ```
+//!
+//! 1. A reader turns bytes into [`event::raw`] events, borrowing every string:
+//!    [`event::wire`] reads protobuf batches as the collector receives them,
+//!    [`event::json`] reads the replay log.
+//! 2. `event::validate` checks each event on its own and either builds a
+//!    domain [`event::Event`] (ids hashed to 64 bits once) or rejects it with
+//!    a stable reason.
+//! 3. [`join::Engine`] keeps each user's open impressions and waiting
+//!    interactions, credits interactions under the watermark, and finalizes
+//!    lists whose window has closed.
+//! 4. [`metrics`] computes every metric of a finalized list in one pass and
+//!    adds it to its group's sums; [`window`] keeps the same sums in rolling
+//!    time buckets.
+//! 5. [`export`] turns the sums into Prometheus text and the JSON/table
+//!    report.
+//!
+//! # Layout
+//!
+//! | module | owns |
+//! |---|---|
+//! | `main.rs` | the command line, handing over to a command |
+//! | [`config`] | settings: file, environment, flags, defaults, validation |
+//! | [`event`] | readers, validation, domain events, event time |
+//! | [`join`] | attribution state per user, watermark, finalization, saved state |
+//! | [`metrics`] | the pure per-list metric functions and their sums |
+//! | [`window`] | rolling time buckets per group |
+//! | [`export`] | Prometheus series, the report |
+//! | [`server`] | gRPC services, the HTTP listener, telemetry, persistence, shutdown |
+//! | [`replay`] | offline evaluation of a log with the same engine |
+//! | [`state`] | the state file on disk |
+//! | [`loadgen`], [`demo`] | synthetic traffic and its click model |
+//! | [`codec`], [`clock`] | the raw gRPC codec and the wall clock, shared by server, load generator and tests |
+//!
+//! Pure logic ([`event`], [`join`], [`metrics`], [`window`], [`export`])
+//! knows nothing of gRPC, HTTP or files; `serve` and `replay` are thin shells
+//! around the same engine, so offline and online figures cannot drift apart.
 
 pub mod clock;
 pub mod codec;
@@ -9,6 +53,7 @@ pub mod config;
 pub mod demo;
 pub mod event;
 pub mod export;
+pub mod fleet;
 pub mod join;
 pub mod loadgen;
 pub mod metrics;

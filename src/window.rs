@@ -51,6 +51,22 @@ impl RollingWindows {
         }
     }
 
+    /// Adds the buckets of `other`, whose spans are the same as these.
+    pub fn merge(&mut self, other: &RollingWindows) {
+        for (window, theirs) in self.windows.iter_mut().zip(&other.windows) {
+            for (slot, their_slot) in window.slots.iter_mut().zip(&theirs.slots) {
+                let Some((id, totals)) = their_slot else {
+                    continue;
+                };
+                match slot {
+                    Some((held, mine)) if held == id => mine.merge(totals),
+                    Some((held, _)) if *held > *id => {}
+                    _ => *slot = Some((*id, totals.clone())),
+                }
+            }
+        }
+    }
+
     /// The totals of window `index` over lists with time in `(frontier − span, frontier]`.
     pub fn totals(&self, index: usize, frontier: Nanos) -> GroupTotals {
         let mut sum = GroupTotals::default();

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
 cargo fmt --check
 cargo build --release --locked --bins
+bash tests/install-broker.sh >/dev/null
 cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
 # The Python client against the real server; pytest exits non-zero (5) when it collects no test.

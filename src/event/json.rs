@@ -1,7 +1,7 @@
 //! The replay log format: one `Event` per line in the proto3 JSON mapping
 //! (lowerCamelCase or original field names, RFC 3339 timestamps).
 //!
-//! Most lines are read by [`scan`], a reader of their plain shape that is
+//! Most lines are read by `scan`, a reader of their plain shape that is
 //! several times faster than serde_json; serde_json reads the rest and is
 //! the reference for every rule of the format.
 

@@ -126,11 +126,13 @@ pub enum Reason {
     InvalidTime,
     /// `time` is further ahead of the wall clock than the allowed skew.
     TimeInFuture,
+    /// A Kafka record's value is not a `rankwatch.v1.Event` (fleet mode).
+    Undecodable,
 }
 
 impl Reason {
     /// Every reason, in a stable order.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::InvalidJson,
         Reason::EmptyEvent,
         Reason::MissingUserId,
@@ -146,6 +148,7 @@ impl Reason {
         Reason::MissingTime,
         Reason::InvalidTime,
         Reason::TimeInFuture,
+        Reason::Undecodable,
     ];
 
     /// The stable name clients and dashboards see.
@@ -166,6 +169,7 @@ impl Reason {
             Reason::MissingTime => "missing_time",
             Reason::InvalidTime => "invalid_time",
             Reason::TimeInFuture => "time_in_future",
+            Reason::Undecodable => "undecodable",
         }
     }
 }

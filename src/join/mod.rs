@@ -9,6 +9,7 @@
 
 mod counters;
 mod due;
+mod figures;
 mod groups;
 mod persist;
 mod user;

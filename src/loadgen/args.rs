@@ -84,6 +84,18 @@ pub struct LoadgenArgs {
         value_name = "EVENTS_PER_SECOND"
     )]
     pub pregenerate: Option<f64>,
+    /// Produce to fleet mode's event topic on these Kafka brokers
+    /// (comma-separated) instead of sending to --target: one record per
+    /// event, keyed by user_id, its value the serialized rankwatch.v1.Event.
+    #[arg(long, env = "RANKWATCH_LOADGEN_KAFKA_BROKERS")]
+    pub kafka_brokers: Option<String>,
+    /// The event topic, with --kafka-brokers.
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_KAFKA_TOPIC",
+        default_value = "rankwatch.events"
+    )]
+    pub kafka_topic: String,
 }
 
 impl LoadgenArgs {
@@ -108,6 +120,15 @@ impl LoadgenArgs {
             )));
         }
         Ok(())
+    }
+
+    /// Where to produce records, when --kafka-brokers is given.
+    pub(super) fn kafka_destination(&self) -> Option<super::kafka::Destination> {
+        let brokers = self.kafka_brokers.clone()?;
+        Some(super::kafka::Destination {
+            brokers,
+            topic: self.kafka_topic.clone(),
+        })
     }
 
     /// Stream `stream`'s batches, generated now if `--pregenerate` asks for it.

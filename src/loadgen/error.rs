@@ -29,6 +29,15 @@ pub enum LoadError {
         #[source]
         source: tonic::transport::Error,
     },
+    /// The Kafka producer failed, or the broker did not store a record in time.
+    #[error("producing to the Kafka brokers {brokers}")]
+    Kafka {
+        /// The brokers given.
+        brokers: String,
+        /// librdkafka's reason.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
     /// The server ended the stream with a status.
     #[error("ingest stream failed: {0}")]
     Rpc(Box<tonic::Status>),

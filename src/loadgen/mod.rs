@@ -1,7 +1,7 @@
 //! Synthetic traffic: a position-based click model over several models of
 //! different quality, sent to a running server (loadgen, demo, benchmarks).
 //!
-//! [`Traffic`] is a deterministic generator of wire [`Event`]s: users see
+//! [`Traffic`] is a deterministic generator of wire [`Event`](crate::proto::Event)s: users see
 //! ranked lists from a catalogue of items with a latent relevance, ranked by
 //! models that are better or worse at ordering by that relevance, and give
 //! feedback under a position-based click model. [`run`] drives `--streams`
@@ -9,13 +9,15 @@
 //! latency, generating each batch as it sends it or, with `--pregenerate`,
 //! sending batches encoded before the run so that the server's capacity
 //! rather than the generator's is measured; [`feed`] pushes traffic into a
-//! server until shutdown, for the demo.
-//! This module only speaks the public gRPC API: it knows nothing of the join,
+//! server until shutdown, for the demo. With `--kafka-brokers` the same
+//! traffic is produced to fleet mode's event topic instead ([`kafka`]).
+//! This module only speaks the public gRPC API and the topic's format: it knows nothing of the join,
 //! the metrics or the server's internals, exactly like an external client.
 
 mod args;
 mod click_model;
 mod error;
+mod kafka;
 mod model_spec;
 mod pacer;
 mod quality;
@@ -59,12 +61,6 @@ pub async fn run_until(
     shutdown: CancellationToken,
 ) -> anyhow::Result<LoadReport> {
     args.validate()?;
-    let endpoint = Endpoint::from_shared(args.target.clone())
-        .map_err(|source| LoadError::Target {
-            target: args.target.clone(),
-            source,
-        })?
-        .tcp_nodelay(true);
     // Distinct ids per run, so that a second run is not taken for retries of the first.
     let run_id = u64::try_from(wall_clock() / 1_000_000).unwrap_or_default();
     let plan = StreamPlan {
@@ -72,6 +68,15 @@ pub async fn run_until(
         batch_size: args.batch_size,
         max_inflight: args.max_inflight,
     };
+    if let Some(destination) = args.kafka_destination() {
+        return produce(args, destination, run_id, plan, shutdown).await;
+    }
+    let endpoint = Endpoint::from_shared(args.target.clone())
+        .map_err(|source| LoadError::Target {
+            target: args.target.clone(),
+            source,
+        })?
+        .tcp_nodelay(true);
     let mut streams = Vec::with_capacity(args.streams);
     for stream in 0..args.streams {
         let source = args.source(run_id, stream)?;
@@ -92,6 +97,46 @@ pub async fn run_until(
     for (channel, source) in streams {
         tasks.spawn(drive(channel, source, plan, stop.clone()));
     }
+    finish(args, tasks, stop, started, cpu_before).await
+}
+
+/// Produces `--streams` streams of traffic to the event topic of fleet mode.
+async fn produce(
+    args: &LoadgenArgs,
+    destination: kafka::Destination,
+    run_id: u64,
+    plan: StreamPlan,
+    shutdown: CancellationToken,
+) -> anyhow::Result<LoadReport> {
+    let producer = destination.producer()?;
+    let sources = (0..args.streams)
+        .map(|stream| args.source(run_id, stream))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stop = shutdown.child_token();
+    let started = Instant::now();
+    let cpu_before = process_cpu();
+    let mut tasks = tokio::task::JoinSet::new();
+    for source in sources {
+        let (producer, destination) = (producer.clone(), destination.clone());
+        tasks.spawn(kafka::drive(
+            producer,
+            destination,
+            source,
+            plan,
+            stop.clone(),
+        ));
+    }
+    finish(args, tasks, stop, started, cpu_before).await
+}
+
+/// Stops the streams after `--duration` (or at `stop`), and reports on them.
+async fn finish(
+    args: &LoadgenArgs,
+    mut tasks: tokio::task::JoinSet<Result<StreamStats, LoadError>>,
+    stop: CancellationToken,
+    started: Instant,
+    cpu_before: std::time::Duration,
+) -> anyhow::Result<LoadReport> {
     let timer = tokio::spawn({
         let stop = stop.clone();
         let duration = args.duration;

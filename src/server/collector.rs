@@ -52,7 +52,9 @@ impl CollectorService {
 }
 
 fn engine_stopped() -> Status {
-    Status::unavailable("rankwatch is shutting down; retry against the restarted server")
+    Status::unavailable(
+        "rankwatch could not take the batch (it is shutting down, or its event log is unreachable); resend what was not acknowledged",
+    )
 }
 
 /// The reply to a batch: its ack, or the status that ends the RPC

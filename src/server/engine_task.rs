@@ -18,8 +18,9 @@ use tokio::sync::{mpsc, oneshot};
 /// The engine's answer to a batch: its ack, or why its bytes are not a batch.
 pub type Applied = Result<IngestAck, WireError>;
 
-/// What the engine task is asked to do.
-enum Command {
+/// What the engine task is asked to do (in fleet mode, the relay or the
+/// consumer's figures answer instead).
+pub(crate) enum Command {
     Apply {
         batch: RawBatch,
         stream_failed: Arc<AtomicBool>,
@@ -60,9 +61,15 @@ impl EngineHandle {
         settings: EngineSettings,
         capacity: usize,
     ) -> Self {
-        let (commands, receiver) = mpsc::channel(capacity);
+        let (handle, receiver) = Self::channel(capacity);
         tokio::spawn(run(engine, validator, settings.report_config(), receiver));
-        Self { commands }
+        handle
+    }
+
+    /// A handle whose commands, queued up to `capacity`, go to whoever holds the receiver.
+    pub(crate) fn channel(capacity: usize) -> (Self, mpsc::Receiver<Command>) {
+        let (commands, receiver) = mpsc::channel(capacity);
+        (Self { commands }, receiver)
     }
 
     /// Queues a batch of a stream (waiting while the queue is full); the

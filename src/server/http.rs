@@ -4,6 +4,7 @@
 use super::engine_task::EngineHandle;
 use crate::clock::wall_clock;
 use crate::export::prometheus;
+use crate::fleet::BrokerReachable;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -21,6 +22,7 @@ struct Shared {
     process: metrics_process::Collector,
     windows: Vec<Duration>,
     shutdown: CancellationToken,
+    broker: Option<BrokerReachable>,
 }
 
 /// The HTTP routes.
@@ -29,6 +31,7 @@ pub fn router(
     recorder: PrometheusHandle,
     windows: Vec<Duration>,
     shutdown: CancellationToken,
+    broker: Option<BrokerReachable>,
 ) -> Router {
     let process = metrics_process::Collector::default();
     process.describe();
@@ -38,6 +41,7 @@ pub fn router(
         process,
         windows,
         shutdown,
+        broker,
     });
     Router::new()
         .route("/metrics", get(metrics))
@@ -67,6 +71,11 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     if shared.shutdown.is_cancelled() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if shared.broker.as_ref().is_some_and(|b| !b.get()) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "kafka broker unreachable\n",
+        )
     } else {
         (StatusCode::OK, "ready\n")
     }

@@ -20,7 +20,9 @@ mod wire_service {
     include!(concat!(env!("OUT_DIR"), "/rankwatch.v1.Collector.rs"));
 }
 
-pub use engine_task::{EngineHandle, EngineStopped};
+pub use codec::RawBatch;
+pub(crate) use engine_task::Command;
+pub use engine_task::{Applied, EngineHandle, EngineStopped};
 
 use crate::config::{EngineSettings, ServerSettings};
 use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
@@ -68,23 +70,52 @@ pub async fn serve(
     on_bound(bound);
 
     let validator = engine_settings.validator(Some(settings.max_future_skew));
+    let fleet = match &settings.fleet {
+        Some(fleet) => Some(
+            start_fleet(
+                fleet,
+                &engine_settings,
+                &settings,
+                validator.clone(),
+                &shutdown,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let state_file = settings
         .state_dir
         .as_deref()
+        .filter(|_| fleet.is_none())
         .map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
-    let restored = persistence::restore(&engine_settings, &settings, state_file.as_ref());
-    let engine = EngineHandle::start(
-        restored,
-        validator,
-        engine_settings.clone(),
-        settings.max_inflight_batches,
-    );
+    let engine = match &fleet {
+        Some(fleet) => fleet.engine.clone(),
+        None => EngineHandle::start(
+            persistence::restore(&engine_settings, &settings, state_file.as_ref()),
+            validator,
+            engine_settings.clone(),
+            settings.max_inflight_batches,
+        ),
+    };
+    // A consuming instance keeps serving its figures after shutdown,
+    // until it has handed its partitions over and lingered.
+    let serving = fleet
+        .as_ref()
+        .map_or(shutdown.clone(), |f| f.serving.clone());
     let (drain, tasks) = Drain::new();
-    let grpc = grpc_server(&settings, engine.clone(), shutdown.clone(), tasks.clone()).await?;
+    let serves_collector = fleet.as_ref().is_none_or(|f| f.collector);
+    let grpc = grpc_server(
+        &settings,
+        engine.clone(),
+        serves_collector,
+        shutdown.clone(),
+        tasks.clone(),
+    )
+    .await?;
     let grpc = grpc.serve_with_incoming_shutdown(
         // Without TCP_NODELAY a small ack waits for the client's next packet.
         TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
-        shutdown.clone().cancelled_owned(),
+        serving.clone().cancelled_owned(),
     );
     let http = axum::serve(
         http_listener,
@@ -93,9 +124,10 @@ pub async fn serve(
             recorder.clone(),
             settings.windows.clone(),
             shutdown.clone(),
+            fleet.as_ref().map(|f| f.reachable.clone()),
         ),
     )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    .with_graceful_shutdown(serving.clone().cancelled_owned());
     let saver = state_file.map(|file| {
         persistence::Saver::start(
             engine.clone(),
@@ -105,13 +137,14 @@ pub async fn serve(
         )
     });
     tasks.spawn(telemetry::keep_up(recorder, shutdown.clone()));
-    if settings.wall_clock_advance {
+    // In fleet mode each partition's watermark follows the wall clock on its own.
+    if settings.wall_clock_advance && fleet.is_none() {
         tasks.spawn(periodic::advance_with_wall_clock(engine, shutdown.clone()));
     }
     let grpc = tasks.spawn(grpc);
     let http = tasks.spawn(http.into_future());
 
-    shutdown.cancelled().await;
+    serving.cancelled().await;
     if drain.wait(tasks, settings.drain_timeout).await {
         grpc.await?.context("gRPC server")?;
         http.await?.context("HTTP server")?;
@@ -128,6 +161,7 @@ pub async fn serve(
 async fn grpc_server(
     settings: &ServerSettings,
     engine: EngineHandle,
+    serves_collector: bool,
     shutdown: CancellationToken,
     tasks: Tasks,
 ) -> anyhow::Result<Router> {
@@ -156,11 +190,37 @@ async fn grpc_server(
     Ok(builder
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(
-            CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size),
-        )
+        .add_optional_service(serves_collector.then(|| {
+            CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size)
+        }))
         .add_service(EvaluationServer::new(evaluation::EvaluationService::new(
             engine,
             settings.windows.clone(),
         ))))
+}
+
+/// Starts fleet mode (SPEC §10): the relay's producer, or the consumer.
+async fn start_fleet(
+    fleet: &crate::fleet::FleetSettings,
+    engine: &EngineSettings,
+    settings: &ServerSettings,
+    validator: crate::event::Validator,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<crate::fleet::Started> {
+    if settings.state_dir.is_some() {
+        tracing::warn!(
+            "state_dir is not used in fleet mode: partition state lives in the state topic"
+        );
+    }
+    let setup = crate::fleet::EngineSetup {
+        settings: engine.clone(),
+        windows: settings.windows.clone(),
+        wall_clock_advance: settings.wall_clock_advance,
+        validator,
+        fingerprint: engine.fingerprint(&settings.windows),
+        capacity: settings.max_inflight_batches,
+    };
+    crate::fleet::start(fleet, setup, shutdown.clone())
+        .await
+        .context("starting fleet mode")
 }

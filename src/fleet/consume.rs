@@ -1,0 +1,533 @@
+//! Consume mode: this instance's share of the consumer group. One thread
+//! owns the Kafka consumer: it polls records and hands each partition's to
+//! that partition's task, commits every `kafka_commit_interval`, and runs
+//! the group's rebalances, during which partitions are handed over (SPEC
+//! §10, README "Fleet mode").
+//!
+//! A commit checkpoints every owned partition at a record boundary, writes
+//! the open state to the state topic and then commits the offsets. A
+//! revoked partition is checkpointed the same way, marked handed over, and
+//! its finalized figures stay with this instance. An assigned partition
+//! starts from its last snapshot: its open state only, from the first
+//! record the snapshot has not seen. When that snapshot was not a handover
+//! (its owner died), the lists finalized from records up to the partition's
+//! end at assignment may have been counted by the dead owner, and are
+//! counted in `rankwatch_lists_recounted_total`.
+
+use super::partition::{self, Partition, PartitionSettings, Record, Start, Work};
+use super::snapshot::{Manifest, StateTopic};
+use super::FleetSettings;
+use crate::config::EngineSettings;
+use crate::join::{Engine, EngineState};
+use dashmap::DashMap;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Records handed to a partition's task at once, at most.
+const RECORDS_PER_BATCH: usize = 512;
+/// How long a single poll of the consumer waits for a record.
+const POLL: Duration = Duration::from_millis(100);
+/// How long a request to the broker may take before it is retried or given up.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times reading a partition's last snapshot is tried.
+const RESTORE_ATTEMPTS: u32 = 3;
+/// How long a departing instance polls for its revocation to complete.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A partition this instance owns.
+struct Owned {
+    partition: Arc<Partition>,
+    work: mpsc::Sender<Work>,
+    /// The last manifest written for it (its chunks are in `slot`).
+    manifest: Manifest,
+}
+
+/// Everything of consume mode that the consumer thread and the readers of
+/// figures share.
+pub struct Fleet {
+    settings: FleetSettings,
+    engine: EngineSettings,
+    windows: Vec<Duration>,
+    partition: PartitionSettings,
+    fingerprint: String,
+    /// The partitions owned now; the consumer thread changes it, scrapes read it.
+    owned: DashMap<i32, Owned>,
+    /// Figures of the partitions this instance owned before and handed over.
+    retired: Mutex<Engine>,
+}
+
+impl Fleet {
+    /// Consume mode with these settings; `fingerprint` names the metric settings.
+    pub fn new(
+        settings: FleetSettings,
+        engine: EngineSettings,
+        windows: Vec<Duration>,
+        partition: PartitionSettings,
+        fingerprint: String,
+    ) -> Self {
+        let retired = Engine::new(engine.join(&windows), engine.evaluator());
+        Self {
+            settings,
+            engine,
+            windows,
+            partition,
+            fingerprint,
+            owned: DashMap::new(),
+            retired: Mutex::new(retired),
+        }
+    }
+
+    /// An engine holding the figures of every partition this instance
+    /// evaluates or has evaluated, to export.
+    pub fn figures(&self) -> Engine {
+        let retired = lock(&self.retired);
+        let mut view = self.empty_engine();
+        view.absorb_finalized(&retired);
+        for owned in self.owned.iter() {
+            view.absorb(&owned.partition.engine());
+        }
+        view
+    }
+
+    /// The fleet settings.
+    pub fn settings(&self) -> &FleetSettings {
+        &self.settings
+    }
+
+    /// The engine settings, for reports.
+    pub fn engine_settings(&self) -> &EngineSettings {
+        &self.engine
+    }
+
+    fn empty_engine(&self) -> Engine {
+        Engine::new(self.engine.join(&self.windows), self.engine.evaluator())
+    }
+
+    fn restore(&self, state: EngineState) -> Engine {
+        Engine::from_state(
+            self.engine.join(&self.windows),
+            self.engine.evaluator(),
+            state,
+        )
+    }
+
+    /// Moves the figures of a handed-over partition to the retired ones, and
+    /// forgets it, at once for every reader.
+    fn retire(&self, id: i32) {
+        let mut retired = lock(&self.retired);
+        if let Some((_, owned)) = self.owned.remove(&id) {
+            retired.absorb_finalized(&owned.partition.engine());
+        }
+        metrics::gauge!("rankwatch_kafka_partitions").set(self.owned.len() as f64);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The consumer's callbacks: the group's rebalances.
+struct Rebalancer {
+    fleet: Arc<Fleet>,
+    state: StateTopic,
+}
+
+impl ClientContext for Rebalancer {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "kafka client");
+    }
+}
+
+impl ConsumerContext for Rebalancer {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.take(consumer, tpl);
+                if let Err(error) = consumer.assign(tpl) {
+                    tracing::error!(%error, "cannot take the assigned partitions");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let ids: Vec<i32> = tpl
+                    .elements_for_topic(&self.fleet.settings.topic)
+                    .iter()
+                    .map(|e| e.partition())
+                    .filter(|id| self.fleet.owned.contains_key(id))
+                    .collect();
+                self.checkpoint(consumer, &ids, true);
+                if let Err(error) = consumer.unassign() {
+                    tracing::error!(%error, "cannot release the revoked partitions");
+                }
+            }
+            other => tracing::error!(error = ?other, "rebalance failed"),
+        }
+    }
+}
+
+impl Rebalancer {
+    /// Restores every assigned partition and sets where it starts in `tpl`.
+    fn take(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let topic = self.fleet.settings.topic.clone();
+        let ids: Vec<i32> = tpl
+            .elements_for_topic(&topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        for id in ids {
+            let offset = match self.take_one(consumer, id) {
+                Some(next) => Offset::Offset(next),
+                None => Offset::Stored,
+            };
+            if let Err(error) = tpl.set_partition_offset(&topic, id, offset) {
+                tracing::error!(%error, partition = id, "cannot set the start offset");
+            }
+            metrics::counter!("rankwatch_kafka_partitions_assigned_total").increment(1);
+        }
+        metrics::gauge!("rankwatch_kafka_partitions").set(self.fleet.owned.len() as f64);
+    }
+
+    /// Restores partition `id` from its last snapshot and starts its task;
+    /// returns the first offset to read (`None`: the committed one).
+    fn take_one(&self, consumer: &BaseConsumer<Self>, id: i32) -> Option<i64> {
+        let fleet = &self.fleet;
+        let (low, high) = match consumer.fetch_watermarks(&fleet.settings.topic, id, BROKER_TIMEOUT)
+        {
+            Ok(marks) => marks,
+            Err(error) => {
+                tracing::error!(%error, partition = id, "cannot read the partition's offsets");
+                (0, 0)
+            }
+        };
+        let restored = (1..=RESTORE_ATTEMPTS)
+            .map(|attempt| {
+                self.state.read_last(id).inspect_err(|error| {
+                    tracing::warn!(error = %error, partition = id, attempt, "reading the partition's snapshot failed");
+                })
+            })
+            .find(Result::is_ok);
+        let (engine, manifest, recount_until) = match restored {
+            Some(Ok(Some(restored))) if restored.manifest.fingerprint == fleet.fingerprint => {
+                let manifest = restored.manifest;
+                let recount_until = if manifest.handed_over {
+                    manifest.next_offset
+                } else {
+                    high
+                };
+                let engine = restored
+                    .state
+                    .map_or_else(|| fleet.empty_engine(), |state| fleet.restore(state));
+                (engine, manifest, recount_until)
+            }
+            Some(Ok(Some(restored))) => {
+                restore_failed(id, "it was computed under other metric settings");
+                let manifest = Manifest {
+                    chunks: 0,
+                    fingerprint: fleet.fingerprint.clone(),
+                    ..restored.manifest
+                };
+                (fleet.empty_engine(), manifest, 0)
+            }
+            Some(Ok(None)) => (fleet.empty_engine(), self.first_manifest(low), low),
+            _ => {
+                restore_failed(id, "the state topic cannot be read");
+                let engine = fleet.empty_engine();
+                let (partition, work) = partition::start(
+                    id,
+                    Start {
+                        engine,
+                        next_offset: 0,
+                        recount_until: 0,
+                    },
+                    fleet.partition.clone(),
+                );
+                let manifest = self.first_manifest(0);
+                fleet.owned.insert(
+                    id,
+                    Owned {
+                        partition,
+                        work,
+                        manifest,
+                    },
+                );
+                return None;
+            }
+        };
+        let next_offset = manifest.next_offset.max(low);
+        let claim = Manifest {
+            handed_over: false,
+            next_offset,
+            ..manifest
+        };
+        if let Err(error) = self.state.write_manifest(id, &claim) {
+            tracing::warn!(%error, partition = id, "cannot claim the partition in the state topic");
+        }
+        tracing::info!(
+            partition = id,
+            next_offset,
+            open_impressions = engine.open_impressions(),
+            recount_until,
+            "partition taken"
+        );
+        let (partition, work) = partition::start(
+            id,
+            Start {
+                engine,
+                next_offset,
+                recount_until,
+            },
+            fleet.partition.clone(),
+        );
+        fleet.owned.insert(
+            id,
+            Owned {
+                partition,
+                work,
+                manifest: claim,
+            },
+        );
+        Some(next_offset)
+    }
+
+    /// The manifest of a partition that has had no owner.
+    fn first_manifest(&self, next_offset: i64) -> Manifest {
+        Manifest {
+            version: 0,
+            fingerprint: self.fleet.fingerprint.clone(),
+            id: 0,
+            slot: 1,
+            chunks: 0,
+            first_chunk: 0,
+            checksum: 0,
+            next_offset,
+            handed_over: false,
+        }
+    }
+
+    /// Checkpoints partitions `ids`, writes their snapshots and commits
+    /// their offsets. With `last` they are handed over: their tasks stop
+    /// and their figures are retired.
+    fn checkpoint(&self, consumer: &BaseConsumer<Self>, ids: &[i32], last: bool) {
+        let started = Instant::now();
+        let mut offsets = TopicPartitionList::new();
+        let mut bytes = 0;
+        for &id in ids {
+            match self.checkpoint_one(id, last) {
+                Ok((next_offset, written)) => {
+                    bytes += written;
+                    if let Err(error) = offsets.add_partition_offset(
+                        &self.fleet.settings.topic,
+                        id,
+                        Offset::Offset(next_offset),
+                    ) {
+                        tracing::warn!(%error, partition = id, "cannot commit");
+                    }
+                }
+                Err(error) => {
+                    metrics::counter!("rankwatch_kafka_snapshot_failures_total").increment(1);
+                    tracing::warn!(error = %error, partition = id, "snapshot failed; the last one stands");
+                }
+            }
+            if last {
+                self.fleet.retire(id);
+                metrics::counter!("rankwatch_kafka_partitions_revoked_total").increment(1);
+            }
+        }
+        if offsets.count() > 0 {
+            let mode = if last {
+                CommitMode::Sync
+            } else {
+                CommitMode::Async
+            };
+            if let Err(error) = consumer.commit(&offsets, mode) {
+                tracing::warn!(%error, "offset commit failed (the snapshots stand)");
+            }
+        }
+        metrics::histogram!("rankwatch_kafka_snapshot_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        if bytes > 0 {
+            metrics::gauge!("rankwatch_kafka_snapshot_bytes").set(bytes as f64);
+        }
+    }
+
+    /// Checkpoints one partition and writes its snapshot when its state
+    /// changed; returns its next offset and the bytes written.
+    fn checkpoint_one(&self, id: i32, last: bool) -> Result<(i64, usize), String> {
+        let Some(work) = self.fleet.owned.get(&id).map(|o| o.work.clone()) else {
+            return Err("not owned".to_owned());
+        };
+        let (reply, answer) = oneshot::channel();
+        work.blocking_send(Work::Checkpoint { last, reply })
+            .map_err(|_| "the partition's task has stopped".to_owned())?;
+        let checkpoint = answer
+            .blocking_recv()
+            .map_err(|_| "the partition's task has stopped".to_owned())?;
+        let previous = self
+            .fleet
+            .owned
+            .get(&id)
+            .map(|o| o.manifest.clone())
+            .ok_or("not owned")?;
+        let Some(state) = checkpoint.state else {
+            if !last {
+                return Ok((checkpoint.next_offset, 0));
+            }
+            let manifest = Manifest {
+                handed_over: true,
+                next_offset: checkpoint.next_offset,
+                ..previous
+            };
+            self.state
+                .write_manifest(id, &manifest)
+                .map_err(|e| e.to_string())?;
+            return Ok((checkpoint.next_offset, 0));
+        };
+        let payload = postcard::to_stdvec(&state).map_err(|e| e.to_string())?;
+        let manifest = Manifest {
+            id: fastrand::u64(..),
+            slot: 1 - previous.slot.min(1),
+            next_offset: checkpoint.next_offset,
+            handed_over: last,
+            fingerprint: self.fleet.fingerprint.clone(),
+            ..previous
+        };
+        let written = self
+            .state
+            .write(id, &payload, manifest)
+            .map_err(|e| e.to_string())?;
+        if let Some(mut owned) = self.fleet.owned.get_mut(&id) {
+            owned.manifest = written;
+        }
+        Ok((checkpoint.next_offset, payload.len()))
+    }
+}
+
+fn restore_failed(partition: i32, why: &str) {
+    metrics::counter!("rankwatch_kafka_restore_failures_total").increment(1);
+    tracing::error!(
+        partition,
+        "PARTITION STATE NOT RESTORED: {why}; its open lists start empty from the committed offset"
+    );
+}
+
+/// Runs the consumer on its own thread until `shutdown`, then hands every
+/// partition over and returns. Fails only when the consumer cannot be made.
+pub fn run(
+    fleet: Arc<Fleet>,
+    shutdown: CancellationToken,
+    runtime: tokio::runtime::Handle,
+) -> Result<std::thread::JoinHandle<()>, KafkaError> {
+    let settings = &fleet.settings;
+    let state = StateTopic::connect(
+        &settings.client(),
+        &settings.state_topic,
+        &settings.group,
+        runtime.clone(),
+    )?;
+    let consumer: BaseConsumer<Rebalancer> = settings
+        .client()
+        .set("group.id", &settings.group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "2000")
+        .create_with_context(Rebalancer {
+            fleet: fleet.clone(),
+            state,
+        })?;
+    consumer.subscribe(&[&fleet.settings.topic])?;
+    std::thread::Builder::new()
+        .name("rankwatch-consumer".into())
+        .spawn(move || {
+            // Partition tasks are spawned from this thread's rebalances.
+            let _runtime = runtime.enter();
+            consume(consumer, fleet, shutdown)
+        })
+        .map_err(|e| KafkaError::Subscription(e.to_string()))
+}
+
+fn consume(consumer: BaseConsumer<Rebalancer>, fleet: Arc<Fleet>, shutdown: CancellationToken) {
+    let mut last_commit = Instant::now();
+    let mut batches: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    while !shutdown.is_cancelled() {
+        poll_batch(&consumer, &mut batches);
+        dispatch(&fleet, &mut batches);
+        if last_commit.elapsed() >= fleet.settings.commit_interval {
+            let ids: Vec<i32> = fleet.owned.iter().map(|o| *o.key()).collect();
+            consumer.context().checkpoint(&consumer, &ids, false);
+            last_commit = Instant::now();
+        }
+    }
+    leave(&consumer, &fleet, &mut batches);
+}
+
+/// Polls up to [`RECORDS_PER_BATCH`] records into per-partition batches.
+fn poll_batch(consumer: &BaseConsumer<Rebalancer>, batches: &mut BTreeMap<i32, Vec<Record>>) {
+    let mut wait = POLL;
+    for _ in 0..RECORDS_PER_BATCH {
+        let Some(polled) = consumer.poll(wait) else {
+            return;
+        };
+        wait = Duration::ZERO;
+        match polled {
+            Ok(message) => batches
+                .entry(message.partition())
+                .or_default()
+                .push(Record {
+                    offset: message.offset(),
+                    key: message.key().map(<[u8]>::to_vec),
+                    value: message.payload().map(<[u8]>::to_vec),
+                }),
+            Err(error) => tracing::debug!(%error, "consumer"),
+        }
+    }
+}
+
+/// Hands each partition's batch to its task, waiting while its queue is full.
+fn dispatch(fleet: &Fleet, batches: &mut BTreeMap<i32, Vec<Record>>) {
+    for (id, records) in std::mem::take(batches) {
+        let Some(work) = fleet.owned.get(&id).map(|o| o.work.clone()) else {
+            tracing::warn!(partition = id, "records of a partition not owned; skipped");
+            continue;
+        };
+        if work.blocking_send(Work::Records(records)).is_err() {
+            tracing::warn!(partition = id, "the partition's task has stopped");
+        }
+    }
+}
+
+/// Leaves the group: the revocation hands every partition over (snapshot
+/// and commit), then the consumer closes.
+fn leave(
+    consumer: &BaseConsumer<Rebalancer>,
+    fleet: &Fleet,
+    batches: &mut BTreeMap<i32, Vec<Record>>,
+) {
+    tracing::info!("leaving the consumer group: handing partitions over");
+    consumer.unsubscribe();
+    let deadline = Instant::now() + LEAVE_TIMEOUT;
+    while !fleet.owned.is_empty() && Instant::now() < deadline {
+        poll_batch(consumer, batches);
+        dispatch(fleet, batches);
+    }
+    if !fleet.owned.is_empty() {
+        let ids: Vec<i32> = fleet.owned.iter().map(|o| *o.key()).collect();
+        consumer.context().checkpoint(consumer, &ids, true);
+    }
+    tracing::info!("partitions handed over");
+}

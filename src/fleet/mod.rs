@@ -1,0 +1,302 @@
+//! Fleet mode (SPEC §10): events go through a Kafka topic partitioned by
+//! user, and instances share its partitions as a consumer group. A relay
+//! instance takes gRPC batches and produces them ([`relay`]); a consuming
+//! instance evaluates the partitions the group assigns it, each with its own
+//! engine ([`partition`]), and hands them over through snapshots of their
+//! open state in the state topic ([`snapshot`], [`consume`]).
+//!
+//! The rest of the server sees an [`EngineHandle`]: the relay answers it
+//! with its producer, a consuming instance with the sum of its partitions'
+//! figures.
+
+pub mod consume;
+pub mod partition;
+pub mod relay;
+pub mod settings;
+pub mod snapshot;
+
+pub use settings::{FleetArgs, FleetFile, FleetMode, FleetSettings};
+
+use crate::export::{Report, Snapshot};
+use crate::server::{Command, EngineHandle};
+use consume::Fleet;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// How often the broker's reachability is checked.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// Whether the broker answered the last probe; `/readyz` reads it.
+#[derive(Clone, Debug, Default)]
+pub struct BrokerReachable(Arc<AtomicBool>);
+
+impl BrokerReachable {
+    /// The broker answered the last probe.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, up: bool) {
+        self.0.store(up, Ordering::Relaxed);
+        metrics::gauge!("rankwatch_kafka_broker_up").set(f64::from(u8::from(up)));
+    }
+}
+
+/// Describes the fleet's series, and creates the counters at zero so that
+/// `rate()` and alerts see them from the start.
+pub fn describe() {
+    metrics::describe_gauge!(
+        "rankwatch_kafka_broker_up",
+        "1 when the Kafka broker answered the last probe (every 2s), else 0."
+    );
+    metrics::describe_gauge!(
+        "rankwatch_kafka_partitions",
+        "Partitions of the event topic this instance evaluates now."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_partitions_assigned_total",
+        "Partitions taken over from the state topic's snapshots."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_partitions_revoked_total",
+        "Partitions handed over to the group."
+    );
+    metrics::describe_counter!(
+        "rankwatch_lists_recounted_total",
+        "Lists finalized again after taking over a partition from an instance that died: they may also be in the dead instance's last exported figures (at most one kafka_commit_interval of lists). Subtract from rankwatch_list_*_count for exact totals."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_key_mismatches_total",
+        "Records whose key is not their event's user_id; evaluated by the user_id."
+    );
+    metrics::describe_histogram!(
+        "rankwatch_kafka_snapshot_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time to checkpoint the owned partitions, write their snapshots and commit."
+    );
+    metrics::describe_gauge!(
+        "rankwatch_kafka_snapshot_bytes",
+        metrics::Unit::Bytes,
+        "Bytes of open state written by the last commit that wrote any."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_snapshot_failures_total",
+        "Partition snapshots that could not be written (the previous one stands)."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_restore_failures_total",
+        "Partitions whose snapshot could not be read on assignment (started empty)."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_produced_events_total",
+        "Relay: events the broker acknowledged."
+    );
+    metrics::describe_counter!(
+        "rankwatch_kafka_produce_failures_total",
+        "Relay: streams failed with UNAVAILABLE because the broker did not store a batch."
+    );
+    metrics::describe_histogram!(
+        "rankwatch_kafka_delivery_seconds",
+        metrics::Unit::Seconds,
+        "Relay: time from producing a batch's records to the broker's acknowledgement of all."
+    );
+    for name in [
+        "rankwatch_kafka_partitions_assigned_total",
+        "rankwatch_kafka_partitions_revoked_total",
+        "rankwatch_kafka_key_mismatches_total",
+        "rankwatch_kafka_snapshot_failures_total",
+        "rankwatch_kafka_restore_failures_total",
+        "rankwatch_kafka_produced_events_total",
+        "rankwatch_kafka_produce_failures_total",
+    ] {
+        metrics::counter!(name).absolute(0);
+    }
+    metrics::gauge!("rankwatch_kafka_partitions").set(0.0);
+}
+
+/// Checks every [`PROBE_EVERY`] that the broker answers, until `shutdown`.
+pub fn probe_broker(
+    settings: &FleetSettings,
+    reachable: BrokerReachable,
+    shutdown: CancellationToken,
+) -> Result<(), rdkafka::error::KafkaError> {
+    let client: BaseConsumer = settings.client().create()?;
+    let client = Arc::new(client);
+    let topic = settings.topic.clone();
+    reachable.set(false);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(PROBE_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            let (client, topic) = (client.clone(), topic.clone());
+            let answered = tokio::task::spawn_blocking(move || {
+                client.fetch_metadata(Some(&topic), PROBE_EVERY).is_ok()
+            })
+            .await
+            .unwrap_or(false);
+            if answered != reachable.get() {
+                tracing::info!(reachable = answered, "kafka broker");
+            }
+            reachable.set(answered);
+        }
+    });
+    Ok(())
+}
+
+/// A consuming instance running: its handle, and the thread that owns the consumer.
+pub struct Consuming {
+    pub engine: EngineHandle,
+    pub consumer: std::thread::JoinHandle<()>,
+}
+
+/// Starts consume mode: the consumer thread and the task that answers for
+/// the figures of this instance's partitions.
+pub async fn consume(
+    fleet: Fleet,
+    shutdown: CancellationToken,
+) -> Result<Consuming, rdkafka::error::KafkaError> {
+    let settings = fleet.settings();
+    snapshot::ensure_state_topic(
+        &settings.client(),
+        &settings.topic,
+        &settings.state_topic,
+        &shutdown,
+    )
+    .await?;
+    let fleet = Arc::new(fleet);
+    let consumer = consume::run(fleet.clone(), shutdown, tokio::runtime::Handle::current())?;
+    let (engine, commands) = EngineHandle::channel(64);
+    tokio::spawn(answer(fleet, commands));
+    Ok(Consuming { engine, consumer })
+}
+
+/// Answers for the figures of a consuming instance.
+async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            // The collector is not served in consume mode.
+            Command::Apply { .. } | Command::AdvanceIfIdle { .. } => {}
+            Command::Snapshot { reply } => {
+                let control = fleet.engine_settings().control_model.clone();
+                let _ = reply.send(Snapshot::of(&fleet.figures(), control));
+            }
+            Command::Report { window, reply } => {
+                let view = fleet.figures();
+                let settings = &fleet.engine_settings().report_config();
+                let report = match window {
+                    None => Report::since_start(&view, settings),
+                    Some(index) => Report::window(&view, settings, index),
+                };
+                let _ = reply.send(report);
+            }
+            Command::State { reply } => {
+                let _ = reply.send(fleet.figures().to_state());
+            }
+        }
+    }
+}
+
+/// What the server runs in fleet mode.
+pub struct Started {
+    /// Where batches and questions for figures go.
+    pub engine: EngineHandle,
+    /// Whether the `Collector` API is served (relay) or not (consume).
+    pub collector: bool,
+    /// Cancelled when the listeners are to stop: at shutdown for a relay;
+    /// for a consuming instance once it has handed its partitions over and
+    /// lingered for `shutdown_linger`, so that its last counts are scraped.
+    pub serving: CancellationToken,
+    /// Whether the broker answers, for `/readyz`.
+    pub reachable: BrokerReachable,
+}
+
+/// How the engines of fleet mode are made.
+pub struct EngineSetup {
+    pub settings: crate::config::EngineSettings,
+    pub windows: Vec<Duration>,
+    pub wall_clock_advance: bool,
+    pub validator: crate::event::Validator,
+    /// Names the metric settings a snapshot was computed under.
+    pub fingerprint: String,
+    /// Batches queued for the relay.
+    pub capacity: usize,
+}
+
+/// Starts fleet mode as `settings` say.
+pub async fn start(
+    settings: &FleetSettings,
+    setup: EngineSetup,
+    shutdown: CancellationToken,
+) -> Result<Started, rdkafka::error::KafkaError> {
+    describe();
+    let reachable = BrokerReachable::default();
+    probe_broker(settings, reachable.clone(), shutdown.clone())?;
+    match settings.mode {
+        FleetMode::Relay => {
+            let engine = crate::join::Engine::new(
+                setup.settings.join(&setup.windows),
+                setup.settings.evaluator(),
+            );
+            let capacity = setup.capacity;
+            let engine = relay::start(settings, engine, setup.settings, setup.validator, capacity)?;
+            Ok(Started {
+                engine,
+                collector: true,
+                serving: shutdown,
+                reachable,
+            })
+        }
+        FleetMode::Consume => {
+            let partition = partition::PartitionSettings {
+                validator: setup.validator,
+                wall_clock_advance: setup.wall_clock_advance,
+            };
+            let fleet = Fleet::new(
+                settings.clone(),
+                setup.settings,
+                setup.windows,
+                partition,
+                setup.fingerprint,
+            );
+            let consuming = consume(fleet, shutdown.clone()).await?;
+            let serving = CancellationToken::new();
+            tokio::spawn(linger(
+                consuming.consumer,
+                settings.shutdown_linger,
+                shutdown,
+                serving.clone(),
+            ));
+            Ok(Started {
+                engine: consuming.engine,
+                collector: false,
+                serving,
+                reachable,
+            })
+        }
+    }
+}
+
+/// After `shutdown`, waits for the consumer to hand its partitions over,
+/// then keeps serving for `linger` before cancelling `serving`.
+async fn linger(
+    consumer: std::thread::JoinHandle<()>,
+    linger: Duration,
+    shutdown: CancellationToken,
+    serving: CancellationToken,
+) {
+    shutdown.cancelled().await;
+    let _ = tokio::task::spawn_blocking(move || consumer.join()).await;
+    tracing::info!(
+        linger = %humantime::format_duration(linger),
+        "partitions handed over; serving the last figures before exiting"
+    );
+    tokio::time::sleep(linger).await;
+    serving.cancel();
+}

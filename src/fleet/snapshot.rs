@@ -1,0 +1,374 @@
+//! Handoff snapshots in the state topic: how a partition's open state
+//! travels from one instance to the next.
+//!
+//! Partition `p` of the event topic keeps its snapshots in partition `p` of
+//! the state topic (compacted). A snapshot is its chunks (key
+//! `chunk/<slot>/<index>`, at most [`CHUNK_BYTES`] each) followed by a
+//! manifest (key `manifest`) that names them, the offset of the first event
+//! record the snapshot has not seen, and whether the owner handed the
+//! partition over (a graceful revocation) or may go on evaluating past it
+//! (a periodic snapshot, or the claim written on assignment). Successive
+//! snapshots alternate between two slots, so the chunks of the last
+//! complete snapshot are never overwritten by the next one, and compaction
+//! keeps the last manifest and the chunks it names. The offsets committed to
+//! the consumer group follow the manifests, for lag monitoring; the
+//! manifest is what a new owner reads (the offset commit's metadata would
+//! do, but not every broker returns it).
+
+use crate::join::EngineState;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Largest chunk of a snapshot: well under the 1 MiB a broker takes by default.
+pub const CHUNK_BYTES: usize = 512 * 1024;
+
+/// Records read back from the end of a state partition per step while
+/// looking for its last manifest.
+const SCAN_STEP: i64 = 64;
+
+/// How long one read from the state topic may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+const MANIFEST_KEY: &str = "manifest";
+/// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9).
+const FORMAT_VERSION: u32 = 2;
+
+/// What a snapshot is and where its chunks are.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format of the chunks' payload.
+    pub version: u32,
+    /// Settings the state was computed under (the state file's fingerprint).
+    pub fingerprint: String,
+    /// Tells this snapshot's chunks from older ones of the same slot.
+    pub id: u64,
+    /// Which of the two chunk slots holds it.
+    pub slot: u8,
+    /// Number of chunks; 0 for an empty state.
+    pub chunks: u32,
+    /// Offset of the first chunk in the state partition.
+    pub first_chunk: i64,
+    /// xxh3 of the whole payload.
+    pub checksum: u64,
+    /// The first event record the state has not seen.
+    pub next_offset: i64,
+    /// The owner stopped at `next_offset` and handed the partition over;
+    /// otherwise it may have evaluated records past it before it died.
+    pub handed_over: bool,
+}
+
+/// The state topic went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The broker did not take or return a record.
+    #[error("state topic {topic} partition {partition}: {source}")]
+    Kafka {
+        topic: String,
+        partition: i32,
+        source: rdkafka::error::KafkaError,
+    },
+    /// A record or the state in it cannot be read.
+    #[error("state topic {topic} partition {partition}: {reason}")]
+    Corrupt {
+        topic: String,
+        partition: i32,
+        reason: String,
+    },
+}
+
+/// A snapshot read back: its manifest and the open state it holds.
+pub struct Restored {
+    pub manifest: Manifest,
+    pub state: Option<EngineState>,
+}
+
+/// Reads and writes the state topic.
+pub struct StateTopic {
+    topic: String,
+    producer: FutureProducer,
+    reader: BaseConsumer,
+    runtime: tokio::runtime::Handle,
+}
+
+impl StateTopic {
+    /// Connects with `client` (the instance's connection settings).
+    pub fn connect(
+        client: &ClientConfig,
+        topic: &str,
+        group: &str,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, rdkafka::error::KafkaError> {
+        let producer = client
+            .clone()
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .set("message.max.bytes", (2 * CHUNK_BYTES).to_string())
+            .create()?;
+        let reader = client
+            .clone()
+            .set("group.id", format!("{group}.state-reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .create()?;
+        Ok(Self {
+            topic: topic.to_owned(),
+            producer,
+            reader,
+            runtime,
+        })
+    }
+
+    fn kafka(&self, partition: i32) -> impl Fn(rdkafka::error::KafkaError) -> SnapshotError + '_ {
+        move |source| SnapshotError::Kafka {
+            topic: self.topic.clone(),
+            partition,
+            source,
+        }
+    }
+
+    fn corrupt(&self, partition: i32, reason: impl Into<String>) -> SnapshotError {
+        SnapshotError::Corrupt {
+            topic: self.topic.clone(),
+            partition,
+            reason: reason.into(),
+        }
+    }
+
+    /// Writes `payload` (an encoded state) as a snapshot in `slot` and its
+    /// manifest; returns the manifest once the broker has stored both.
+    pub fn write(
+        &self,
+        partition: i32,
+        payload: &[u8],
+        mut manifest: Manifest,
+    ) -> Result<Manifest, SnapshotError> {
+        manifest.version = FORMAT_VERSION;
+        manifest.checksum = xxhash_rust::xxh3::xxh3_64(payload);
+        manifest.chunks = payload.len().div_ceil(CHUNK_BYTES) as u32;
+        for (index, chunk) in payload.chunks(CHUNK_BYTES).enumerate() {
+            let key = format!("chunk/{}/{index}", manifest.slot);
+            let mut value = Vec::with_capacity(12 + chunk.len());
+            value.extend_from_slice(&manifest.id.to_le_bytes());
+            value.extend_from_slice(&(index as u32).to_le_bytes());
+            value.extend_from_slice(chunk);
+            let offset = self.send(partition, &key, &value)?;
+            if index == 0 {
+                manifest.first_chunk = offset;
+            }
+        }
+        let encoded = postcard::to_stdvec(&manifest)
+            .map_err(|e| self.corrupt(partition, format!("encoding a manifest: {e}")))?;
+        self.send(partition, MANIFEST_KEY, &encoded)?;
+        Ok(manifest)
+    }
+
+    /// Writes a manifest alone (a claim naming chunks already stored).
+    pub fn write_manifest(&self, partition: i32, manifest: &Manifest) -> Result<(), SnapshotError> {
+        let encoded = postcard::to_stdvec(manifest)
+            .map_err(|e| self.corrupt(partition, format!("encoding a manifest: {e}")))?;
+        self.send(partition, MANIFEST_KEY, &encoded).map(|_| ())
+    }
+
+    /// Produces one record and waits for the broker; returns its offset.
+    fn send(&self, partition: i32, key: &str, value: &[u8]) -> Result<i64, SnapshotError> {
+        let record = FutureRecord::to(&self.topic)
+            .partition(partition)
+            .key(key)
+            .payload(value);
+        let delivered = self
+            .runtime
+            .block_on(self.producer.send(record, READ_TIMEOUT));
+        delivered
+            .map(|delivery| delivery.offset)
+            .map_err(|(error, _)| self.kafka(partition)(error))
+    }
+
+    /// The last snapshot of `partition` and its state; `None` when the
+    /// partition has never had an owner.
+    pub fn read_last(&self, partition: i32) -> Result<Option<Restored>, SnapshotError> {
+        let (low, high) = self
+            .reader
+            .fetch_watermarks(&self.topic, partition, READ_TIMEOUT)
+            .map_err(self.kafka(partition))?;
+        let mut start = high;
+        while start > low {
+            let end = start;
+            start = (start - SCAN_STEP).max(low);
+            let mut last = None;
+            self.scan(partition, start, end, |offset, key, value| {
+                if key == MANIFEST_KEY.as_bytes() {
+                    last = Some((offset, value.to_vec()));
+                }
+                true
+            })?;
+            if let Some((_, bytes)) = last {
+                let manifest: Manifest = postcard::from_bytes(&bytes)
+                    .map_err(|e| self.corrupt(partition, format!("manifest: {e}")))?;
+                let state = self.read_state(partition, &manifest, high)?;
+                return Ok(Some(Restored { manifest, state }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads the chunks that `manifest` names and decodes its state.
+    fn read_state(
+        &self,
+        partition: i32,
+        manifest: &Manifest,
+        high: i64,
+    ) -> Result<Option<EngineState>, SnapshotError> {
+        if manifest.chunks == 0 {
+            return Ok(None);
+        }
+        if manifest.version != FORMAT_VERSION {
+            return Err(self.corrupt(
+                partition,
+                format!(
+                    "snapshot format {} (this build reads {FORMAT_VERSION})",
+                    manifest.version
+                ),
+            ));
+        }
+        let mut chunks: Vec<Option<Vec<u8>>> = vec![None; manifest.chunks as usize];
+        let prefix = format!("chunk/{}/", manifest.slot);
+        let mut missing = chunks.len();
+        self.scan(partition, manifest.first_chunk, high, |_, key, value| {
+            let Some(index) = std::str::from_utf8(key)
+                .ok()
+                .and_then(|k| k.strip_prefix(&prefix))
+                .and_then(|i| i.parse::<usize>().ok())
+            else {
+                return true;
+            };
+            if value.len() < 12 || value[..8] != manifest.id.to_le_bytes() {
+                return true;
+            }
+            if let Some(slot) = chunks.get_mut(index) {
+                if slot.is_none() {
+                    missing -= 1;
+                }
+                *slot = Some(value[12..].to_vec());
+            }
+            missing > 0
+        })?;
+        let payload: Vec<u8> = chunks
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| self.corrupt(partition, "a chunk of the last snapshot is missing"))?
+            .concat();
+        if xxhash_rust::xxh3::xxh3_64(&payload) != manifest.checksum {
+            return Err(self.corrupt(partition, "checksum mismatch"));
+        }
+        postcard::from_bytes(&payload)
+            .map(Some)
+            .map_err(|e| self.corrupt(partition, format!("state: {e}")))
+    }
+
+    /// Reads records `[from, to)` of `partition` (compaction may have left
+    /// gaps), handing each to `visit` until it returns `false`.
+    fn scan(
+        &self,
+        partition: i32,
+        from: i64,
+        to: i64,
+        mut visit: impl FnMut(i64, &[u8], &[u8]) -> bool,
+    ) -> Result<(), SnapshotError> {
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.topic, partition, Offset::Offset(from))
+            .map_err(self.kafka(partition))?;
+        self.reader
+            .assign(&assignment)
+            .map_err(self.kafka(partition))?;
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            if Instant::now() > deadline {
+                return Err(self.kafka(partition)(
+                    rdkafka::error::KafkaError::MessageConsumption(
+                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                    ),
+                ));
+            }
+            let Some(message) = self.reader.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let message = message.map_err(self.kafka(partition))?;
+            let offset = message.offset();
+            if offset >= to {
+                return Ok(());
+            }
+            let more = visit(
+                offset,
+                message.key().unwrap_or_default(),
+                message.payload().unwrap_or_default(),
+            );
+            if !more || offset + 1 >= to {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Creates the state topic (compacted, as many partitions as the event
+/// topic) unless it exists; returns the event topic's partition count.
+/// Waits, retrying, while the event topic does not exist yet.
+pub async fn ensure_state_topic(
+    client: &ClientConfig,
+    topic: &str,
+    state_topic: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<usize, rdkafka::error::KafkaError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::types::RDKafkaErrorCode;
+    let admin: AdminClient<DefaultClientContext> = client.create()?;
+    let partitions_of = |name: &str| {
+        admin
+            .inner()
+            .fetch_metadata(Some(name), READ_TIMEOUT)
+            .map(|m| m.topics().first().map_or(0, |t| t.partitions().len()))
+    };
+    let partitions = loop {
+        match partitions_of(topic) {
+            Ok(n) if n > 0 => break n,
+            Ok(_) => tracing::warn!(topic, "the event topic does not exist yet; waiting"),
+            Err(error) => tracing::warn!(%error, "the broker cannot be reached; retrying"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Err(rdkafka::error::KafkaError::Canceled),
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    };
+    let existing = partitions_of(state_topic).unwrap_or(0);
+    if existing >= partitions {
+        return Ok(partitions);
+    }
+    if existing > 0 {
+        tracing::error!(
+            state_topic,
+            existing,
+            partitions,
+            "the state topic has fewer partitions than the event topic; add partitions to it"
+        );
+        return Ok(partitions);
+    }
+    let new = NewTopic::new(state_topic, partitions as i32, TopicReplication::Fixed(-1))
+        .set("cleanup.policy", "compact");
+    for result in admin.create_topics([&new], &AdminOptions::new()).await? {
+        match result {
+            Ok(_) => tracing::info!(state_topic, partitions, "state topic created"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                return Err(rdkafka::error::KafkaError::AdminOp(code)).inspect_err(|_| {
+                    tracing::error!(topic = name, "cannot create the state topic");
+                })
+            }
+        }
+    }
+    Ok(partitions)
+}

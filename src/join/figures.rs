@@ -1,0 +1,166 @@
+//! Finalized figures apart from open state, for fleet mode: one instance
+//! sums the figures of the partitions it evaluates, and a partition handed
+//! to another instance travels with its open state only, so that each list
+//! and each event is counted by exactly one instance.
+
+use super::{Counters, Engine, EngineState, GroupAggregates};
+use crate::metrics::GroupTotals;
+use crate::window::RollingWindows;
+
+impl Engine {
+    /// Adds the finalized figures of `other` (counters, group aggregates
+    /// matched by name, overflow count) and its open and waiting counts to
+    /// this engine's; its watermark becomes the earlier of the two. The
+    /// result is a view to export, not an engine to apply events to.
+    pub fn absorb(&mut self, other: &Engine) {
+        self.absorb_finalized(other);
+        self.open_impressions += other.open_impressions;
+        self.waiting_interactions += other.waiting_interactions;
+        self.max_time = match (self.max_time, other.max_time) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Adds the finalized figures of `other` alone: its counters, group
+    /// aggregates (matched by name) and overflow count.
+    pub fn absorb_finalized(&mut self, other: &Engine) {
+        add_counters(&mut self.counters, &other.counters);
+        self.groups.overflowed += other.groups.overflowed;
+        for (aggregates, (model, surface)) in other.aggregates.iter().zip(other.groups.names()) {
+            let id = self.groups.id(model, surface) as usize;
+            while self.aggregates.len() <= id {
+                self.aggregates.push(GroupAggregates {
+                    totals: GroupTotals::new(self.values.len()),
+                    windows: RollingWindows::new(&self.settings.windows),
+                });
+            }
+            let mine = &mut self.aggregates[id];
+            mine.totals.merge(&aggregates.totals);
+            mine.windows.merge(&aggregates.windows);
+        }
+    }
+
+    /// The open state alone: open impressions, waiting interactions, the
+    /// watermark, sequence numbers and group names, without the finalized
+    /// aggregates and counters, which stay with the instance that counted them.
+    pub fn open_state(&mut self) -> EngineState {
+        let aggregates = std::mem::take(&mut self.aggregates);
+        let counters = std::mem::take(&mut self.counters);
+        let overflowed = std::mem::replace(&mut self.groups.overflowed, 0);
+        let state = self.to_state();
+        self.aggregates = aggregates;
+        self.counters = counters;
+        self.groups.overflowed = overflowed;
+        state
+    }
+}
+
+/// Adds every counter of `other` to `into`.
+fn add_counters(into: &mut Counters, other: &Counters) {
+    into.impressions += other.impressions;
+    into.interactions += other.interactions;
+    into.credited += other.credited;
+    for (mine, theirs) in into.unattributed.iter_mut().zip(other.unattributed) {
+        *mine += theirs;
+    }
+    into.late_impressions += other.late_impressions;
+    into.duplicate_impressions += other.duplicate_impressions;
+    into.duplicate_interactions += other.duplicate_interactions;
+    into.shed_impressions += other.shed_impressions;
+    into.shed_interactions += other.shed_interactions;
+    for (reason, count) in &other.rejected {
+        *into.rejected.entry(*reason).or_default() += count;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::JoinSettings;
+    use super::*;
+    use crate::event::{id_hash, Event, Impression, Interaction, NANOS_PER_SECOND};
+    use crate::metrics::{ListEvaluator, MetricSettings};
+    use std::borrow::Cow;
+
+    const S: i64 = NANOS_PER_SECOND;
+
+    fn engine() -> Engine {
+        let settings = JoinSettings {
+            attribution_window: 300 * S,
+            allowed_lateness: 30 * S,
+            shards: 4,
+            max_groups: 10,
+            max_open_impressions: 100,
+            max_waiting_interactions: 100,
+            windows: vec![3600 * S],
+        };
+        Engine::new(
+            settings,
+            ListEvaluator::new(MetricSettings::default(), &[1, 5]),
+        )
+    }
+
+    fn impression(user: &str, request: &str, model: &'static str, time: i64) -> Event<'static> {
+        Event::Impression(Impression {
+            request: id_hash(request),
+            user: id_hash(user),
+            items: vec![id_hash("a"), id_hash("b")],
+            time,
+            model: Cow::Borrowed(model),
+            surface: Cow::Borrowed("home"),
+        })
+    }
+
+    fn click(user: &str, time: i64) -> Event<'static> {
+        Event::Interaction(Interaction {
+            event: None,
+            user: id_hash(user),
+            item: id_hash("b"),
+            request: None,
+            time,
+            grade: 1.0,
+        })
+    }
+
+    #[test]
+    fn absorbing_adds_figures_by_group_name() {
+        let mut first = engine();
+        first.apply(impression("u", "r1", "v1", 0));
+        first.apply(click("u", S));
+        first.finish();
+        let mut second = engine();
+        second.apply(impression("w", "r2", "v2", 0));
+        second.apply(impression("x", "r3", "v1", 0));
+        second.finish();
+        let mut view = engine();
+        view.absorb(&first);
+        view.absorb(&second);
+        let lists: Vec<(String, u64)> = view
+            .group_names()
+            .iter()
+            .zip(view.aggregates())
+            .map(|((model, _), a)| (model.clone(), a.totals.lists))
+            .collect();
+        assert_eq!(lists, [("v1".to_owned(), 2), ("v2".to_owned(), 1)]);
+        assert_eq!(
+            (view.counters().impressions, view.counters().credited),
+            (3, 1)
+        );
+    }
+
+    #[test]
+    fn a_handed_over_state_carries_open_lists_but_no_figures() {
+        let mut before = engine();
+        before.apply(impression("u", "r1", "v1", 0));
+        before.apply(impression("w", "r2", "v1", 400 * S));
+        assert_eq!(before.aggregates()[0].totals.lists, 1);
+        let settings = before.settings.clone();
+        let evaluator = before.evaluator().clone();
+        let after = Engine::from_state(settings, evaluator, before.open_state());
+        assert_eq!(after.open_impressions(), 1);
+        assert_eq!(after.watermark(), before.watermark());
+        assert_eq!(after.counters(), &Counters::default());
+        assert!(after.aggregates().is_empty());
+        assert_eq!(before.aggregates()[0].totals.lists, 1, "the figures stay");
+    }
+}

@@ -1,0 +1,814 @@
+//! Fleet mode against a real Kafka-compatible broker (tansu, built by
+//! `tests/install-broker.sh`): consuming instances share a topic of 12
+//! partitions as a consumer group, and a relay produces to it.
+//!
+//! The exact comparisons follow SPEC §10: the fleet's totals (the sum over
+//! instances of every `_sum`, `_count` and counter of `/metrics`, each
+//! instance's last values) equal the sum over partitions of `rankwatch
+//! replay` of each partition's records in offset order. The instances run
+//! with `--wall-clock-advance false`, as replay does; a closing impression
+//! per partition, far later than the log, finalizes the rest. The fleet
+//! holds those closing lists open (their window has not passed), while
+//! replay finalizes them at its end, so the closing group's lists are the
+//! only figures left out of the comparison.
+
+mod common;
+
+use common::server::{event_from_json, parse_metrics, Server};
+use common::{conformance, replay_json};
+use prost::Message;
+use rankwatch::proto::{self, EventBatch};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message as _;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const PARTITIONS: i32 = 12;
+const TOPIC: &str = "rankwatch.events";
+/// The closing impressions' model: far later than the log, so that each
+/// partition's other lists are final once its closing record is read.
+const CLOSING_MODEL: &str = "closing";
+/// Bounded waits: each poll sleeps this long…
+const POLL: Duration = Duration::from_millis(250);
+/// …at most this many times (two minutes).
+const POLLS: u32 = 480;
+
+/// The tansu binary, built once by `tests/install-broker.sh`.
+fn tansu() -> PathBuf {
+    let output = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/install-broker.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("bash runs tests/install-broker.sh");
+    assert!(output.status.success(), "tests/install-broker.sh failed");
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+/// A broker on a free loopback port; killed when dropped.
+struct Broker {
+    child: Option<Child>,
+    port: u16,
+    storage: String,
+    dir: tempfile::TempDir,
+}
+
+impl Broker {
+    /// A broker keeping its data in memory.
+    fn in_memory() -> Broker {
+        Broker::start("memory://tansu/".into())
+    }
+
+    /// A broker keeping its data in SQLite, so that it survives a restart.
+    fn on_disk() -> Broker {
+        Broker::start("sqlite://tansu.db".into())
+    }
+
+    fn start(storage: String) -> Broker {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut broker = Broker {
+            child: None,
+            port,
+            storage,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        broker.run();
+        broker
+    }
+
+    fn run(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let child = Command::new(tansu())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", &self.storage])
+            .current_dir(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tansu starts");
+        self.child = Some(child);
+        for _ in 0..POLLS {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(POLL);
+        }
+        panic!("the broker did not listen");
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn client(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", self.address());
+        config
+    }
+
+    async fn create_topic(&self) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().unwrap();
+        let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1));
+        let results = admin
+            .create_topics([&topic], &AdminOptions::new())
+            .await
+            .unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+
+    fn producer(&self) -> FutureProducer {
+        self.client()
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .create()
+            .unwrap()
+    }
+
+    /// Every record of every partition, in offset order: `(key, value)`.
+    fn records(&self) -> BTreeMap<i32, Vec<Record>> {
+        let consumer: BaseConsumer = self
+            .client()
+            .set("group.id", "rankwatch-tests-reader")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut records = BTreeMap::new();
+        for partition in 0..PARTITIONS {
+            let (_, high) = consumer
+                .fetch_watermarks(TOPIC, partition, Duration::from_secs(10))
+                .unwrap();
+            let mut list = TopicPartitionList::new();
+            list.add_partition_offset(TOPIC, partition, Offset::Beginning)
+                .unwrap();
+            consumer.assign(&list).unwrap();
+            let mut read: Vec<Record> = Vec::new();
+            let (mut next, mut empty_polls) = (0, 0);
+            while next < high && empty_polls < POLLS {
+                let Some(message) = consumer.poll(POLL) else {
+                    empty_polls += 1;
+                    continue;
+                };
+                let message = message.unwrap();
+                if message.partition() != partition {
+                    continue;
+                }
+                next = message.offset() + 1;
+                read.push((
+                    message.key().unwrap_or_default().to_vec(),
+                    message.payload().unwrap_or_default().to_vec(),
+                ));
+            }
+            assert!(next >= high, "partition {partition} read back in full");
+            records.insert(partition, read);
+        }
+        records
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A record read back: its key and value.
+type Record = (Vec<u8>, Vec<u8>);
+
+/// One record to produce: its key, its value, and the log line it came from
+/// (`None` for a value that is not an event).
+#[derive(Clone)]
+struct Produced {
+    key: String,
+    value: Vec<u8>,
+    line: Option<String>,
+    partition: Option<i32>,
+}
+
+fn event_record(line: &str) -> Produced {
+    let event = event_from_json(line).unwrap();
+    let key = match &event.kind {
+        Some(proto::event::Kind::Impression(m)) => m.user_id.clone(),
+        Some(proto::event::Kind::Interaction(x)) => x.user_id.clone(),
+        None => String::new(),
+    };
+    Produced {
+        key,
+        value: event.encode_to_vec(),
+        line: Some(line.to_owned()),
+        partition: None,
+    }
+}
+
+/// The conformance log as records keyed by user.
+fn log_records() -> Vec<Produced> {
+    std::fs::read_to_string(conformance("replay_small.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|line| event_from_json(line).is_some())
+        .map(event_record)
+        .collect()
+}
+
+/// One closing impression per partition, far later than the log.
+fn closing_records() -> Vec<Produced> {
+    marker_records(CLOSING_MODEL, "2026-11-03T00:00:00Z")
+}
+
+/// One impression per partition of user `<model>-<partition>` at `time`:
+/// it moves every partition's watermark to `time` less the lateness.
+fn marker_records(model: &str, time: &str) -> Vec<Produced> {
+    (0..PARTITIONS)
+        .map(|partition| {
+            let line = format!(
+                r#"{{"impression":{{"requestId":"{model}","userId":"{model}-{partition}","itemIds":["x"],"time":"{time}","model":"{model}"}}}}"#
+            );
+            Produced {
+                partition: Some(partition),
+                ..event_record(&line)
+            }
+        })
+        .collect()
+}
+
+/// Records that must not stall a partition: bytes that are not an event,
+/// and an event under another user's key.
+fn bad_records() -> Vec<Produced> {
+    let mismatched = event_record(
+        r#"{"interaction":{"userId":"u-mismatch","itemId":"i","type":"click","time":"2026-11-01T10:00:00Z"}}"#,
+    );
+    vec![
+        Produced {
+            key: "u1".into(),
+            value: vec![0xff, 0xff, 0xff],
+            line: None,
+            partition: None,
+        },
+        Produced {
+            key: "someone-else".into(),
+            ..mismatched
+        },
+    ]
+}
+
+async fn produce(producer: &FutureProducer, records: &[Produced]) {
+    for record in records {
+        let mut future = FutureRecord::to(TOPIC)
+            .key(&record.key)
+            .payload(&record.value);
+        if let Some(partition) = record.partition {
+            future = future.partition(partition);
+        }
+        producer
+            .send(future, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
+/// A consuming instance of the fleet.
+fn instance(broker: &Broker, extra: &[&str]) -> Server {
+    let brokers = broker.address();
+    let mut args = vec![
+        "--kafka-mode",
+        "consume",
+        "--kafka-brokers",
+        &brokers,
+        "--wall-clock-advance",
+        "false",
+        "--shutdown-linger",
+        "3s",
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// `/metrics` of `server`, parsed; `None` once it has stopped answering.
+fn scrape(server: &Server) -> Option<BTreeMap<String, f64>> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.http).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    if !response.starts_with("HTTP/1.0 200") && !response.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    Some(parse_metrics(body))
+}
+
+fn value(metrics: &BTreeMap<String, f64>, key: &str) -> f64 {
+    metrics.get(key).copied().unwrap_or(0.0)
+}
+
+/// The sum of the series whose keys start with `prefix`.
+fn prefixed(metrics: &BTreeMap<String, f64>, prefix: &str) -> f64 {
+    metrics
+        .iter()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Adds every series of `metrics` into `into`.
+fn add(into: &mut BTreeMap<String, f64>, metrics: &BTreeMap<String, f64>) {
+    for (key, v) in metrics {
+        *into.entry(key.clone()).or_default() += v;
+    }
+}
+
+/// Polls until `done` holds of the instances' metrics; returns them.
+fn wait_for(
+    servers: &[&Server],
+    what: &str,
+    done: impl Fn(&[BTreeMap<String, f64>]) -> bool,
+) -> Vec<BTreeMap<String, f64>> {
+    let mut last = Vec::new();
+    for _ in 0..POLLS {
+        let scraped: Option<Vec<_>> = servers.iter().map(|s| scrape(s)).collect();
+        if let Some(scraped) = scraped {
+            if done(&scraped) {
+                return scraped;
+            }
+            last = scraped;
+        }
+        std::thread::sleep(POLL);
+    }
+    for server in servers {
+        for line in server.log.try_iter() {
+            eprintln!("{}: {line}", server.http);
+        }
+    }
+    let progress: Vec<(f64, f64)> = last
+        .iter()
+        .map(|m| {
+            (
+                value(m, "rankwatch_events_received_total"),
+                value(m, "rankwatch_kafka_partitions"),
+            )
+        })
+        .collect();
+    let answering: Vec<bool> = servers.iter().map(|s| scrape(s).is_some()).collect();
+    panic!("timed out waiting for {what}; events received and partitions per instance: {progress:?}; answering: {answering:?}");
+}
+
+fn total(scraped: &[BTreeMap<String, f64>], key: &str) -> f64 {
+    scraped.iter().map(|m| value(m, key)).sum()
+}
+
+/// Sends SIGTERM; returns the instance's metrics once it has handed its
+/// partitions over (its last values), then waits for its exit.
+fn terminate(server: &mut Server) -> BTreeMap<String, f64> {
+    let pid = server.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let mut last = None;
+    for _ in 0..POLLS {
+        match scrape(server) {
+            Some(metrics) if value(&metrics, "rankwatch_kafka_partitions") == 0.0 => {
+                last = Some(metrics);
+                break;
+            }
+            _ => std::thread::sleep(POLL),
+        }
+    }
+    let last = last.expect("the departing instance serves its last figures");
+    for _ in 0..POLLS {
+        if server.child.try_wait().unwrap().is_some() {
+            return last;
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("the departing instance did not exit after its linger");
+}
+
+/// The sum over partitions of `rankwatch replay` of each partition's records
+/// in offset order, as `/metrics` series: per group and K, `_sum` and
+/// `_count` of every metric; and the counters. The closing group is left out.
+fn replayed(broker: &Broker, lines: &BTreeMap<Vec<u8>, String>) -> BTreeMap<String, f64> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut series = BTreeMap::new();
+    for (partition, records) in broker.records() {
+        let log: String = records
+            .iter()
+            .filter_map(|(_, value)| lines.get(value))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let path = dir.path().join(format!("partition-{partition}.jsonl"));
+        std::fs::write(&path, log).unwrap();
+        let report = replay_json(&[path.to_str().unwrap(), "--format", "json"], None);
+        add(&mut series, &report_series(&report));
+    }
+    series
+}
+
+/// A replay report as the series `/metrics` would show for it.
+fn report_series(report: &Value) -> BTreeMap<String, f64> {
+    let mut series = BTreeMap::new();
+    let c = &report["counters"];
+    let n = |v: &Value| v.as_f64().unwrap_or(0.0);
+    series.insert("rankwatch_impressions_total".into(), n(&c["impressions"]));
+    series.insert("rankwatch_interactions_total".into(), n(&c["interactions"]));
+    series.insert(
+        "rankwatch_interactions_credited_total".into(),
+        n(&c["credited"]),
+    );
+    for (reason, count) in c["unattributed"].as_object().unwrap() {
+        series.insert(
+            format!("rankwatch_interactions_unattributed_total{{reason=\"{reason}\"}}"),
+            n(count),
+        );
+    }
+    series.insert(
+        "rankwatch_impressions_late_total".into(),
+        n(&c["late"]["impressions"]),
+    );
+    for (kind, key) in [
+        ("impression", "impressions"),
+        ("interaction", "interactions"),
+    ] {
+        series.insert(
+            format!("rankwatch_duplicates_total{{kind=\"{kind}\"}}"),
+            n(&c["duplicates"][key]),
+        );
+    }
+    for (reason, count) in c["rejected"].as_object().unwrap() {
+        series.insert(
+            format!("rankwatch_events_rejected_total{{reason=\"{reason}\"}}"),
+            n(count),
+        );
+    }
+    for group in report["groups"].as_array().unwrap() {
+        let (model, surface) = (
+            group["model"].as_str().unwrap(),
+            group["surface"].as_str().unwrap(),
+        );
+        if model == CLOSING_MODEL {
+            continue;
+        }
+        let lists = n(&group["lists"]);
+        for (key, means) in group["metrics"].as_object().unwrap() {
+            let (metric, k) = key.split_once('@').unwrap();
+            let labels = format!("k=\"{k}\",model=\"{model}\",surface=\"{surface}\"");
+            series.insert(format!("rankwatch_list_{metric}_count{{{labels}}}"), lists);
+            series.insert(
+                format!("rankwatch_list_{metric}_sum{{{labels}}}"),
+                n(&means["all"]) * lists,
+            );
+        }
+    }
+    series
+}
+
+/// Asserts that `fleet` has every series of `expected`: counts and counters
+/// exactly, sums to the last bits that adding in another order changes.
+fn assert_fleet_matches(fleet: &BTreeMap<String, f64>, expected: &BTreeMap<String, f64>) {
+    let mut compared = 0;
+    for (key, want) in expected {
+        let got = value(fleet, key);
+        if key.contains("_sum{") {
+            assert!(
+                (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "{key}: fleet {got}, replay {want}"
+            );
+        } else {
+            assert_eq!(got, *want, "{key}");
+        }
+        compared += 1;
+    }
+    assert!(compared > 100, "only {compared} series compared");
+}
+
+/// Lines by encoded value, to turn records back into the log they came from.
+fn lines_by_value(records: &[Produced]) -> BTreeMap<Vec<u8>, String> {
+    records
+        .iter()
+        .filter_map(|r| r.line.clone().map(|line| (r.value.clone(), line)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition() {
+    let broker = Broker::in_memory();
+    broker.create_topic().await;
+    let log = log_records();
+    let (first, second) = log.split_at(log.len() / 2);
+    let mut first = first.to_vec();
+    first.extend(bad_records());
+    let mut second = second.to_vec();
+    second.extend(closing_records());
+    let producer = broker.producer();
+
+    let mut a = instance(&broker, &[]);
+    let b = instance(&broker, &[]);
+    let c = instance(&broker, &[]);
+    produce(&producer, &first).await;
+    let received = "rankwatch_events_received_total";
+    wait_for(&[&a, &b, &c], "the first half", |m| {
+        total(m, received) == first.len() as f64
+    });
+
+    let a_last = terminate(&mut a);
+    let d = instance(&broker, &[]);
+    wait_for(&[&b, &c, &d], "the partitions to be shared again", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    produce(&producer, &second).await;
+    let expected_received = first.len() + second.len();
+    let live = wait_for(&[&b, &c, &d], "the second half", |m| {
+        total(m, received) + value(&a_last, received) == expected_received as f64
+    });
+
+    let mut fleet = a_last.clone();
+    for metrics in &live {
+        add(&mut fleet, metrics);
+    }
+    let all: Vec<Produced> = first.iter().chain(&second).cloned().collect();
+    assert_fleet_matches(&fleet, &replayed(&broker, &lines_by_value(&all)));
+    assert_eq!(
+        value(
+            &fleet,
+            "rankwatch_events_rejected_total{reason=\"undecodable\"}"
+        ),
+        1.0
+    );
+    assert_eq!(value(&fleet, "rankwatch_kafka_key_mismatches_total"), 1.0);
+    assert_eq!(
+        value(&fleet, "rankwatch_open_impressions"),
+        f64::from(PARTITIONS),
+        "only the closing lists are open"
+    );
+    assert!(value(&a_last, "rankwatch_kafka_partitions_revoked_total") > 0.0);
+    assert!(
+        live.iter().all(|m| !m
+            .keys()
+            .any(|k| k.starts_with("rankwatch_lists_recounted_total"))),
+        "no list was counted twice"
+    );
+}
+
+/// Polls until the group has committed every partition up to its end:
+/// the instances have evaluated every record.
+fn wait_until_committed(broker: &Broker) {
+    let consumer: BaseConsumer = broker
+        .client()
+        .set("group.id", "rankwatch")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut ends = TopicPartitionList::new();
+    let mut partitions = TopicPartitionList::new();
+    for partition in 0..PARTITIONS {
+        let (_, high) = consumer
+            .fetch_watermarks(TOPIC, partition, Duration::from_secs(10))
+            .unwrap();
+        ends.add_partition_offset(TOPIC, partition, Offset::Offset(high))
+            .unwrap();
+        partitions.add_partition(TOPIC, partition);
+    }
+    for _ in 0..POLLS {
+        let committed = consumer.committed_offsets(partitions.clone(), Duration::from_secs(10));
+        if committed.is_ok_and(|c| {
+            c.elements()
+                .iter()
+                .zip(ends.elements())
+                .all(|(c, e)| c.offset() == e.offset())
+        }) {
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("the group did not commit every partition to its end");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_exported() {
+    let broker = Broker::in_memory();
+    broker.create_topic().await;
+    let log = log_records();
+    let (first, second) = log.split_at(log.len() / 2);
+    // Past the attribution window of every list so far: the instance that
+    // dies has finalized lists in each of its partitions.
+    let mut first = first.to_vec();
+    first.extend(marker_records("push", "2026-11-01T10:20:00Z"));
+    let first = &first[..];
+    let mut second = second.to_vec();
+    second.extend(closing_records());
+    let producer = broker.producer();
+
+    // The instance that dies never commits on its own: every list it
+    // finalized is counted again by the next owners, and exported as such.
+    let mut a = instance(&broker, &["--kafka-commit-interval", "1h"]);
+    let b = instance(&broker, &[]);
+    let c = instance(&broker, &[]);
+    produce(&producer, first).await;
+    let received = "rankwatch_events_received_total";
+    let partitions = "rankwatch_kafka_partitions";
+    let scraped = wait_for(&[&a, &b, &c], "the first half on all three", |m| {
+        total(m, received) == first.len() as f64 && m.iter().all(|m| value(m, partitions) > 0.0)
+    });
+    let a_last = scraped[0].clone();
+    let finalized_by_a = prefixed(&a_last, "rankwatch_lists_finalized_total");
+    assert!(finalized_by_a > 0.0);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    // A replacement starts once the dead one's session (10 s) has expired,
+    // as a Deployment's would; tansu 0.6 rebalances on the replacement's
+    // join rather than on the survivors' heartbeats.
+    std::thread::sleep(Duration::from_secs(12));
+    let d = instance(&broker, &[]);
+
+    wait_for(
+        &[&b, &c, &d],
+        "the dead instance's partitions to be taken",
+        |m| total(m, partitions) == f64::from(PARTITIONS),
+    );
+    produce(&producer, &second).await;
+    wait_until_committed(&broker);
+    let live = wait_for(&[&b, &c, &d], "the figures", |_| true);
+
+    let mut fleet = a_last.clone();
+    for metrics in &live {
+        add(&mut fleet, metrics);
+    }
+    let all: Vec<Produced> = first.iter().chain(&second).cloned().collect();
+    let expected = replayed(&broker, &lines_by_value(&all));
+    assert_eq!(
+        total(&live, "rankwatch_open_impressions"),
+        f64::from(PARTITIONS),
+        "only the closing lists are open: none was lost"
+    );
+    let mut recounted_total = 0.0;
+    let mut compared = 0;
+    for (key, want) in &expected {
+        let Some(rest) = key.strip_prefix("rankwatch_list_") else {
+            continue;
+        };
+        let Some((_, labels)) = rest.split_once("_count{") else {
+            continue;
+        };
+        let group = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|l| !l.starts_with("k="))
+            .collect::<Vec<_>>()
+            .join(",");
+        let recounted = value(
+            &fleet,
+            &format!("rankwatch_lists_recounted_total{{{group}}}"),
+        );
+        assert_eq!(
+            value(&fleet, key) - recounted,
+            *want,
+            "{key}: every list once, after the recounted ones"
+        );
+        compared += 1;
+        if key.starts_with("rankwatch_list_ndcg_count{k=\"10\"") {
+            recounted_total += recounted;
+        }
+    }
+    assert!(compared > 10);
+    assert!(
+        recounted_total > 0.0,
+        "the dead instance's lists were counted again"
+    );
+    assert!(
+        recounted_total <= finalized_by_a,
+        "at most what the dead instance finalized since its last commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_acknowledges_only_what_the_broker_stored() {
+    use tokio_stream::wrappers::ReceiverStream;
+    let mut broker = Broker::on_disk();
+    broker.create_topic().await;
+    let brokers = broker.address();
+    let relay = Server::start(&[
+        "--kafka-mode",
+        "relay",
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-delivery-timeout",
+        "3s",
+    ]);
+    let log = log_records();
+    let batches: Vec<EventBatch> = log
+        .chunks(50)
+        .enumerate()
+        .map(|(i, chunk)| EventBatch {
+            sequence: i as u64,
+            events: chunk
+                .iter()
+                .map(|r| event_from_json(r.line.as_deref().unwrap()).unwrap())
+                .collect(),
+        })
+        .collect();
+    let kill_after = batches.len() / 3;
+    let (mut acked, mut unavailable, mut attempts) = (0, 0, 0);
+    while acked < batches.len() {
+        attempts += 1;
+        if attempts == 120 {
+            for line in relay.log.try_iter() {
+                eprintln!("relay: {line}");
+            }
+            panic!(
+                "the relay never took the rest: {acked} of {} batches",
+                batches.len()
+            );
+        }
+        let mut client = relay.collector().await;
+        let (send, requests) = tokio::sync::mpsc::channel(1);
+        let mut acks = match client.ingest(ReceiverStream::new(requests)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => panic!("ingest refused: {status}"),
+        };
+        while acked < batches.len() {
+            if acked == kill_after && unavailable == 0 {
+                broker.kill();
+            }
+            send.send(batches[acked].clone()).await.unwrap();
+            match acks.message().await {
+                Ok(Some(ack)) => {
+                    assert_eq!(ack.sequence, batches[acked].sequence);
+                    acked += 1;
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    eprintln!("{status}");
+                    assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+                    unavailable += 1;
+                    if broker.child.is_none() {
+                        broker.run();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        unavailable > 0,
+        "the stream failed while the broker was down"
+    );
+
+    // Every acknowledged event is in the topic; resent batches may be there twice.
+    let records = broker.records();
+    let stored: std::collections::BTreeSet<&Vec<u8>> =
+        records.values().flatten().map(|(_, value)| value).collect();
+    let sent = lines_by_value(&log);
+    let valid: Vec<&Vec<u8>> = sent.keys().filter(|v| stored.contains(v)).collect();
+    let rejected_by_validation = sent.len() - valid.len();
+    let replayed_log = replay_json(
+        &[
+            conformance("replay_small.jsonl").to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let rejected: f64 = replayed_log["counters"]["rejected"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!(
+        rejected_by_validation as f64 <= rejected,
+        "only invalid events are missing from the topic"
+    );
+
+    // The fleet's figures of what was stored are those of replay by partition.
+    produce(&broker.producer(), &closing_records()).await;
+    let consumer = instance(&broker, &[]);
+    wait_until_committed(&broker);
+    let fleet = wait_for(&[&consumer], "the figures", |_| true).remove(0);
+    let mut lines = sent;
+    lines.extend(lines_by_value(&closing_records()));
+    assert_fleet_matches(&fleet, &replayed(&broker, &lines));
+}
