@@ -799,6 +799,33 @@ mod tests {
     }
 
     #[test]
+    fn the_control_model_comes_from_the_flag_then_the_file() {
+        let file: FileSettings = toml::from_str("control_model = \"v7\"").unwrap();
+        let none = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default());
+        assert_eq!(none.unwrap().control_model, None);
+        let from_file = EngineSettings::resolve(&EngineArgs::default(), &file).unwrap();
+        assert_eq!(from_file.control_model.as_deref(), Some("v7"));
+        assert_eq!(
+            from_file.report_config().control_model.as_deref(),
+            Some("v7")
+        );
+        let flag = EngineArgs {
+            control_model: Some("v8".into()),
+            ..Default::default()
+        };
+        let from_flag = EngineSettings::resolve(&flag, &file).unwrap();
+        assert_eq!(from_flag.control_model.as_deref(), Some("v8"));
+        let blank = EngineArgs {
+            control_model: Some(" ".into()),
+            ..Default::default()
+        };
+        let error = EngineSettings::resolve(&blank, &file)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("control_model"), "{error}");
+    }
+
+    #[test]
     fn explains_bad_values() {
         let bad = EngineArgs {
             half_life: Some(1.0),

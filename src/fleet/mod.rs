@@ -184,10 +184,8 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
             // The collector is not served in consume mode.
             Command::Apply { .. } | Command::AdvanceIfIdle { .. } => {}
             Command::Snapshot { reply } => {
-                let _ = reply.send(Snapshot::of(
-                    &fleet.figures(),
-                    fleet.engine_settings().report_config().control_model,
-                ));
+                let control = fleet.engine_settings().control_model.clone();
+                let _ = reply.send(Snapshot::of(&fleet.figures(), control));
             }
             Command::Report { window, reply } => {
                 let view = fleet.figures();

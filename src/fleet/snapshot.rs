@@ -34,7 +34,8 @@ const SCAN_STEP: i64 = 64;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 const MANIFEST_KEY: &str = "manifest";
-const FORMAT_VERSION: u32 = 1;
+/// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9).
+const FORMAT_VERSION: u32 = 2;
 
 /// What a snapshot is and where its chunks are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

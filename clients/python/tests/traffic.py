@@ -82,7 +82,7 @@ def assert_groups_match(got: List[Dict[str, Any]], want: List[Dict[str, Any]]) -
     for group, want_group in zip(got, want):
         assert sorted(group["metrics"]) == sorted(want_group["metrics"])
         for key, mean in want_group["metrics"].items():
-            for scope in ("all", "engaged"):
+            for scope in ("all", "engaged", "se_all", "se_engaged"):
                 assert group["metrics"][key][scope] == pytest.approx(mean[scope], rel=1e-12, abs=1e-12), key
 
 

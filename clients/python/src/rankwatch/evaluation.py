@@ -62,6 +62,7 @@ def report_dict(report: pb.Report) -> Dict[str, Any]:
             "attribution_window_s": report.config.attribution_window_s,
             "allowed_lateness_s": report.config.allowed_lateness_s,
             "gain": report.config.gain,
+            **({"control_model": report.config.control_model} if report.config.control_model else {}),
         },
         "counters": {
             "impressions": counters.impressions,
@@ -85,11 +86,32 @@ def report_dict(report: pb.Report) -> Dict[str, Any]:
                 "lists": group.lists,
                 "engaged_lists": group.engaged_lists,
                 "metrics": {
-                    key: {"all": mean.all, "engaged": mean.engaged}
+                    key: {
+                        "all": mean.all,
+                        "engaged": mean.engaged,
+                        "se_all": mean.se_all,
+                        "se_engaged": mean.se_engaged,
+                    }
                     for key, mean in sorted(group.metrics.items())
                 },
             }
             for group in report.groups
         ],
+        **({"comparisons": [comparison_dict(c) for c in report.comparisons]}
+           if report.config.control_model else {}),
         "window": report.window,
+    }
+
+
+def comparison_dict(comparison: pb.Comparison) -> Dict[str, Any]:
+    """A `Comparison` in the shape of the replay's `comparisons` entries."""
+    return {
+        "surface": comparison.surface,
+        "model": comparison.model,
+        "control": comparison.control,
+        "metric": comparison.metric,
+        "diff": comparison.diff,
+        "se": comparison.se,
+        "ci95": [comparison.ci95_lower, comparison.ci95_upper],
+        "cs95": [comparison.cs95_lower, comparison.cs95_upper],
     }
