@@ -1,8 +1,8 @@
 //! `rankwatch loadgen --kafka-brokers`: the same traffic as over gRPC,
 //! produced to the event topic of fleet mode (SPEC §10) instead: one record
 //! per event, keyed by its `user_id`, its value the serialized
-//! `rankwatch.v1.Event`, partitioned by librdkafka's default keyed
-//! partitioner as the relay's records are. A batch counts as acknowledged
+//! `rankwatch.v1.Event`, partitioned by murmur2 of the key as the relay's
+//! records are (Java's default, which all producers of a topic must share). A batch counts as acknowledged
 //! once the broker has stored all its records, so the report's `accepted`
 //! is what the topic holds. It knows nothing of the fleet's consumers.
 
@@ -45,6 +45,7 @@ impl Destination {
             .set("bootstrap.servers", &self.brokers)
             .set("client.id", "rankwatch-loadgen")
             .set("acks", "all")
+            .set("partitioner", "murmur2_random")
             .set("linger.ms", "1")
             .set("compression.type", "none")
             .set("batch.num.messages", "1")
