@@ -96,6 +96,16 @@ pub struct LoadgenArgs {
         default_value = "rankwatch.events"
     )]
     pub kafka_topic: String,
+    /// Most records of one Kafka record batch, with --kafka-brokers. 1 by
+    /// default: tansu 0.6.0, the broker of the tests, acknowledged and then
+    /// lost some records of multi-record batches; with a real Kafka, or
+    /// when a few lost records do not matter (benchmarks), give hundreds.
+    #[arg(
+        long,
+        env = "RANKWATCH_LOADGEN_KAFKA_BATCH_RECORDS",
+        default_value_t = 1
+    )]
+    pub kafka_batch_records: usize,
 }
 
 impl LoadgenArgs {
@@ -128,6 +138,7 @@ impl LoadgenArgs {
         Some(super::kafka::Destination {
             brokers,
             topic: self.kafka_topic.clone(),
+            batch_records: self.kafka_batch_records.max(1),
         })
     }
 

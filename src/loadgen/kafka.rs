@@ -32,12 +32,14 @@ pub(super) struct Destination {
     pub(super) brokers: String,
     /// The event topic.
     pub(super) topic: String,
+    /// Most records of one record batch.
+    pub(super) batch_records: usize,
 }
 
 impl Destination {
-    /// A producer that waits for every replica (`acks=all`), one record
-    /// per record batch: tansu 0.6.0, the broker of the tests and
-    /// benchmarks, acknowledged and then lost some records of multi-record
+    /// A producer that waits for every replica (`acks=all`), with at most
+    /// `batch_records` records per record batch: tansu 0.6.0, the broker of
+    /// the tests, acknowledged and then lost some records of multi-record
     /// batches (about 0.3% of 40,000 at 20,000 events/s), while it kept
     /// every one sent alone.
     pub(super) fn producer(&self) -> Result<FutureProducer, LoadError> {
@@ -48,7 +50,7 @@ impl Destination {
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "1")
             .set("compression.type", "none")
-            .set("batch.num.messages", "1")
+            .set("batch.num.messages", self.batch_records.to_string())
             .set(
                 "message.timeout.ms",
                 DELIVERY_TIMEOUT.as_millis().to_string(),
