@@ -66,7 +66,7 @@ done
 # goes, in record batches of up to 500 (tansu may lose a few of those: the
 # consumer's count is what was stored).
 taskset -c 0 "$BIN" loadgen --kafka-brokers "$BROKER" --kafka-topic "$TOPIC" --kafka-batch-records 500 \
-  --rate 0 --streams 4 --max-inflight 64 --batch-size 500 --users 1000000 \
+  --rate 0 --streams 4 --max-inflight 8 --batch-size 500 --users 1000000 \
   --duration "${PRODUCE_SECONDS}s" >"$work/produce.txt"
 produced=$(awk '$1 == "acked" {print $2}' "$work/produce.txt")
 produce_rate=$(awk '/throughput/ {print $2}' "$work/produce.txt")
