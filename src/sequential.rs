@@ -4,7 +4,7 @@
 //! lists of each model. Counts how often the fixed-sample interval and the
 //! anytime-valid sequence exclude zero when the models are identical (false
 //! alarms), and how many lists the sequence needs to see a worse candidate.
-//! Used by the tests (small) and `examples/sequential.rs` (large).
+//! Used by the tests (small) and `benches/sequential.rs` (large).
 
 use crate::loadgen::{Traffic, TrafficConfig, TrafficError};
 use crate::metrics::uncertainty::{standard_error, Difference, Estimate};

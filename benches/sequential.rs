@@ -1,5 +1,5 @@
 //! The large simulation of SPEC §9 behind the README's figures:
-//! `cargo run --release --example sequential [RUNS] [LOOKS]`.
+//! `cargo bench --bench sequential -- [RUNS] [LOOKS]`.
 //!
 //! Two identical models (the demo's control, quality 0.9) watched every 100
 //! lists of each: how often the fixed 95% interval and the anytime-valid 95%
@@ -9,7 +9,8 @@
 use rankwatch::sequential::{detection, false_alarms, Simulation};
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    // `cargo bench` passes `--bench`; the figures are the other arguments.
+    let mut args = std::env::args().skip(1).filter(|arg| !arg.starts_with("--"));
     let runs = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1_000);
     let looks = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
     let simulation = Simulation {
