@@ -12,6 +12,7 @@ pub mod export;
 pub mod join;
 pub mod loadgen;
 pub mod metrics;
+pub mod query;
 pub mod replay;
 pub mod server;
 pub mod state;

@@ -5,5 +5,5 @@ pub mod prometheus;
 mod report;
 mod snapshot;
 
-pub use report::{GroupReport, Report, ReportConfig, ReportCounters};
+pub use report::{GroupReport, MeanPair, Report, ReportConfig, ReportCounters};
 pub use snapshot::{GroupSnapshot, Snapshot};

@@ -1,6 +1,7 @@
 //! The evaluation report (SPEC §6): settings, counters, and per-group means
 //! of every metric at every K in both scopes.
 
+use super::Snapshot;
 use crate::join::{Counters, Engine, Unattributed};
 use crate::metrics::{GroupTotals, Metric, MetricMeans};
 use serde::Serialize;
@@ -21,7 +22,7 @@ pub struct ReportConfig {
     pub k: Vec<usize>,
     pub attribution_window_s: f64,
     pub allowed_lateness_s: f64,
-    pub gain: &'static str,
+    pub gain: String,
 }
 
 /// Event outcomes, shaped as in SPEC §6.
@@ -30,14 +31,14 @@ pub struct ReportCounters {
     pub impressions: u64,
     pub interactions: u64,
     pub credited: u64,
-    pub unattributed: BTreeMap<&'static str, u64>,
-    pub late: BTreeMap<&'static str, u64>,
-    pub duplicates: BTreeMap<&'static str, u64>,
+    pub unattributed: BTreeMap<String, u64>,
+    pub late: BTreeMap<String, u64>,
+    pub duplicates: BTreeMap<String, u64>,
     /// Only reasons that occurred.
-    pub rejected: BTreeMap<&'static str, u64>,
+    pub rejected: BTreeMap<String, u64>,
     /// Events shed under limits, by kind; left out when none were.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub shed: BTreeMap<&'static str, u64>,
+    pub shed: BTreeMap<String, u64>,
 }
 
 /// One `(model, surface)` group.
@@ -76,17 +77,17 @@ impl ReportCounters {
             credited: counters.credited,
             unattributed: Unattributed::ALL
                 .iter()
-                .map(|r| (r.as_str(), counters.unattributed_count(*r)))
+                .map(|r| (r.as_str().to_owned(), counters.unattributed_count(*r)))
                 .collect(),
-            late: BTreeMap::from([("impressions", counters.late_impressions)]),
+            late: BTreeMap::from([("impressions".to_owned(), counters.late_impressions)]),
             duplicates: BTreeMap::from([
-                ("impressions", counters.duplicate_impressions),
-                ("interactions", counters.duplicate_interactions),
+                ("impressions".to_owned(), counters.duplicate_impressions),
+                ("interactions".to_owned(), counters.duplicate_interactions),
             ]),
             rejected: counters
                 .rejected
                 .iter()
-                .map(|(reason, n)| (reason.as_str(), *n))
+                .map(|(reason, n)| (reason.as_str().to_owned(), *n))
                 .collect(),
             shed: [
                 ("impressions", counters.shed_impressions),
@@ -94,6 +95,7 @@ impl ReportCounters {
             ]
             .into_iter()
             .filter(|(_, n)| *n > 0)
+            .map(|(kind, n)| (kind.to_owned(), n))
             .collect(),
         }
     }
@@ -102,36 +104,51 @@ impl ReportCounters {
 impl Report {
     /// The report of every list finalized since start.
     pub fn since_start(engine: &Engine, config: &ReportConfig) -> Self {
-        Self::build(engine, config, |aggregates| aggregates.totals.clone())
+        let groups = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, (model, surface))| (model, surface, aggregates.totals.clone()));
+        Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
     pub fn window(engine: &Engine, config: &ReportConfig, index: usize) -> Self {
         let frontier = engine.frontier().unwrap_or(0);
-        Self::build(engine, config, |aggregates| {
-            aggregates.windows.totals(index, frontier)
-        })
+        let groups = engine.aggregates().iter().zip(engine.group_names()).map(
+            |(aggregates, (model, surface))| {
+                (model, surface, aggregates.windows.totals(index, frontier))
+            },
+        );
+        Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
     }
 
-    fn build(
-        engine: &Engine,
+    /// The report of `snapshot`: since start (`None`) or of rolling window `index`.
+    pub fn of_snapshot(snapshot: &Snapshot, config: &ReportConfig, window: Option<usize>) -> Self {
+        let groups = snapshot.groups.iter().map(|group| {
+            let totals = match window {
+                None => group.totals.clone(),
+                Some(index) => group.windows.get(index).cloned().unwrap_or_default(),
+            };
+            (&group.model, &group.surface, totals)
+        });
+        Self::build(config, &snapshot.counters, &snapshot.ks, groups)
+    }
+
+    fn build<'a>(
         config: &ReportConfig,
-        totals_of: impl Fn(&crate::join::GroupAggregates) -> GroupTotals,
+        counters: &Counters,
+        ks: &[usize],
+        groups: impl Iterator<Item = (&'a String, &'a String, GroupTotals)>,
     ) -> Self {
-        let ks = engine.evaluator().ks();
-        let mut groups: Vec<GroupReport> = engine
-            .aggregates()
-            .iter()
-            .zip(engine.group_names())
-            .map(|(aggregates, (model, surface))| {
-                group_report(model, surface, &totals_of(aggregates), ks)
-            })
+        let mut groups: Vec<GroupReport> = groups
+            .map(|(model, surface, totals)| group_report(model, surface, &totals, ks))
             .filter(|group| group.lists > 0)
             .collect();
         groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
         Self {
             config: config.clone(),
-            counters: ReportCounters::new(engine.counters()),
+            counters: ReportCounters::new(counters),
             groups,
         }
     }
@@ -196,7 +213,7 @@ impl Report {
     }
 }
 
-fn join_counts(counts: &BTreeMap<&'static str, u64>) -> String {
+fn join_counts(counts: &BTreeMap<String, u64>) -> String {
     counts
         .iter()
         .map(|(name, n)| format!("{name} {n}"))
