@@ -10,6 +10,7 @@ mod http;
 mod periodic;
 mod persistence;
 mod process;
+mod status;
 mod tasks;
 mod telemetry;
 mod tls;
@@ -93,7 +94,12 @@ pub async fn serve(
             recorder.clone(),
             settings.windows.clone(),
             shutdown.clone(),
-        ),
+        )
+        .merge(status::router(
+            engine.clone(),
+            engine_settings.report_config(),
+            status::StatusSettings::new(&engine_settings, &settings),
+        )),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let saver = state_file.map(|file| {
