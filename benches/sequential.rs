@@ -10,7 +10,9 @@ use rankwatch::sequential::{detection, false_alarms, Simulation};
 
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; the figures are the other arguments.
-    let mut args = std::env::args().skip(1).filter(|arg| !arg.starts_with("--"));
+    let mut args = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"));
     let runs = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1_000);
     let looks = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
     let simulation = Simulation {

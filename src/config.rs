@@ -537,7 +537,7 @@ impl EngineSettings {
             k: self.evaluator().ks().to_vec(),
             attribution_window_s: self.attribution_window.as_secs_f64(),
             allowed_lateness_s: self.allowed_lateness.as_secs_f64(),
-            gain: self.metrics.gain.name(),
+            gain: self.metrics.gain.name().to_owned(),
             control_model: self.control_model.clone(),
         }
     }

@@ -1,6 +1,6 @@
 //! `rankwatch demo`: the server plus built-in synthetic traffic from a good
-//! and a worse model, so a new user sees live, differing metrics at
-//! `/metrics` within a minute.
+//! and a worse model, so a new user sees live, differing metrics on the
+//! status page at `/` and at `/metrics` within a minute.
 
 use crate::config::{parse_duration, EngineSettings, ServerSettings};
 use crate::loadgen::{self, ModelSpec, Traffic, TrafficConfig, DEFAULT_MODELS};
@@ -82,8 +82,9 @@ pub async fn run(
         });
     }
     tracing::info!(
-        "demo traffic at {} events/s; within a minute: curl -s http://{}/metrics | grep 'rankwatch_ndcg{{.*k=\"10\",window=\"1m\",scope=\"all\"'",
+        "demo traffic at {} events/s; within a minute the models part at http://{}/ (and in curl -s http://{}/metrics | grep 'rankwatch_ndcg{{.*k=\"10\",window=\"1m\",scope=\"all\"')",
         args.rate,
+        bound.http,
         bound.http
     );
     let feeding = tokio::spawn(loadgen::feed(

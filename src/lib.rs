@@ -57,6 +57,7 @@ pub mod fleet;
 pub mod join;
 pub mod loadgen;
 pub mod metrics;
+pub mod query;
 pub mod replay;
 pub mod sequential;
 pub mod server;

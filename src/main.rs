@@ -5,7 +5,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings, ServerArgs, ServerSettings};
 use rankwatch::demo::{self, DemoArgs};
+use rankwatch::export::Report;
 use rankwatch::loadgen::{self, LoadgenArgs};
+use rankwatch::query::{self, QueryArgs};
 use rankwatch::replay::{self, ReplayOptions};
 use rankwatch::server;
 use std::future::Future;
@@ -35,6 +37,8 @@ enum Command {
     Loadgen(LoadgenArgs),
     /// Evaluate recorded logs (JSON Lines, `-` for standard input, .gz read transparently).
     Replay(ReplayArgs),
+    /// Print the report of a running server (`Evaluation.GetMetrics`), since start or for one window.
+    Query(QueryCommand),
 }
 
 #[derive(clap::Args)]
@@ -70,6 +74,15 @@ struct ReplayArgs {
     engine: EngineArgs,
 }
 
+#[derive(clap::Args)]
+struct QueryCommand {
+    #[command(flatten)]
+    query: QueryArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
     Table,
@@ -93,6 +106,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => run_demo(args),
         Command::Loadgen(args) => run_loadgen(args),
         Command::Replay(args) => run_replay(args),
+        Command::Query(args) => run_query(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -219,8 +233,21 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             bad_lines - BAD_LINES_SHOWN
         );
     }
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    print_report(&report, args.format)
+}
+
+fn run_query(args: QueryCommand) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime.block_on(query::fetch(&args.query))?;
+    print_report(&report, args.format)
+}
+
+fn print_report(report: &Report, format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(report)?),
         Format::Table => print!("{}", report.to_table()),
     }
     Ok(())

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond cargo, from Debian's packages and PyPI:
 # promtool and prometheus (Debian's `prometheus`) for the metrics and rules
-# checks and the end-to-end run, and a Python virtualenv with grpcio for the
-# independent client test, then the Python client (clients/python, rebuilt from
-# the working tree every time) with its test and Kafka extras. Safe to run
-# again: it installs only what is missing, and the client.
+# checks and the end-to-end run, Debian's `chromium` for the status page's
+# browser test, and a Python virtualenv with grpcio for the independent client
+# test and websocket-client to drive Chromium, then the Python client
+# (clients/python, rebuilt from the working tree every time) with its test and
+# Kafka extras. Safe to run again: it installs only what is missing, and the
+# client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,10 +17,21 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
 
+# Pinned to the version Debian 12 ships (bookworm-security); the browser test
+# speaks the DevTools protocol to it.
+chromium_version='156.0.8078.79-1~deb12u1'
+if [ "$(dpkg-query -W -f='${Version}' chromium 2>/dev/null || true)" != "$chromium_version" ]; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "chromium=$chromium_version" >/dev/null
+fi
+
 venv=target/python
 if ! "$venv/bin/python" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'grpcio==1.85.1' 'grpcio-tools==1.85.1'
+fi
+if ! "$venv/bin/python" -c 'import websocket' >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'websocket-client==1.9.2'
 fi
 # `python -m pip` rather than bin/pip, whose first line names the path where the
 # venv was made (wrong in a copy). pip always rebuilds a project given as a

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then runs the Rust tests
 # (unit, conformance, properties, real server over loopback), the Prometheus
-# rule tests, the independent Python check, the Python client's tests and the
-# end-to-end deploy check.
+# rule tests, the independent Python check, the Python client's tests, the
+# status page in a headless Chromium and the end-to-end deploy check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,5 +14,7 @@ cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
 # The Python client against the real server; pytest exits non-zero (5) when it collects no test.
 RANKWATCH_BINARY=target/release/rankwatch target/python/bin/python -m pytest -q clients/python/tests
+# The status page against `rankwatch demo`; screenshots in target/artifacts/.
+target/python/bin/python tests/browser/status_page.py --binary target/release/rankwatch
 bash deploy/prometheus/check.sh
 bash deploy/e2e.sh

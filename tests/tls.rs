@@ -114,3 +114,89 @@ async fn mutual_tls_admits_only_clients_with_a_certificate() {
     };
     assert!(refused, "plaintext is refused on a TLS listener");
 }
+
+/// Runs `rankwatch query ARGS`.
+fn query(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .arg("query")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_speaks_mutual_tls_with_a_client_certificate() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (cert, key, ca) = (
+        write("server.pem", &pki.server_cert),
+        write("server.key", &pki.server_key),
+        write("ca.pem", &pki.ca),
+    );
+    let (client_cert, client_key) = (
+        write("client.pem", &pki.client_cert),
+        write("client.key", &pki.client_key),
+    );
+    let server = Server::start(&[
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+        "--wall-clock-advance",
+        "false",
+    ]);
+    let mut client = connect(&server, &pki, true).await.unwrap();
+    client.ingest_batch(batch()).await.unwrap();
+
+    let addr = server.grpc.to_string();
+    let trusting = [
+        "--grpc-addr",
+        &addr,
+        "--tls-ca-cert",
+        &ca,
+        "--format",
+        "json",
+    ];
+    let identity = [
+        "--tls-client-cert",
+        &client_cert,
+        "--tls-client-key",
+        &client_key,
+    ];
+    let named = |name| [&trusting[..], &["--tls-server-name", name]].concat();
+
+    let output = query(&[&named("localhost")[..], &identity].concat());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["counters"]["impressions"], 1);
+    assert_eq!(
+        report["groups"],
+        serde_json::json!([]),
+        "its list is still open"
+    );
+
+    let refused = |args: &[&str]| !query(args).status.success();
+    assert!(
+        refused(&named("localhost")),
+        "a client without a certificate is refused"
+    );
+    assert!(
+        refused(&[&named("elsewhere")[..], &identity].concat()),
+        "a certificate for another name is refused"
+    );
+    assert!(
+        refused(&["--grpc-addr", &addr]),
+        "plaintext is refused on a TLS listener"
+    );
+}

@@ -7,5 +7,5 @@ mod report;
 mod snapshot;
 
 pub use comparison::{compare, Comparison, NamedTotals};
-pub use report::{GroupReport, Report, ReportConfig, ReportCounters};
+pub use report::{GroupReport, MeanPair, Report, ReportConfig, ReportCounters};
 pub use snapshot::{GroupSnapshot, Snapshot};

@@ -275,17 +275,11 @@ fn window_lists(
 
 fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nanos) {
     let c = &snapshot.counters;
-    let accepted = c.impressions
-        + c.interactions
-        + c.late_impressions
-        + c.duplicate_impressions
-        + c.duplicate_interactions;
-    let rejected: u64 = c.rejected.values().sum();
     let none = &LabelSet::default();
     let help = "Events received in batches, valid or not.";
-    writer.single(EVENTS_RECEIVED, Kind::Counter, help, accepted + rejected);
+    writer.single(EVENTS_RECEIVED, Kind::Counter, help, c.received());
     let help = "Valid events applied to the join.";
-    writer.single(EVENTS_ACCEPTED, Kind::Counter, help, accepted);
+    writer.single(EVENTS_ACCEPTED, Kind::Counter, help, c.accepted());
     let help = "Invalid events, by reason.";
     let mut family = writer.family(EVENTS_REJECTED, Kind::Counter, help);
     for reason in Reason::ALL {

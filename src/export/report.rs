@@ -2,6 +2,7 @@
 //! of every metric at every K in both scopes.
 
 use super::comparison::{compare, Comparison, NamedTotals};
+use super::Snapshot;
 use crate::join::{Counters, Engine, Unattributed};
 use crate::metrics::{GroupTotals, Metric, MetricMeans};
 use serde::Serialize;
@@ -25,7 +26,7 @@ pub struct ReportConfig {
     pub k: Vec<usize>,
     pub attribution_window_s: f64,
     pub allowed_lateness_s: f64,
-    pub gain: &'static str,
+    pub gain: String,
     /// The model the others are compared against, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub control_model: Option<String>,
@@ -37,14 +38,14 @@ pub struct ReportCounters {
     pub impressions: u64,
     pub interactions: u64,
     pub credited: u64,
-    pub unattributed: BTreeMap<&'static str, u64>,
-    pub late: BTreeMap<&'static str, u64>,
-    pub duplicates: BTreeMap<&'static str, u64>,
+    pub unattributed: BTreeMap<String, u64>,
+    pub late: BTreeMap<String, u64>,
+    pub duplicates: BTreeMap<String, u64>,
     /// Only reasons that occurred.
-    pub rejected: BTreeMap<&'static str, u64>,
+    pub rejected: BTreeMap<String, u64>,
     /// Events shed under limits, by kind; left out when none were.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub shed: BTreeMap<&'static str, u64>,
+    pub shed: BTreeMap<String, u64>,
 }
 
 /// One `(model, surface)` group.
@@ -88,17 +89,17 @@ impl ReportCounters {
             credited: counters.credited,
             unattributed: Unattributed::ALL
                 .iter()
-                .map(|r| (r.as_str(), counters.unattributed_count(*r)))
+                .map(|r| (r.as_str().to_owned(), counters.unattributed_count(*r)))
                 .collect(),
-            late: BTreeMap::from([("impressions", counters.late_impressions)]),
+            late: BTreeMap::from([("impressions".to_owned(), counters.late_impressions)]),
             duplicates: BTreeMap::from([
-                ("impressions", counters.duplicate_impressions),
-                ("interactions", counters.duplicate_interactions),
+                ("impressions".to_owned(), counters.duplicate_impressions),
+                ("interactions".to_owned(), counters.duplicate_interactions),
             ]),
             rejected: counters
                 .rejected
                 .iter()
-                .map(|(reason, n)| (reason.as_str(), *n))
+                .map(|(reason, n)| (reason.as_str().to_owned(), *n))
                 .collect(),
             shed: [
                 ("impressions", counters.shed_impressions),
@@ -106,6 +107,7 @@ impl ReportCounters {
             ]
             .into_iter()
             .filter(|(_, n)| *n > 0)
+            .map(|(kind, n)| (kind.to_owned(), n))
             .collect(),
         }
     }
@@ -114,29 +116,47 @@ impl ReportCounters {
 impl Report {
     /// The report of every list finalized since start.
     pub fn since_start(engine: &Engine, config: &ReportConfig) -> Self {
-        Self::build(engine, config, |aggregates| aggregates.totals.clone())
+        let groups = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, (model, surface))| (model, surface, aggregates.totals.clone()));
+        Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
     pub fn window(engine: &Engine, config: &ReportConfig, index: usize) -> Self {
         let frontier = engine.frontier().unwrap_or(0);
-        Self::build(engine, config, |aggregates| {
-            aggregates.windows.totals(index, frontier)
-        })
+        let groups = engine.aggregates().iter().zip(engine.group_names()).map(
+            |(aggregates, (model, surface))| {
+                (model, surface, aggregates.windows.totals(index, frontier))
+            },
+        );
+        Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
     }
 
-    fn build(
-        engine: &Engine,
+    /// The report of `snapshot`: since start (`None`) or of rolling window `index`.
+    pub fn of_snapshot(snapshot: &Snapshot, config: &ReportConfig, window: Option<usize>) -> Self {
+        let groups = snapshot.groups.iter().map(|group| {
+            let totals = match window {
+                None => group.totals.clone(),
+                Some(index) => group.windows.get(index).cloned().unwrap_or_default(),
+            };
+            (&group.model, &group.surface, totals)
+        });
+        Self::build(config, &snapshot.counters, &snapshot.ks, groups)
+    }
+
+    fn build<'a>(
         config: &ReportConfig,
-        totals_of: impl Fn(&crate::join::GroupAggregates) -> GroupTotals,
+        counters: &Counters,
+        ks: &[usize],
+        groups: impl Iterator<Item = (&'a String, &'a String, GroupTotals)>,
     ) -> Self {
-        let ks = engine.evaluator().ks();
-        let totals: Vec<GroupTotals> = engine.aggregates().iter().map(totals_of).collect();
-        let named: Vec<NamedTotals<'_>> = engine
-            .group_names()
+        let totals: Vec<(&String, &String, GroupTotals)> = groups.collect();
+        let named: Vec<NamedTotals<'_>> = totals
             .iter()
-            .zip(&totals)
-            .map(|((model, surface), totals)| NamedTotals {
+            .map(|(model, surface, totals)| NamedTotals {
                 model: model.as_str(),
                 surface: surface.as_str(),
                 totals,
@@ -154,7 +174,7 @@ impl Report {
             .map(|control| compare(&named, control, ks));
         Self {
             config: config.clone(),
-            counters: ReportCounters::new(engine.counters()),
+            counters: ReportCounters::new(counters),
             groups,
             comparisons,
         }
@@ -249,7 +269,7 @@ fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
     out.push_str("\ndiff = model − control, scope all; the anytime-valid sequence stays valid however often it is looked at.\n");
 }
 
-fn join_counts(counts: &BTreeMap<&'static str, u64>) -> String {
+fn join_counts(counts: &BTreeMap<String, u64>) -> String {
     counts
         .iter()
         .map(|(name, n)| format!("{name} {n}"))

@@ -58,6 +58,20 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Valid events applied to the join: opened, credited or not, late, duplicates.
+    pub fn accepted(&self) -> u64 {
+        self.impressions
+            + self.interactions
+            + self.late_impressions
+            + self.duplicate_impressions
+            + self.duplicate_interactions
+    }
+
+    /// Events received in batches, valid or not.
+    pub fn received(&self) -> u64 {
+        self.accepted() + self.rejected.values().sum::<u64>()
+    }
+
     /// Counts one unattributed interaction.
     pub(super) fn unattributed(&mut self, reason: Unattributed) {
         self.unattributed[reason as usize] += 1;

@@ -60,32 +60,26 @@ impl Evaluation for EvaluationService {
 }
 
 fn to_proto(report: Report, window: String) -> proto::Report {
-    let counters = &report.counters;
+    let config = report.config;
+    let counters = report.counters;
     proto::Report {
         config: Some(proto::ReportConfig {
-            k: report.config.k.iter().map(|&k| k as u32).collect(),
-            attribution_window_s: report.config.attribution_window_s,
-            allowed_lateness_s: report.config.allowed_lateness_s,
-            gain: report.config.gain.to_owned(),
-            control_model: report.config.control_model.clone().unwrap_or_default(),
+            k: config.k.iter().map(|&k| k as u32).collect(),
+            attribution_window_s: config.attribution_window_s,
+            allowed_lateness_s: config.allowed_lateness_s,
+            gain: config.gain,
+            control_model: config.control_model.clone().unwrap_or_default(),
         }),
         counters: Some(proto::Counters {
             impressions: counters.impressions,
             interactions: counters.interactions,
             credited: counters.credited,
-            unattributed: counters
-                .unattributed
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), *v))
-                .collect(),
+            unattributed: counters.unattributed.into_iter().collect(),
             late_impressions: counters.late["impressions"],
             duplicate_impressions: counters.duplicates["impressions"],
             duplicate_interactions: counters.duplicates["interactions"],
-            rejected: counters
-                .rejected
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), *v))
-                .collect(),
+            rejected: counters.rejected.into_iter().collect(),
+            shed: counters.shed.into_iter().collect(),
         }),
         groups: report
             .groups

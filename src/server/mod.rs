@@ -10,6 +10,7 @@ mod http;
 mod periodic;
 mod persistence;
 mod process;
+mod status;
 mod tasks;
 mod telemetry;
 mod tls;
@@ -125,7 +126,12 @@ pub async fn serve(
             settings.windows.clone(),
             shutdown.clone(),
             fleet.as_ref().map(|f| f.reachable.clone()),
-        ),
+        )
+        .merge(status::router(
+            engine.clone(),
+            engine_settings.report_config(),
+            status::StatusSettings::new(&engine_settings, &settings),
+        )),
     )
     .with_graceful_shutdown(serving.clone().cancelled_owned());
     let saver = state_file.map(|file| {

@@ -276,3 +276,57 @@ pub async fn ingest_raw_bytes(
         .await
         .map(tonic::Response::into_inner)
 }
+
+/// An interaction 20 minutes after the conformance log, for a user nobody
+/// else has: it moves the finalization frontier past every list of the log
+/// (and keeps them in the last hour), then waits itself.
+pub const CLOSING: &str = r#"{"interaction":{"userId":"closing-user","itemId":"closing-item","type":"click","time":"2026-11-01T10:30:00Z"}}"#;
+
+/// The conformance log's lines that are JSON (the others cannot be sent), then [`CLOSING`].
+pub fn sent_log() -> Vec<String> {
+    let log = std::fs::read_to_string(super::conformance("replay_small.jsonl")).unwrap();
+    log.lines()
+        .filter(|line| event_from_json(line).is_some())
+        .chain([CLOSING])
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `rankwatch replay --format json ARGS` of `log` (written from
+/// [`sent_log`]) as a server that was sent it reports: the end of a replay
+/// gives up the closing event, the server still waits for its impression.
+pub fn replay_as_served(log: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let log = log.to_str().unwrap();
+    let mut expected = super::replay_json(&[&["--format", "json", log], args].concat(), None);
+    let no_impression = &mut expected["counters"]["unattributed"]["no_impression"];
+    *no_impression = (no_impression.as_u64().unwrap() - 1).into();
+    expected
+}
+
+impl Server {
+    /// Streams the events of JSON `lines` over one Ingest stream, in batches of 50.
+    pub async fn stream_lines(&self, lines: &[String]) {
+        let events: Vec<proto::Event> = lines.iter().filter_map(|l| event_from_json(l)).collect();
+        let batches: Vec<proto::EventBatch> = events
+            .chunks(50)
+            .enumerate()
+            .map(|(i, chunk)| proto::EventBatch {
+                sequence: i as u64 + 1,
+                events: chunk.to_vec(),
+            })
+            .collect();
+        let count = batches.len();
+        let mut acks = self
+            .collector()
+            .await
+            .ingest(tokio_stream::iter(batches))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut received = 0;
+        while acks.message().await.unwrap().is_some() {
+            received += 1;
+        }
+        assert_eq!(received, count, "one ack per batch");
+    }
+}

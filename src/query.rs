@@ -1,0 +1,216 @@
+//! `rankwatch query`: asks a running server for its report
+//! (`Evaluation.GetMetrics`), in plaintext or over TLS, and turns the answer
+//! back into the report that `replay` prints. It owns the client side of the
+//! query and nothing of the server.
+
+use crate::config::parse_duration;
+use crate::export::{Comparison, GroupReport, MeanPair, Report, ReportConfig, ReportCounters};
+use crate::metrics::Metric;
+use crate::proto::{self, evaluation_client::EvaluationClient};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+/// Where to ask, what for, and how to trust the answer.
+#[derive(clap::Args, Clone, Debug)]
+pub struct QueryArgs {
+    /// The server's gRPC address, as HOST:PORT.
+    #[arg(long, env = "RANKWATCH_GRPC_ADDR", default_value = "127.0.0.1:50051")]
+    pub grpc_addr: String,
+    /// A configured rolling window such as 5m [default: since start].
+    #[arg(long)]
+    pub window: Option<String>,
+    /// PEM certificate of the CA that signed the server's: query over TLS.
+    #[arg(long, env = "RANKWATCH_TLS_CA_CERT")]
+    pub tls_ca_cert: Option<PathBuf>,
+    /// PEM client certificate, for a server that asks for one (mutual TLS).
+    #[arg(
+        long,
+        env = "RANKWATCH_TLS_CLIENT_CERT",
+        requires_all = ["tls_client_key", "tls_ca_cert"]
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+    /// PEM private key of --tls-client-cert.
+    #[arg(long, env = "RANKWATCH_TLS_CLIENT_KEY", requires = "tls_client_cert")]
+    pub tls_client_key: Option<PathBuf>,
+    /// The name the server's certificate must carry [default: the host of --grpc-addr].
+    #[arg(long, env = "RANKWATCH_TLS_SERVER_NAME", requires = "tls_ca_cert")]
+    pub tls_server_name: Option<String>,
+    /// How long to wait for the server to answer.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Why there is no report.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The address is not HOST:PORT.
+    #[error("--grpc-addr {0:?} is not HOST:PORT")]
+    Address(String),
+    /// A certificate or key could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection could not be made.
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The server refused the query.
+    #[error("the server answered {}: {}", .0.code(), .0.message())]
+    Refused(tonic::Status),
+    /// The answer lacks a part every report has.
+    #[error("the server's report has no {0}")]
+    Incomplete(&'static str),
+}
+
+/// Asks the server of `args` for its report.
+pub async fn fetch(args: &QueryArgs) -> Result<Report, QueryError> {
+    let channel = endpoint(args)?
+        .connect()
+        .await
+        .map_err(|source| QueryError::Connect {
+            addr: args.grpc_addr.clone(),
+            source,
+        })?;
+    let request = proto::GetMetricsRequest {
+        window: args.window.clone().unwrap_or_default(),
+    };
+    let report = EvaluationClient::new(channel)
+        .get_metrics(request)
+        .await
+        .map_err(QueryError::Refused)?
+        .into_inner();
+    Report::try_from(report)
+}
+
+/// The endpoint of `args`: `https` with the TLS settings when a CA is given.
+fn endpoint(args: &QueryArgs) -> Result<Endpoint, QueryError> {
+    let address = || QueryError::Address(args.grpc_addr.clone());
+    let scheme = if args.tls_ca_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{}", args.grpc_addr))
+        .map_err(|_| address())?
+        .connect_timeout(args.timeout)
+        .timeout(args.timeout);
+    let Some(ca) = &args.tls_ca_cert else {
+        return Ok(endpoint);
+    };
+    let host = endpoint.uri().host().ok_or_else(address)?.to_owned();
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(ca)?))
+        .domain_name(args.tls_server_name.clone().unwrap_or(host));
+    if let (Some(cert), Some(key)) = (&args.tls_client_cert, &args.tls_client_key) {
+        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    endpoint
+        .tls_config(tls)
+        .map_err(|source| QueryError::Connect {
+            addr: args.grpc_addr.clone(),
+            source,
+        })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, QueryError> {
+    std::fs::read(path).map_err(|source| QueryError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The report of `GetMetrics`, in the shape `replay` gives it.
+impl TryFrom<proto::Report> for Report {
+    type Error = QueryError;
+
+    fn try_from(report: proto::Report) -> Result<Self, QueryError> {
+        let config = report.config.ok_or(QueryError::Incomplete("config"))?;
+        let counters = report.counters.ok_or(QueryError::Incomplete("counters"))?;
+        let control_set = !config.control_model.is_empty();
+        Ok(Report {
+            config: ReportConfig {
+                k: config.k.into_iter().map(|k| k as usize).collect(),
+                attribution_window_s: config.attribution_window_s,
+                allowed_lateness_s: config.allowed_lateness_s,
+                gain: config.gain,
+                control_model: Some(config.control_model).filter(|name| !name.is_empty()),
+            },
+            counters: ReportCounters {
+                impressions: counters.impressions,
+                interactions: counters.interactions,
+                credited: counters.credited,
+                unattributed: counters.unattributed.into_iter().collect(),
+                late: BTreeMap::from([("impressions".to_owned(), counters.late_impressions)]),
+                duplicates: BTreeMap::from([
+                    ("impressions".to_owned(), counters.duplicate_impressions),
+                    ("interactions".to_owned(), counters.duplicate_interactions),
+                ]),
+                rejected: counters.rejected.into_iter().collect(),
+                shed: counters.shed.into_iter().collect(),
+            },
+            groups: report.groups.into_iter().map(group_report).collect(),
+            comparisons: control_set
+                .then(|| report.comparisons.into_iter().map(comparison).collect())
+                .transpose()?,
+        })
+    }
+}
+
+fn group_report(group: proto::GroupReport) -> GroupReport {
+    GroupReport {
+        model: group.model,
+        surface: group.surface,
+        lists: group.lists,
+        engaged_lists: group.engaged_lists,
+        metrics: group
+            .metrics
+            .into_iter()
+            .map(|(key, mean)| {
+                let pair = MeanPair {
+                    all: mean.all,
+                    engaged: mean.engaged,
+                    se_all: mean.se_all,
+                    se_engaged: mean.se_engaged,
+                };
+                (key, pair)
+            })
+            .collect(),
+    }
+}
+
+/// A comparison of `GetMetrics`, its metric key (`ndcg@10`) read back into metric and cutoff.
+fn comparison(c: proto::Comparison) -> Result<Comparison, QueryError> {
+    let (name, k) = c
+        .metric
+        .split_once('@')
+        .ok_or(QueryError::Incomplete("comparison metric"))?;
+    let measure = Metric::ALL
+        .into_iter()
+        .find(|metric| metric.name() == name)
+        .ok_or(QueryError::Incomplete("comparison metric"))?;
+    let k = k
+        .parse()
+        .map_err(|_| QueryError::Incomplete("comparison cutoff"))?;
+    Ok(Comparison {
+        surface: c.surface,
+        model: c.model,
+        control: c.control,
+        metric: c.metric,
+        diff: c.diff,
+        se: c.se,
+        ci95: [c.ci95_lower, c.ci95_upper],
+        cs95: [c.cs95_lower, c.cs95_upper],
+        measure,
+        k,
+    })
+}

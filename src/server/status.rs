@@ -1,0 +1,233 @@
+//! The status page at `/` of the HTTP listener: a page built into the binary
+//! (HTML, CSS and script, no request to any other host) and `/api/status`,
+//! the JSON it polls: the report since start and per rolling window, the
+//! pipeline's health and the settings in force. Like `/metrics` it reads one
+//! snapshot of the engine per request and renders it off the engine's task.
+
+use super::engine_task::EngineHandle;
+use crate::clock::wall_clock;
+use crate::config::{EngineSettings, ServerSettings};
+use crate::event::{Nanos, NANOS_PER_SECOND};
+use crate::export::{Report, ReportConfig, Snapshot};
+use crate::metrics::Discount;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PAGE: &str = include_str!("status/index.html");
+const STYLE: &str = include_str!("status/status.css");
+const SCRIPT: &str = include_str!("status/status.js");
+
+/// Only this origin's assets, no inline script, no frames.
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The settings in force, as the page lists them.
+#[derive(Clone, Debug, Serialize)]
+pub struct StatusSettings {
+    k: Vec<usize>,
+    windows: Vec<String>,
+    attribution_window: String,
+    allowed_lateness: String,
+    gain: &'static str,
+    discount: String,
+    half_life: f64,
+    grades: BTreeMap<String, f64>,
+    wall_clock_advance: bool,
+    max_future_skew: String,
+    max_items: usize,
+    max_groups: usize,
+    max_open_impressions: usize,
+    max_waiting_interactions: usize,
+    max_message_size: usize,
+    max_streams: usize,
+    max_inflight_batches: usize,
+    tls: &'static str,
+    state_dir: Option<String>,
+    snapshot_interval: String,
+}
+
+impl StatusSettings {
+    /// The settings of a server running `engine` under `server`.
+    pub fn new(engine: &EngineSettings, server: &ServerSettings) -> Self {
+        let tls = match &server.tls {
+            None => "off",
+            Some(tls) if tls.client_ca.is_some() => "mutual",
+            Some(_) => "on",
+        };
+        Self {
+            k: engine.evaluator().ks().to_vec(),
+            windows: server.windows.iter().map(|w| duration(*w)).collect(),
+            attribution_window: duration(engine.attribution_window),
+            allowed_lateness: duration(engine.allowed_lateness),
+            gain: engine.metrics.gain.name(),
+            discount: match engine.metrics.discount {
+                Discount::Log2 => "log2".to_owned(),
+                Discount::Jarvelin { base } => format!("jarvelin (base {base})"),
+            },
+            half_life: engine.metrics.half_life,
+            grades: engine.grades.pairs().iter().cloned().collect(),
+            wall_clock_advance: server.wall_clock_advance,
+            max_future_skew: duration(server.max_future_skew),
+            max_items: engine.max_items,
+            max_groups: engine.max_groups,
+            max_open_impressions: engine.max_open_impressions,
+            max_waiting_interactions: engine.max_waiting_interactions,
+            max_message_size: server.max_message_size,
+            max_streams: server.max_streams,
+            max_inflight_batches: server.max_inflight_batches,
+            tls,
+            state_dir: server
+                .state_dir
+                .as_ref()
+                .map(|dir| dir.display().to_string()),
+            snapshot_interval: duration(server.snapshot_interval),
+        }
+    }
+}
+
+fn duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// The pipeline's health at one moment.
+#[derive(Debug, Serialize)]
+struct Health {
+    events_received: u64,
+    events_accepted: u64,
+    open_impressions: usize,
+    waiting_interactions: usize,
+    overflowed_impressions: u64,
+    groups: usize,
+    /// Wall clock minus the watermark, once there is one.
+    watermark_lag_s: Option<f64>,
+    /// Wall clock minus the finalization frontier, once there is one.
+    finalization_lag_s: Option<f64>,
+}
+
+impl Health {
+    fn of(snapshot: &Snapshot, now: Nanos) -> Self {
+        let lag = |at: Option<Nanos>| at.map(|at| seconds(now.saturating_sub(at)));
+        Self {
+            events_received: snapshot.counters.received(),
+            events_accepted: snapshot.counters.accepted(),
+            open_impressions: snapshot.open_impressions,
+            waiting_interactions: snapshot.waiting_interactions,
+            overflowed_impressions: snapshot.overflowed_impressions,
+            groups: snapshot.groups.len(),
+            watermark_lag_s: lag(snapshot.watermark),
+            finalization_lag_s: lag(snapshot.frontier),
+        }
+    }
+}
+
+fn seconds(nanos: Nanos) -> f64 {
+    nanos as f64 / NANOS_PER_SECOND as f64
+}
+
+/// One rolling window's report.
+#[derive(Debug, Serialize)]
+struct WindowReport {
+    window: String,
+    report: Report,
+}
+
+/// What `/api/status` answers.
+#[derive(Debug, Serialize)]
+struct Status<'a> {
+    /// Wall clock, Unix seconds.
+    time_s: f64,
+    settings: &'a StatusSettings,
+    health: Health,
+    since_start: Report,
+    windows: Vec<WindowReport>,
+}
+
+/// What the handlers share.
+struct Shared {
+    engine: EngineHandle,
+    settings: StatusSettings,
+    report_config: ReportConfig,
+}
+
+/// The page's routes: `/`, its script and style, and `/api/status`.
+pub fn router(
+    engine: EngineHandle,
+    report_config: ReportConfig,
+    settings: StatusSettings,
+) -> Router {
+    let shared = Arc::new(Shared {
+        engine,
+        settings,
+        report_config,
+    });
+    Router::new()
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", PAGE) }),
+        )
+        .route(
+            "/status.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route(
+            "/status.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .route("/api/status", get(status))
+        .with_state(shared)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body,
+    )
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    let Ok(snapshot) = shared.engine.snapshot().await else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json,
+            r#"{"error":"shutting down"}"#.to_owned(),
+        );
+    };
+    let config = &shared.report_config;
+    let now = wall_clock();
+    let status = Status {
+        time_s: seconds(now),
+        settings: &shared.settings,
+        health: Health::of(&snapshot, now),
+        since_start: Report::of_snapshot(&snapshot, config, None),
+        windows: shared
+            .settings
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(index, window)| WindowReport {
+                window: window.clone(),
+                report: Report::of_snapshot(&snapshot, config, Some(index)),
+            })
+            .collect(),
+    };
+    match serde_json::to_string(&status) {
+        Ok(body) => (StatusCode::OK, json, body),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json,
+            serde_json::json!({ "error": error.to_string() }).to_string(),
+        ),
+    }
+}

@@ -1,0 +1,398 @@
+// The status page: polls /api/status, keeps the polled values in memory, and
+// draws per surface the models side by side on the chosen metric, K, window
+// and scope over time, with 95% bands where the report carries standard
+// errors; then the pipeline's health and the settings in force.
+"use strict";
+
+const POLL_MS = 2000;
+const HISTORY = 450; // polls kept: 15 minutes at one poll every 2 s
+const Z95 = 1.959963984540054;
+const SINCE_START = "since start";
+const COLORS = ["#1f6fd1", "#d1431f", "#2e9b4b", "#8a4fc7", "#c98a00", "#0f8f8f", "#c2387f", "#5b6573"];
+const SVG = "http://www.w3.org/2000/svg";
+
+const history = []; // {t, reports: {window name: report}, counters, health}
+const models = []; // every model seen, in order of first sight: its color index
+let settings = null;
+let failures = 0;
+
+const $ = (id) => document.getElementById(id);
+
+function element(tag, attributes, text) {
+  const node = tag.startsWith("svg:")
+    ? document.createElementNS(SVG, tag.slice(4))
+    : document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function color(model) {
+  let index = models.indexOf(model);
+  if (index < 0) {
+    models.push(model);
+    index = models.length - 1;
+  }
+  return COLORS[index % COLORS.length];
+}
+
+function number(value, digits) {
+  if (value === null || value === undefined || !Number.isFinite(value)) return "–";
+  return value.toFixed(digits);
+}
+
+function count(value) {
+  return Number.isFinite(value) ? Math.round(value).toLocaleString("en") : "–";
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "–";
+  if (value < 120) return value.toFixed(1) + " s";
+  if (value < 7200) return (value / 60).toFixed(1) + " min";
+  return (value / 3600).toFixed(1) + " h";
+}
+
+// ---- polling -------------------------------------------------------------
+
+async function poll() {
+  try {
+    const response = await fetch("api/status", { cache: "no-store" });
+    if (!response.ok) throw new Error("HTTP " + response.status);
+    const status = await response.json();
+    remember(status);
+    failures = 0;
+    render();
+  } catch (error) {
+    failures += 1;
+    const state = $("state");
+    state.textContent = "cannot reach the server (" + error.message + "); retrying";
+    state.classList.add("down");
+  }
+  window.setTimeout(poll, POLL_MS);
+}
+
+function remember(status) {
+  const firstPoll = settings === null;
+  settings = status.settings;
+  const reports = { [SINCE_START]: status.since_start };
+  for (const entry of status.windows) reports[entry.window] = entry.report;
+  history.push({
+    t: status.time_s,
+    reports,
+    counters: status.since_start.counters,
+    health: status.health,
+  });
+  if (history.length > HISTORY) history.shift();
+  if (firstPoll) fillChoices(status);
+  else addMetricChoices(status.since_start);
+}
+
+// ---- choices -------------------------------------------------------------
+
+function fillChoices(status) {
+  const ks = $("k");
+  for (const k of settings.k) ks.append(element("option", { value: String(k) }, String(k)));
+  ks.value = settings.k.includes(10) ? "10" : String(settings.k[0]);
+  const windows = $("window");
+  for (const name of [...settings.windows, SINCE_START]) {
+    windows.append(element("option", { value: name }, name));
+  }
+  windows.value = settings.windows.length > 0 ? settings.windows[0] : SINCE_START;
+  addMetricChoices(status.since_start);
+  readHash();
+  for (const id of ["metric", "k", "window", "scope"]) {
+    $(id).addEventListener("change", () => {
+      writeHash();
+      render();
+    });
+  }
+}
+
+function addMetricChoices(report) {
+  const select = $("metric");
+  const first = select.options.length === 0;
+  const known = new Set([...select.options].map((option) => option.value));
+  for (const group of report.groups) {
+    for (const key of Object.keys(group.metrics)) {
+      const name = key.split("@")[0];
+      if (known.has(name)) continue;
+      known.add(name);
+      select.append(element("option", { value: name }, name));
+    }
+  }
+  if (!first || known.size === 0) return;
+  const wanted = new URLSearchParams(window.location.hash.slice(1)).get("metric");
+  select.value = known.has(wanted) ? wanted : known.has("ndcg") ? "ndcg" : select.options[0].value;
+}
+
+function readHash() {
+  const wanted = new URLSearchParams(window.location.hash.slice(1));
+  for (const id of ["metric", "k", "window", "scope"]) {
+    const value = wanted.get(id);
+    if (value && [...$(id).options].some((option) => option.value === value)) $(id).value = value;
+  }
+}
+
+function writeHash() {
+  const chosen = new URLSearchParams();
+  for (const id of ["metric", "k", "window", "scope"]) chosen.set(id, $(id).value);
+  window.history.replaceState(null, "", "#" + chosen.toString());
+}
+
+function choice() {
+  return {
+    metric: $("metric").value,
+    key: $("metric").value + "@" + $("k").value,
+    window: $("window").value,
+    scope: $("scope").value,
+  };
+}
+
+// ---- rendering -----------------------------------------------------------
+
+function render() {
+  const latest = history[history.length - 1];
+  const state = $("state");
+  state.classList.remove("down");
+  state.textContent = "updated " + new Date(latest.t * 1000).toLocaleTimeString("en-GB") +
+    " · " + history.length + " polls kept in this page";
+  renderQuality(choice());
+  renderHealth(latest);
+  renderSettings();
+}
+
+// The points of every (surface, model) on the chosen metric: {surface: {model: [{t, mean, se}]}}.
+function series(chosen) {
+  const bySurface = {};
+  for (const poll of history) {
+    const report = poll.reports[chosen.window];
+    if (!report) continue;
+    for (const group of report.groups) {
+      const entry = group.metrics[chosen.key];
+      if (!entry) continue;
+      const se = entry["se_" + chosen.scope];
+      const models = (bySurface[group.surface] = bySurface[group.surface] || {});
+      (models[group.model] = models[group.model] || []).push({
+        t: poll.t,
+        mean: entry[chosen.scope],
+        se: Number.isFinite(se) ? se : null,
+        lists: chosen.scope === "all" ? group.lists : group.engaged_lists,
+      });
+    }
+  }
+  return bySurface;
+}
+
+function renderQuality(chosen) {
+  const container = $("surfaces");
+  const bySurface = series(chosen);
+  const surfaces = Object.keys(bySurface).sort();
+  container.replaceChildren();
+  if (surfaces.length === 0) {
+    container.append(element("p", { class: "empty" },
+      "No finalized list in this window yet: lists finalize once their attribution window and the allowed lateness have passed."));
+  }
+  for (const surface of surfaces) {
+    const card = element("article", { class: "surface", "data-surface": surface });
+    card.append(element("h3", {}, surface + " · " + chosen.key + " (" + chosen.scope + "), " + chosen.window));
+    card.append(chart(bySurface[surface], chosen));
+    card.append(legend(bySurface[surface]));
+    container.append(card);
+  }
+  renderComparisons(chosen);
+}
+
+function extent(lines) {
+  let low = Infinity;
+  let high = -Infinity;
+  let start = Infinity;
+  let end = -Infinity;
+  for (const points of Object.values(lines)) {
+    for (const p of points) {
+      const half = p.se === null ? 0 : Z95 * p.se;
+      low = Math.min(low, p.mean - half);
+      high = Math.max(high, p.mean + half);
+      start = Math.min(start, p.t);
+      end = Math.max(end, p.t);
+    }
+  }
+  if (low >= 0) low = 0;
+  if (high - low < 1e-9) high = low + 1;
+  if (end - start < 60) start = end - 60;
+  return { low, high: high + (high - low) * 0.05, start, end };
+}
+
+function ticks(low, high, wanted) {
+  const raw = (high - low) / wanted;
+  const magnitude = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);
+  const out = [];
+  for (let v = Math.ceil(low / step) * step; v <= high + 1e-12; v += step) out.push(v);
+  return { values: out, digits: Math.max(0, -Math.floor(Math.log10(step))) };
+}
+
+function chart(lines, chosen) {
+  const width = 600;
+  const height = 240;
+  const margin = { left: 46, right: 12, top: 10, bottom: 26 };
+  const box = extent(lines);
+  const x = (t) => margin.left + ((t - box.start) / (box.end - box.start)) * (width - margin.left - margin.right);
+  const y = (v) => height - margin.bottom - ((v - box.low) / (box.high - box.low)) * (height - margin.top - margin.bottom);
+  const svg = element("svg:svg", {
+    class: "chart",
+    viewBox: "0 0 " + width + " " + height,
+    role: "img",
+    "aria-label": chosen.key + " over time per model",
+  });
+  const grid = ticks(box.low, box.high, 4);
+  for (const v of grid.values) {
+    svg.append(element("svg:line", { class: "axis", x1: margin.left, x2: width - margin.right, y1: y(v), y2: y(v) }));
+    svg.append(element("svg:text", { x: margin.left - 6, y: y(v) + 4, "text-anchor": "end" }, v.toFixed(grid.digits)));
+  }
+  for (const fraction of [0, 0.5, 1]) {
+    const t = box.start + fraction * (box.end - box.start);
+    const anchor = fraction === 0 ? "start" : fraction === 1 ? "end" : "middle";
+    svg.append(element("svg:text", { x: x(t), y: height - 8, "text-anchor": anchor },
+      new Date(t * 1000).toLocaleTimeString("en-GB")));
+  }
+  for (const model of Object.keys(lines).sort()) {
+    const points = lines[model];
+    const stroke = color(model);
+    const banded = points.filter((p) => p.se !== null);
+    if (banded.length > 0) {
+      const upper = banded.map((p) => x(p.t) + "," + y(p.mean + Z95 * p.se));
+      const lower = banded.map((p) => x(p.t) + "," + y(p.mean - Z95 * p.se)).reverse();
+      svg.append(element("svg:polygon", {
+        class: "band", "data-model": model, points: upper.concat(lower).join(" "),
+        fill: stroke, "fill-opacity": "0.15", stroke: "none",
+      }));
+    }
+    svg.append(element("svg:polyline", {
+      class: "line", "data-model": model, fill: "none", stroke, "stroke-width": "2",
+      points: points.map((p) => x(p.t) + "," + y(p.mean)).join(" "),
+    }));
+    const last = points[points.length - 1];
+    svg.append(element("svg:circle", { cx: x(last.t), cy: y(last.mean), r: 3.5, fill: stroke }));
+  }
+  return svg;
+}
+
+function legend(lines) {
+  const list = element("ul", { class: "legend" });
+  for (const model of Object.keys(lines).sort()) {
+    const points = lines[model];
+    const last = points[points.length - 1];
+    const item = element("li", { class: "series", "data-model": model, "data-value": String(last.mean) });
+    item.append(element("span", { class: "swatch", "aria-hidden": "true" }));
+    item.lastChild.style.background = color(model);
+    item.append(element("span", { class: "model" }, model));
+    item.append(element("span", { class: "value" }, number(last.mean, 4)));
+    const interval = last.se === null ? "" : "± " + number(Z95 * last.se, 4) + " · ";
+    item.append(element("span", { class: "detail" }, interval + count(last.lists) + " lists"));
+    list.append(item);
+  }
+  return list;
+}
+
+function renderComparisons(chosen) {
+  const container = $("comparisons");
+  container.replaceChildren();
+  const latest = history[history.length - 1].reports[chosen.window];
+  const rows = ((latest && latest.comparisons) || []).filter((c) => c.metric === chosen.key);
+  if (rows.length === 0) return;
+  container.append(element("h3", {}, "Against the control: " + chosen.key + " (all lists), " + chosen.window));
+  const wrap = element("div", { class: "comparisons" });
+  const table = element("table");
+  const head = element("tr");
+  for (const title of ["surface", "model", "control", "difference", "95% interval", "anytime 95%"]) {
+    head.append(element("th", { class: title === "surface" || title.endsWith("model") || title === "control" ? "" : "n" }, title));
+  }
+  table.append(head);
+  const range = (pair) => (Array.isArray(pair) ? "[" + number(pair[0], 4) + ", " + number(pair[1], 4) + "]" : "–");
+  for (const c of rows) {
+    const row = element("tr", Array.isArray(c.cs95) && c.cs95[1] < 0 ? { class: "worse" } : {});
+    row.append(element("td", {}, c.surface), element("td", {}, c.model), element("td", {}, c.control));
+    row.append(element("td", { class: "n" }, number(c.diff, 4)));
+    row.append(element("td", { class: "n" }, range(c.ci95)), element("td", { class: "n" }, range(c.cs95)));
+    table.append(row);
+  }
+  wrap.append(table);
+  container.append(wrap);
+}
+
+function rate(field) {
+  if (history.length < 2) return null;
+  const a = history[history.length - 2];
+  const b = history[history.length - 1];
+  const dt = b.t - a.t;
+  return dt > 0 ? (field(b) - field(a)) / dt : null;
+}
+
+function sum(counts) {
+  return Object.values(counts || {}).reduce((a, b) => a + b, 0);
+}
+
+function renderHealth(latest) {
+  const c = latest.counters;
+  const h = latest.health;
+  const perSecond = (value) => (value === null ? "–" : count(value) + "/s");
+  const figures = [
+    ["events received", perSecond(rate((p) => p.health.events_received))],
+    ["rejected", perSecond(rate((p) => sum(p.counters.rejected)))],
+    ["events since start", count(h.events_received)],
+    ["accepted", count(h.events_accepted)],
+    ["interactions credited", count(c.credited)],
+    ["unattributed", count(sum(c.unattributed))],
+    ["late impressions", count(c.late.impressions)],
+    ["duplicates", count(sum(c.duplicates))],
+    ["shed under limits", count(sum(c.shed))],
+    ["open impressions", count(h.open_impressions)],
+    ["waiting interactions", count(h.waiting_interactions)],
+    ["overflowed impressions", count(h.overflowed_impressions)],
+    ["groups", count(h.groups)],
+    ["watermark lag", seconds(h.watermark_lag_s)],
+    ["finalization lag", seconds(h.finalization_lag_s)],
+  ];
+  const list = $("health");
+  list.replaceChildren();
+  for (const [name, value] of figures) {
+    const figure = element("div");
+    figure.append(element("dt", {}, name), element("dd", {}, value));
+    list.append(figure);
+  }
+  countTable($("rejected"), c.rejected, "none");
+  countTable($("unattributed"), c.unattributed, "none");
+}
+
+function countTable(table, counts, none) {
+  table.replaceChildren();
+  const entries = Object.entries(counts || {});
+  if (entries.length === 0) {
+    const row = element("tr");
+    row.append(element("td", { class: "empty" }, none));
+    table.append(row);
+    return;
+  }
+  for (const [reason, n] of entries) {
+    const row = element("tr");
+    row.append(element("td", {}, reason), element("td", { class: "n" }, count(n)));
+    table.append(row);
+  }
+}
+
+function renderSettings() {
+  const table = $("settings");
+  if (table.childElementCount > 0) return;
+  for (const [name, value] of Object.entries(settings)) {
+    let text;
+    if (value === null) text = "none";
+    else if (Array.isArray(value)) text = value.join(", ");
+    else if (typeof value === "object") text = Object.entries(value).map(([k, v]) => k + " = " + v).join(", ");
+    else text = String(value);
+    const row = element("tr");
+    row.append(element("td", {}, name), element("td", {}, text));
+    table.append(row);
+  }
+}
+
+poll();

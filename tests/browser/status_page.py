@@ -1,0 +1,263 @@
+"""The status page in a real headless Chromium, against `rankwatch demo`.
+
+Starts the demo on free loopback ports, opens `/` in Debian's Chromium driven
+over the DevTools protocol, and checks that every surface's chart holds both
+demo models with numeric values (the better model ahead), that a phone-sized
+screen needs no sideways scrolling, and that the console logged no error and
+no script threw. Screenshots are kept in target/artifacts/ (status.png for a
+laptop, status-phone.png for a phone).
+
+Usage: python tests/browser/status_page.py --binary target/release/rankwatch
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import websocket
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
+]
+DEMO_MODELS = ("candidate", "control")
+SURFACES = ("home", "search")
+
+
+class Failure(Exception):
+    """A check of the page that did not hold."""
+
+
+def start_demo(binary: str) -> tuple[subprocess.Popen[str], str]:
+    """Starts the demo on free loopback ports; returns it and its HTTP address."""
+    demo = subprocess.Popen(
+        [binary, "demo", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RANKWATCH_LOG": "info"},
+    )
+    assert demo.stderr is not None
+    for line in demo.stderr:
+        for word in line.split():
+            if word.startswith("http_addr="):
+                threading.Thread(target=drain, args=(demo.stderr,), daemon=True).start()
+                return demo, word.removeprefix("http_addr=")
+    demo.kill()
+    raise Failure("the demo exited before logging its HTTP address")
+
+
+def drain(stream: Any) -> None:
+    """Reads a child's output to its end, so that it never blocks on a full pipe."""
+    for _ in stream:
+        pass
+
+
+def start_chromium(profile: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Starts headless Chromium on a blank page; returns it and its DevTools port."""
+    browser = subprocess.Popen(
+        ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if port_file.exists() and port_file.read_text().strip():
+            return browser, int(port_file.read_text().split()[0])
+        if browser.poll() is not None:
+            raise Failure(f"chromium exited with {browser.returncode}")
+        time.sleep(0.2)
+    browser.kill()
+    raise Failure("chromium did not open its DevTools port within 60 s")
+
+
+class DevTools:
+    """One page's DevTools session: commands in order, events kept."""
+
+    def __init__(self, port: int) -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
+            targets = json.load(response)
+        page = next(t for t in targets if t["type"] == "page")
+        self.socket = websocket.create_connection(
+            page["webSocketDebuggerUrl"], timeout=30, suppress_origin=True
+        )
+        self.next_id = 0
+        self.events: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.seen: list[dict[str, Any]] = []
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Sends a command and returns its result; events that arrive meanwhile are kept."""
+        self.next_id += 1
+        self.socket.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv())
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise Failure(f"{method}: {message['error']}")
+                return message.get("result", {})
+            if "method" in message:
+                self.seen.append(message)
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a script expression in the page."""
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise Failure(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def console_errors(self) -> list[str]:
+        """Errors and warnings the console logged, and exceptions the page's scripts threw."""
+        errors = []
+        for event in self.seen:
+            method, params = event["method"], event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                errors.append(f"exception: {params['exceptionDetails']}")
+            elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "warning", "assert"):
+                errors.append(f"console.{params['type']}: {params['args']}")
+            elif method == "Log.entryAdded" and params["entry"]["level"] in ("error", "warning"):
+                errors.append(f"log {params['entry']['level']}: {params['entry']['text']}")
+        return errors
+
+    def screenshot(self, path: Path, width: int, mobile: bool) -> None:
+        """A screenshot of the whole page at `width` CSS pixels."""
+        height = self.evaluate("document.documentElement.scrollHeight")
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=2 if mobile else 1,
+            mobile=mobile,
+        )
+        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+
+LEGEND = """JSON.stringify([...document.querySelectorAll('#surfaces article')].map(card => ({
+  surface: card.dataset.surface,
+  lines: [...card.querySelectorAll('svg.chart polyline.line')].map(l => l.dataset.model),
+  points: Math.min(...[...card.querySelectorAll('svg.chart polyline.line')]
+    .map(l => l.getAttribute('points').trim().split(/\\s+/).length)),
+  legend: [...card.querySelectorAll('li.series')].map(li => [li.dataset.model, li.dataset.value,
+    li.querySelector('.value').textContent]),
+})))"""
+
+
+def charts(page: DevTools) -> list[dict[str, Any]]:
+    """What the charts hold, per surface."""
+    return json.loads(page.evaluate(LEGEND))
+
+
+def complete(cards: list[dict[str, Any]]) -> bool:
+    """Every surface charts both demo models with at least three polled points each."""
+    return sorted(card["surface"] for card in cards) == list(SURFACES) and all(
+        sorted(card["lines"]) == list(DEMO_MODELS) and card["points"] >= 3 for card in cards
+    )
+
+
+def check_charts(cards: list[dict[str, Any]]) -> None:
+    """Both models on every surface, with numeric values, the better model ahead."""
+    for card in cards:
+        values = {}
+        for model, value, shown in card["legend"]:
+            number = float(value)
+            if not (math.isfinite(number) and 0.0 <= number <= 1.0):
+                raise Failure(f"{card['surface']}/{model}: nDCG {value} is not in [0, 1]")
+            if f"{number:.4f}" != shown:
+                raise Failure(f"{card['surface']}/{model}: legend shows {shown!r} for {value}")
+            values[model] = number
+        if sorted(values) != list(DEMO_MODELS):
+            raise Failure(f"{card['surface']}: legend holds {sorted(values)}")
+        if not values["control"] > values["candidate"]:
+            raise Failure(f"{card['surface']}: control {values['control']} is not ahead of candidate {values['candidate']}")
+
+
+def run(binary: str, artifacts: Path) -> None:
+    demo, http = start_demo(binary)
+    profile = Path(tempfile.mkdtemp(prefix="rankwatch-chromium-"))
+    browser = None
+    try:
+        browser, port = start_chromium(profile)
+        page = DevTools(port)
+        for domain in ("Runtime", "Log", "Page"):
+            page.call(f"{domain}.enable")
+        page.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+        page.call("Page.navigate", url=f"http://{http}/")
+        deadline = time.monotonic() + 90
+        cards = charts(page)
+        while not complete(cards):
+            if time.monotonic() > deadline:
+                raise Failure(f"within 90 s the charts held only {cards}")
+            time.sleep(1)
+            cards = charts(page)
+        check_charts(cards)
+        title = page.evaluate("document.title")
+        if title != "rankwatch":
+            raise Failure(f"the page's title is {title!r}")
+        settings = page.evaluate("document.querySelectorAll('#settings tr').length")
+        health = page.evaluate("document.querySelectorAll('#health dd').length")
+        if settings < 10 or health < 10:
+            raise Failure(f"{settings} settings and {health} health figures shown")
+
+        artifacts.mkdir(parents=True, exist_ok=True)
+        page.screenshot(artifacts / "status.png", width=1280, mobile=False)
+        page.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=2, mobile=True)
+        time.sleep(2.5)  # one more poll, drawn at the phone's width
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        if overflow > 0:
+            raise Failure(f"on a phone the page is {overflow} px wider than the screen")
+        page.screenshot(artifacts / "status-phone.png", width=390, mobile=True)
+
+        errors = page.console_errors()
+        if errors:
+            raise Failure("the console logged:\n  " + "\n  ".join(errors))
+        surfaces = ", ".join(
+            f"{card['surface']}: " + " ".join(f"{m}={v}" for m, _, v in card["legend"]) for card in cards
+        )
+        print(f"status page ok ({surfaces}); screenshots in {artifacts}")
+    finally:
+        if browser is not None:
+            browser.terminate()
+            browser.wait(timeout=30)
+        demo.terminate()
+        demo.wait(timeout=30)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", required=True, help="the rankwatch binary")
+    parser.add_argument("--artifacts", default="target/artifacts", type=Path, help="where screenshots go")
+    args = parser.parse_args()
+    try:
+        run(args.binary, args.artifacts)
+    except Failure as failure:
+        print(f"status page: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
