@@ -95,6 +95,10 @@ pub mod defaults {
     pub const LOG_BASE: f64 = 2.0;
     /// `half_life`.
     pub const HALF_LIFE: f64 = 5.0;
+    /// `g_max`, ERR's largest grade.
+    pub const G_MAX: f64 = 3.0;
+    /// `rbp_p`, RBP's persistence.
+    pub const RBP_P: f64 = 0.8;
     /// `max_items`.
     pub const MAX_ITEMS: usize = 1000;
     /// `max_groups`.
@@ -223,6 +227,8 @@ pub struct FileSettings {
     discount: Option<DiscountName>,
     log_base: Option<f64>,
     half_life: Option<f64>,
+    g_max: Option<f64>,
+    rbp_p: Option<f64>,
     #[serde(default, deserialize_with = "duration_serde::many")]
     windows: Option<Vec<Duration>>,
     grades: Option<BTreeMap<String, f64>>,
@@ -294,6 +300,14 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_HALF_LIFE",
         help = help("Half-life α of half-life utility, in ranks", defaults::HALF_LIFE))]
     pub half_life: Option<f64>,
+    /// ERR's largest grade g_max.
+    #[arg(long, env = "RANKWATCH_G_MAX",
+        help = help("ERR's largest grade g_max: grade g stops the user with probability (2^min(g, g_max) - 1) / 2^g_max", defaults::G_MAX))]
+    pub g_max: Option<f64>,
+    /// RBP's persistence p.
+    #[arg(long, env = "RANKWATCH_RBP_P",
+        help = help("RBP's persistence p, the chance of reading on to the next rank, between 0 and 1", defaults::RBP_P))]
+    pub rbp_p: Option<f64>,
     /// Grade of an interaction type, TYPE=GRADE, repeatable.
     #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
         help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
@@ -382,6 +396,20 @@ impl EngineSettings {
                 format!("{half_life} must be a number greater than 1"),
             ));
         }
+        let g_max = resolved(args.g_max, file.g_max, defaults::G_MAX);
+        if !(g_max.is_finite() && g_max > 0.0) {
+            return Err(invalid(
+                "g_max",
+                format!("{g_max} must be a number greater than 0"),
+            ));
+        }
+        let rbp_p = resolved(args.rbp_p, file.rbp_p, defaults::RBP_P);
+        if !(rbp_p > 0.0 && rbp_p < 1.0) {
+            return Err(invalid(
+                "rbp_p",
+                format!("{rbp_p} must be a number between 0 and 1, exclusive"),
+            ));
+        }
         let log_base = resolved(args.log_base, file.log_base, defaults::LOG_BASE);
         if !(log_base.is_finite() && log_base > 1.0) {
             return Err(invalid(
@@ -413,6 +441,8 @@ impl EngineSettings {
                 gain,
                 discount,
                 half_life,
+                err_max_grade: g_max,
+                rbp_persistence: rbp_p,
             },
             grades: grades(args, file)?,
             max_items: at_least_one(

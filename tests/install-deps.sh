@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond cargo, from Debian's packages and PyPI:
 # promtool and prometheus (Debian's `prometheus`) for the metrics and rules
-# checks and the end-to-end run, and a Python virtualenv with grpcio for the
-# independent client test, then the Python client (clients/python, rebuilt from
+# checks and the end-to-end run, a Python virtualenv with grpcio for the
+# independent client test and ir_measures (with its trec_eval and trectools
+# providers; gdeval needs perl) for the metric check, then the Python client (clients/python, rebuilt from
 # the working tree every time) with its test and Kafka extras. Safe to run
 # again: it installs only what is missing, and the client.
 set -euo pipefail
@@ -19,6 +20,10 @@ venv=target/python
 if ! "$venv/bin/python" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'grpcio==1.85.1' 'grpcio-tools==1.85.1'
+fi
+if ! "$venv/bin/python" -c 'import ir_measures, pytrec_eval, trectools' >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    'ir-measures==0.4.3' 'pytrec-eval-terrier==0.5.11' 'trectools==0.0.50'
 fi
 # `python -m pip` rather than bin/pip, whose first line names the path where the
 # venv was made (wrong in a copy). pip always rebuilds a project given as a

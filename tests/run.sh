@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then runs the Rust tests
 # (unit, conformance, properties, real server over loopback), the Prometheus
-# rule tests, the independent Python check, the Python client's tests and the
+# rule tests, the independent Python check, the metrics against ir_measures, the Python client's tests and the
 # end-to-end deploy check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,7 @@ cargo fmt --check
 cargo build --release --locked --bins
 cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
+target/python/bin/python tests/python/check_metrics.py --binary target/release/rankwatch
 # The Python client against the real server; pytest exits non-zero (5) when it collects no test.
 RANKWATCH_BINARY=target/release/rankwatch target/python/bin/python -m pytest -q clients/python/tests
 bash deploy/prometheus/check.sh

@@ -6,7 +6,7 @@
 use super::{GroupSnapshot, Snapshot};
 use crate::event::{Nanos, Reason, NANOS_PER_SECOND};
 use crate::join::Unattributed;
-use crate::metrics::{GroupTotals, Metric};
+use crate::metrics::{GroupTotals, Metric, R_PRECISION};
 use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
 
@@ -78,6 +78,12 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
     for metric in Metric::ALL {
         window_gauge(&mut writer, metric, &groups, &ks, &window_names);
     }
+    r_precision(
+        &mut writer,
+        &groups,
+        snapshot.ks.len() * Metric::COUNT,
+        &window_names,
+    );
     window_lists(&mut writer, &groups, &window_names);
     let help = "Lists finalized since start.";
     let mut family = writer.family(LISTS_FINALIZED, Kind::Counter, help);
@@ -136,6 +142,36 @@ fn window_gauge(
                     let extra = [("k", k.as_str()), ("window", window), ("scope", scope)];
                     family.sample(labels, &extra, mean);
                 }
+            }
+        }
+    }
+}
+
+/// `rankwatch_list_r_precision` and `rankwatch_r_precision`: R-precision's
+/// summary and rolling gauges, as for the other metrics but with no `k` label,
+/// since each list is cut at its own relevant count.
+fn r_precision(
+    writer: &mut SeriesWriter<'_>,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    slot: usize,
+    window_names: &[String],
+) {
+    let help = "Per-list R-precision (precision at R, the list's relevant count) of finalized lists since start: _sum of values and _count of lists.";
+    let name = format_args!("{LIST_SUMMARY_PREFIX}{R_PRECISION}");
+    let mut family = writer.family(name, Kind::Summary, help);
+    for (labels, group) in groups {
+        let sum = group.totals.sums.get(slot).copied().unwrap_or(0.0);
+        family.sample_suffixed("_sum", labels, &[], sum);
+        family.sample_suffixed("_count", labels, &[], group.totals.lists);
+    }
+    let help = "Mean per-list R-precision over the lists of the rolling window, by scope (all lists, or engaged lists only).";
+    let name = format_args!("{WINDOW_GAUGE_PREFIX}{R_PRECISION}");
+    let mut family = writer.family(name, Kind::Gauge, help);
+    for (labels, group) in groups {
+        for (window, totals) in window_names.iter().zip(&group.windows) {
+            let means = totals.means(slot);
+            for (scope, mean) in [("all", means.all), ("engaged", means.engaged)] {
+                family.sample(labels, &[("window", window), ("scope", scope)], mean);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! of every metric at every K in both scopes.
 
 use crate::join::{Counters, Engine, Unattributed};
-use crate::metrics::{GroupTotals, Metric, MetricMeans};
+use crate::metrics::{GroupTotals, Metric, MetricMeans, R_PRECISION};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -47,7 +47,7 @@ pub struct GroupReport {
     pub surface: String,
     pub lists: u64,
     pub engaged_lists: u64,
-    /// Keyed `metric@K`.
+    /// Keyed `metric@K`, and `r_precision`, which has no cutoff.
     pub metrics: BTreeMap<String, MeanPair>,
 }
 
@@ -212,6 +212,11 @@ fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) 
             metrics.insert(format!("{}@{k}", metric.name()), totals.means(slot).into());
         }
     }
+    let r_precision_slot = ks.len() * Metric::COUNT;
+    metrics.insert(
+        R_PRECISION.to_owned(),
+        totals.means(r_precision_slot).into(),
+    );
     GroupReport {
         model: model.to_owned(),
         surface: surface.to_owned(),

@@ -5,4 +5,4 @@ mod aggregate;
 mod list;
 
 pub use aggregate::{GroupTotals, MetricMeans};
-pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings};
+pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings, R_PRECISION};
