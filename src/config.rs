@@ -95,6 +95,8 @@ pub mod defaults {
     pub const LOG_BASE: f64 = 2.0;
     /// `half_life`.
     pub const HALF_LIFE: f64 = 5.0;
+    /// `position_curve_depth`.
+    pub const POSITION_CURVE_DEPTH: usize = 20;
     /// `g_max`, ERR's largest grade.
     pub const G_MAX: f64 = 3.0;
     /// `rbp_p`, RBP's persistence.
@@ -229,6 +231,7 @@ pub struct FileSettings {
     half_life: Option<f64>,
     g_max: Option<f64>,
     rbp_p: Option<f64>,
+    position_curve_depth: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::many")]
     windows: Option<Vec<Duration>>,
     grades: Option<BTreeMap<String, f64>>,
@@ -308,6 +311,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_RBP_P",
         help = help("RBP's persistence p, the chance of reading on to the next rank, between 0 and 1", defaults::RBP_P))]
     pub rbp_p: Option<f64>,
+    /// Deepest rank of the position curves.
+    #[arg(long, env = "RANKWATCH_POSITION_CURVE_DEPTH",
+        help = help("Deepest rank of the position curves (lists and interactions by rank); 0 turns them off", defaults::POSITION_CURVE_DEPTH))]
+    pub position_curve_depth: Option<usize>,
     /// Grade of an interaction type, TYPE=GRADE, repeatable.
     #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
         help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
@@ -343,6 +350,8 @@ pub struct EngineSettings {
     pub metrics: MetricSettings,
     /// Grade of each interaction type.
     pub grades: GradeTable,
+    /// Deepest rank of the position curves; 0 keeps none.
+    pub position_curve_depth: usize,
     /// Most items in one impression.
     pub max_items: usize,
     /// Most (model, surface) groups.
@@ -351,6 +360,24 @@ pub struct EngineSettings {
     pub max_open_impressions: usize,
     /// Most waiting interactions.
     pub max_waiting_interactions: usize,
+}
+
+/// Most interaction types in the grade table: each is a column of every
+/// group's position curve.
+const MAX_INTERACTION_TYPES: usize = 64;
+
+/// Deepest position curve: each rank is a row of counters per group.
+const MAX_POSITION_CURVE_DEPTH: usize = 1000;
+
+/// `value`, unless it exceeds `max`.
+fn at_most(key: &'static str, value: usize, max: usize) -> Result<usize, ConfigError> {
+    if value > max {
+        return Err(invalid(
+            key,
+            format!("{value} is more than the most, {max}"),
+        ));
+    }
+    Ok(value)
 }
 
 /// The grade table: the file's table replaces the defaults; flags add
@@ -366,6 +393,15 @@ fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigEr
             .cloned()
             .chain(args.grades.iter().flatten().cloned()),
     );
+    if grades.pairs().len() > MAX_INTERACTION_TYPES {
+        return Err(invalid(
+            "grades",
+            format!(
+                "{} interaction types; at most {MAX_INTERACTION_TYPES} may be configured",
+                grades.pairs().len()
+            ),
+        ));
+    }
     if let Some((name, grade)) = grades
         .pairs()
         .iter()
@@ -445,6 +481,15 @@ impl EngineSettings {
                 rbp_persistence: rbp_p,
             },
             grades: grades(args, file)?,
+            position_curve_depth: at_most(
+                "position_curve_depth",
+                resolved(
+                    args.position_curve_depth,
+                    file.position_curve_depth,
+                    defaults::POSITION_CURVE_DEPTH,
+                ),
+                MAX_POSITION_CURVE_DEPTH,
+            )?,
             max_items: at_least_one(
                 "max_items",
                 resolved(args.max_items, file.max_items, defaults::MAX_ITEMS),
@@ -482,6 +527,8 @@ impl EngineSettings {
             max_open_impressions: self.max_open_impressions,
             max_waiting_interactions: self.max_waiting_interactions,
             windows: windows.iter().map(|&w| nanos(w)).collect(),
+            position_curve_depth: self.position_curve_depth,
+            interaction_types: self.grades.types(),
         }
     }
 
@@ -506,9 +553,11 @@ impl EngineSettings {
     /// the cutoffs, the metric settings and the rolling windows.
     pub fn fingerprint(&self, windows: &[Duration]) -> String {
         format!(
-            "k={:?} metrics={:?} windows={windows:?}",
+            "k={:?} metrics={:?} windows={windows:?} positions={} types={:?}",
             self.evaluator().ks(),
-            self.metrics
+            self.metrics,
+            self.position_curve_depth,
+            self.grades.types()
         )
     }
 

@@ -85,6 +85,7 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
         &window_names,
     );
     window_lists(&mut writer, &groups, &window_names);
+    super::positions::render(&mut writer, &groups, &snapshot.interaction_types);
     let help = "Lists finalized since start.";
     let mut family = writer.family(LISTS_FINALIZED, Kind::Counter, help);
     for (labels, group) in &groups {
@@ -297,7 +298,7 @@ impl Display for MetricSeries {
 
 /// A family's type, as `# TYPE` names it.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     Counter,
     Gauge,
     Summary,
@@ -315,10 +316,10 @@ impl Kind {
 
 /// Labels escaped once and shared by many samples, e.g. `model="m",surface="s"`.
 #[derive(Default)]
-struct LabelSet(String);
+pub(super) struct LabelSet(String);
 
 impl LabelSet {
-    fn of(pairs: &[(&str, &str)]) -> Self {
+    pub(super) fn of(pairs: &[(&str, &str)]) -> Self {
         let mut labels = String::new();
         write_labels(&mut labels, pairs);
         Self(labels)
@@ -326,13 +327,18 @@ impl LabelSet {
 }
 
 /// Writes the text format: each family's `# HELP` and `# TYPE` once, then its samples.
-struct SeriesWriter<'a> {
+pub(super) struct SeriesWriter<'a> {
     out: &'a mut String,
 }
 
 impl SeriesWriter<'_> {
     /// Opens family `name`, writing its header; its samples follow through the returned handle.
-    fn family(&mut self, name: impl Display, kind: Kind, help: impl Display) -> Family<'_> {
+    pub(super) fn family(
+        &mut self,
+        name: impl Display,
+        kind: Kind,
+        help: impl Display,
+    ) -> Family<'_> {
         let name = name.to_string();
         let kind = kind.as_str();
         let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -350,14 +356,19 @@ impl SeriesWriter<'_> {
 }
 
 /// One open family of a [`SeriesWriter`].
-struct Family<'a> {
+pub(super) struct Family<'a> {
     out: &'a mut String,
     name: String,
 }
 
 impl Family<'_> {
     /// Writes a sample labelled by `shared`, then by `labels`.
-    fn sample(&mut self, shared: &LabelSet, labels: &[(&str, &str)], value: impl Display) {
+    pub(super) fn sample(
+        &mut self,
+        shared: &LabelSet,
+        labels: &[(&str, &str)],
+        value: impl Display,
+    ) {
         self.sample_suffixed("", shared, labels, value);
     }
 

@@ -2,7 +2,7 @@
 //! of every metric at every K in both scopes.
 
 use crate::join::{Counters, Engine, Unattributed};
-use crate::metrics::{GroupTotals, Metric, MetricMeans, R_PRECISION};
+use crate::metrics::{GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -49,6 +49,35 @@ pub struct GroupReport {
     pub engaged_lists: u64,
     /// Keyed `metric@K`, and `r_precision`, which has no cutoff.
     pub metrics: BTreeMap<String, MeanPair>,
+    /// The position curve since start, rank 1 first; left out of window reports.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub positions: Vec<PositionPoint>,
+}
+
+/// One rank of a position curve: CTR at the rank is `interactions["click"] / lists`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PositionPoint {
+    /// 1-based rank.
+    pub rank: usize,
+    /// Finalized lists that showed at least `rank` items.
+    pub lists: u64,
+    /// Interactions credited at this rank, by type (every configured type).
+    pub interactions: BTreeMap<String, u64>,
+}
+
+/// The points of `curve`, one per rank up to its depth.
+fn position_points(curve: &PositionCurve, types: &[String]) -> Vec<PositionPoint> {
+    (1..=curve.depth())
+        .map(|rank| PositionPoint {
+            rank,
+            lists: curve.lists_reaching(rank),
+            interactions: types
+                .iter()
+                .enumerate()
+                .map(|(kind, name)| (name.clone(), curve.interactions_at(rank, kind)))
+                .collect(),
+        })
+        .collect()
 }
 
 /// Both scopes' means, serialized as `{"all": …, "engaged": …}`.
@@ -102,7 +131,22 @@ impl ReportCounters {
 impl Report {
     /// The report of every list finalized since start.
     pub fn since_start(engine: &Engine, config: &ReportConfig) -> Self {
-        Self::build(engine, config, |aggregates| aggregates.totals.clone())
+        let mut report = Self::build(engine, config, |aggregates| aggregates.totals.clone());
+        let types = engine.interaction_types();
+        let curves: BTreeMap<(&str, &str), &PositionCurve> = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, (model, surface))| {
+                ((model.as_str(), surface.as_str()), &aggregates.positions)
+            })
+            .collect();
+        for group in &mut report.groups {
+            if let Some(curve) = curves.get(&(group.model.as_str(), group.surface.as_str())) {
+                group.positions = position_points(curve, types);
+            }
+        }
+        report
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
@@ -223,5 +267,6 @@ fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) 
         lists: totals.lists,
         engaged_lists: totals.engaged,
         metrics,
+        positions: Vec::new(),
     }
 }

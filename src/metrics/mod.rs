@@ -3,6 +3,8 @@
 
 mod aggregate;
 mod list;
+mod position;
 
 pub use aggregate::{GroupTotals, MetricMeans};
 pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings, R_PRECISION};
+pub use position::PositionCurve;
