@@ -95,6 +95,7 @@ impl Stream {
             request: request.filter(|_| rng.bool()),
             time,
             grade: [1.0, 1.0, 1.0, 2.0, 3.0][rng.usize(0..5)],
+            kind: 0,
         })
     }
 

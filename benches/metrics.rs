@@ -58,6 +58,7 @@ fn evaluate(c: &mut Criterion) {
         gain: Gain::Exponential,
         discount: Discount::Jarvelin { base: 2.0 },
         half_life: 5.0,
+        ..MetricSettings::default()
     };
     bench_settings(c, "exponential_jarvelin", exponential);
 }

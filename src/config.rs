@@ -98,6 +98,12 @@ pub mod defaults {
     pub const HALF_LIFE: f64 = 5.0;
     /// `control_model`: none, no comparisons.
     pub const CONTROL_MODEL: Option<String> = None;
+    /// `position_curve_depth`.
+    pub const POSITION_CURVE_DEPTH: usize = 20;
+    /// `g_max`, ERR's largest grade.
+    pub const G_MAX: f64 = 3.0;
+    /// `rbp_p`, RBP's persistence.
+    pub const RBP_P: f64 = 0.8;
     /// `max_items`.
     pub const MAX_ITEMS: usize = 1000;
     /// `max_groups`.
@@ -226,6 +232,9 @@ pub struct FileSettings {
     discount: Option<DiscountName>,
     log_base: Option<f64>,
     half_life: Option<f64>,
+    g_max: Option<f64>,
+    rbp_p: Option<f64>,
+    position_curve_depth: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::many")]
     windows: Option<Vec<Duration>>,
     grades: Option<BTreeMap<String, f64>>,
@@ -313,6 +322,18 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_HALF_LIFE",
         help = help("Half-life α of half-life utility, in ranks", defaults::HALF_LIFE))]
     pub half_life: Option<f64>,
+    /// ERR's largest grade g_max.
+    #[arg(long, env = "RANKWATCH_G_MAX",
+        help = help("ERR's largest grade g_max: grade g stops the user with probability (2^min(g, g_max) - 1) / 2^g_max", defaults::G_MAX))]
+    pub g_max: Option<f64>,
+    /// RBP's persistence p.
+    #[arg(long, env = "RANKWATCH_RBP_P",
+        help = help("RBP's persistence p, the chance of reading on to the next rank, between 0 and 1", defaults::RBP_P))]
+    pub rbp_p: Option<f64>,
+    /// Deepest rank of the position curves.
+    #[arg(long, env = "RANKWATCH_POSITION_CURVE_DEPTH",
+        help = help("Deepest rank of the position curves (lists and interactions by rank); 0 turns them off", defaults::POSITION_CURVE_DEPTH))]
+    pub position_curve_depth: Option<usize>,
     /// Grade of an interaction type, TYPE=GRADE, repeatable.
     #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
         help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
@@ -352,6 +373,8 @@ pub struct EngineSettings {
     pub metrics: MetricSettings,
     /// Grade of each interaction type.
     pub grades: GradeTable,
+    /// Deepest rank of the position curves; 0 keeps none.
+    pub position_curve_depth: usize,
     /// Most items in one impression.
     pub max_items: usize,
     /// Most (model, surface) groups.
@@ -362,6 +385,24 @@ pub struct EngineSettings {
     pub max_waiting_interactions: usize,
     /// The model compared against; none means no comparisons.
     pub control_model: Option<String>,
+}
+
+/// Most interaction types in the grade table: each is a column of every
+/// group's position curve.
+const MAX_INTERACTION_TYPES: usize = 64;
+
+/// Deepest position curve: each rank is a row of counters per group.
+const MAX_POSITION_CURVE_DEPTH: usize = 1000;
+
+/// `value`, unless it exceeds `max`.
+fn at_most(key: &'static str, value: usize, max: usize) -> Result<usize, ConfigError> {
+    if value > max {
+        return Err(invalid(
+            key,
+            format!("{value} is more than the most, {max}"),
+        ));
+    }
+    Ok(value)
 }
 
 /// The grade table: the file's table replaces the defaults; flags add
@@ -377,6 +418,15 @@ fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigEr
             .cloned()
             .chain(args.grades.iter().flatten().cloned()),
     );
+    if grades.pairs().len() > MAX_INTERACTION_TYPES {
+        return Err(invalid(
+            "grades",
+            format!(
+                "{} interaction types; at most {MAX_INTERACTION_TYPES} may be configured",
+                grades.pairs().len()
+            ),
+        ));
+    }
     if let Some((name, grade)) = grades
         .pairs()
         .iter()
@@ -425,6 +475,20 @@ impl EngineSettings {
                 format!("{half_life} must be a number greater than 1"),
             ));
         }
+        let g_max = resolved(args.g_max, file.g_max, defaults::G_MAX);
+        if !(g_max.is_finite() && g_max > 0.0) {
+            return Err(invalid(
+                "g_max",
+                format!("{g_max} must be a number greater than 0"),
+            ));
+        }
+        let rbp_p = resolved(args.rbp_p, file.rbp_p, defaults::RBP_P);
+        if !(rbp_p > 0.0 && rbp_p < 1.0) {
+            return Err(invalid(
+                "rbp_p",
+                format!("{rbp_p} must be a number between 0 and 1, exclusive"),
+            ));
+        }
         let log_base = resolved(args.log_base, file.log_base, defaults::LOG_BASE);
         if !(log_base.is_finite() && log_base > 1.0) {
             return Err(invalid(
@@ -456,8 +520,19 @@ impl EngineSettings {
                 gain,
                 discount,
                 half_life,
+                err_max_grade: g_max,
+                rbp_persistence: rbp_p,
             },
             grades: grades(args, file)?,
+            position_curve_depth: at_most(
+                "position_curve_depth",
+                resolved(
+                    args.position_curve_depth,
+                    file.position_curve_depth,
+                    defaults::POSITION_CURVE_DEPTH,
+                ),
+                MAX_POSITION_CURVE_DEPTH,
+            )?,
             max_items: at_least_one(
                 "max_items",
                 resolved(args.max_items, file.max_items, defaults::MAX_ITEMS),
@@ -496,6 +571,8 @@ impl EngineSettings {
             max_open_impressions: self.max_open_impressions,
             max_waiting_interactions: self.max_waiting_interactions,
             windows: windows.iter().map(|&w| nanos(w)).collect(),
+            position_curve_depth: self.position_curve_depth,
+            interaction_types: self.grades.types(),
         }
     }
 
@@ -520,9 +597,11 @@ impl EngineSettings {
     /// the cutoffs, the metric settings and the rolling windows.
     pub fn fingerprint(&self, windows: &[Duration]) -> String {
         format!(
-            "k={:?} metrics={:?} windows={windows:?}",
+            "k={:?} metrics={:?} windows={windows:?} positions={} types={:?}",
             self.evaluator().ks(),
-            self.metrics
+            self.metrics,
+            self.position_curve_depth,
+            self.grades.types()
         )
     }
 

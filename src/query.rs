@@ -4,7 +4,9 @@
 //! query and nothing of the server.
 
 use crate::config::parse_duration;
-use crate::export::{Comparison, GroupReport, MeanPair, Report, ReportConfig, ReportCounters};
+use crate::export::{
+    Comparison, GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters,
+};
 use crate::metrics::Metric;
 use crate::proto::{self, evaluation_client::EvaluationClient};
 use std::collections::BTreeMap;
@@ -183,6 +185,15 @@ fn group_report(group: proto::GroupReport) -> GroupReport {
                     se_engaged: mean.se_engaged,
                 };
                 (key, pair)
+            })
+            .collect(),
+        positions: group
+            .positions
+            .into_iter()
+            .map(|point| PositionPoint {
+                rank: point.rank as usize,
+                lists: point.lists,
+                interactions: point.interactions.into_iter().collect(),
             })
             .collect(),
     }

@@ -473,8 +473,17 @@ fn report_series(report: &Value) -> BTreeMap<String, f64> {
         }
         let lists = n(&group["lists"]);
         for (key, means) in group["metrics"].as_object().unwrap() {
-            let (metric, k) = key.split_once('@').unwrap();
-            let labels = format!("k=\"{k}\",model=\"{model}\",surface=\"{surface}\"");
+            // R-precision has no cutoff, and its series no `k` label.
+            let (metric, labels) = match key.split_once('@') {
+                Some((metric, k)) => (
+                    metric,
+                    format!("k=\"{k}\",model=\"{model}\",surface=\"{surface}\""),
+                ),
+                None => (
+                    key.as_str(),
+                    format!("model=\"{model}\",surface=\"{surface}\""),
+                ),
+            };
             series.insert(format!("rankwatch_list_{metric}_count{{{labels}}}"), lists);
             series.insert(
                 format!("rankwatch_list_{metric}_sum{{{labels}}}"),

@@ -3,7 +3,8 @@
 # promtool and prometheus (Debian's `prometheus`) for the metrics and rules
 # checks and the end-to-end run, Debian's `chromium` for the status page's
 # browser test, and a Python virtualenv with grpcio for the independent client
-# test and websocket-client to drive Chromium, then the Python client
+# test, websocket-client to drive Chromium and ir_measures (with its trec_eval
+# and trectools providers) for the metric check, then the Python client
 # (clients/python, rebuilt from the working tree every time) with its test and
 # Kafka extras. Safe to run again: it installs only what is missing, and the
 # client.
@@ -32,6 +33,10 @@ if ! "$venv/bin/python" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
 fi
 if ! "$venv/bin/python" -c 'import websocket' >/dev/null 2>&1; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'websocket-client==1.9.2'
+fi
+if ! "$venv/bin/python" -c 'import ir_measures, pytrec_eval, trectools' >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    'ir-measures==0.4.3' 'pytrec-eval-terrier==0.5.11' 'trectools==0.0.50'
 fi
 # `python -m pip` rather than bin/pip, whose first line names the path where the
 # venv was made (wrong in a copy). pip always rebuilds a project given as a

@@ -47,11 +47,17 @@ fn metric_settings() -> impl Strategy<Value = MetricSettings> {
         (1.1f64..12.0).prop_map(|base| Discount::Jarvelin { base }),
     ];
     let half_life = prop_oneof![Just(5.0), 1.1f64..20.0];
-    (gain, discount, half_life).prop_map(|(gain, discount, half_life)| MetricSettings {
-        gain,
-        discount,
-        half_life,
-    })
+    let err_max_grade = prop_oneof![Just(3.0), Just(4.0), 0.5f64..6.0];
+    let rbp_persistence = prop_oneof![Just(0.8), 0.01f64..0.99];
+    (gain, discount, half_life, err_max_grade, rbp_persistence).prop_map(
+        |(gain, discount, half_life, err_max_grade, rbp_persistence)| MetricSettings {
+            gain,
+            discount,
+            half_life,
+            err_max_grade,
+            rbp_persistence,
+        },
+    )
 }
 
 /// Every metric at every cutoff of `ks`, keyed `(K, metric)`, as `ListEvaluator` computes them.
@@ -167,7 +173,33 @@ fn reference(settings: &MetricSettings, grades: &[f64], k: usize, metric: Metric
             }
             ratio_or_zero(concordant, pairs)
         }
+        Metric::Err => {
+            // Chapelle et al. 2009: Σ_r (1/r)·R_r·Π_{i<r}(1 − R_i), R = (2^g − 1)/2^g_max.
+            let g_max = settings.err_max_grade;
+            let stop = |g: f64| (2f64.powf(g.min(g_max)) - 1.0) / 2f64.powf(g_max);
+            (0..m)
+                .map(|r| {
+                    let reach: f64 = head[..r].iter().map(|&g| 1.0 - stop(g)).product();
+                    reach * stop(head[r]) / (r + 1) as f64
+                })
+                .sum()
+        }
+        Metric::Rbp => {
+            // Moffat and Zobel 2008, graded, no residual: (1 − p)·Σ_j g_j·p^{j−1}.
+            let p = settings.rbp_persistence;
+            head.iter()
+                .enumerate()
+                .map(|(i, &g)| (1.0 - p) * g * p.powf(i as f64))
+                .sum()
+        }
     }
+}
+
+/// R-precision: relevant among the first `R` items over `R`, `R` the list's relevant count.
+fn reference_r_precision(grades: &[f64]) -> f64 {
+    let r = grades.iter().filter(|&&g| g > 0.0).count();
+    let hits = grades.iter().take(r).filter(|&&g| g > 0.0).count();
+    ratio_or_zero(hits as f64, r as f64)
 }
 
 /// Whether `actual` agrees with `expected` to 1e-12, relative to the size of
@@ -188,9 +220,18 @@ proptest! {
     }
 
     #[test]
+    fn r_precision_agrees_with_its_definition(settings in metric_settings(), ks in cutoffs(), grades in grades()) {
+        let mut evaluator = ListEvaluator::new(settings, &ks);
+        let mut row = vec![0.0; evaluator.width()];
+        evaluator.evaluate(&grades, &mut row);
+        let expected = reference_r_precision(&grades);
+        prop_assert!(agrees(row[evaluator.r_precision_slot()], expected));
+    }
+
+    #[test]
     fn normalized_metrics_lie_in_the_unit_interval(settings in metric_settings(), ks in cutoffs(), grades in grades()) {
         for (k, metric, value) in evaluate(&settings, &ks, &grades) {
-            if metric == Metric::Dcg {
+            if matches!(metric, Metric::Dcg | Metric::Rbp) {
                 prop_assert!(value.is_finite() && value >= 0.0, "dcg@{k} = {value}");
             } else {
                 prop_assert!((0.0..=1.0).contains(&value), "{}@{k} = {value}", metric.name());

@@ -45,7 +45,12 @@ fn as_replay_json(report: &proto::Report) -> Value {
         .map(|g| {
             let metrics: serde_json::Map<String, Value> =
                 g.metrics.iter().map(|(k, m)| (k.clone(), json!({"all": m.all, "engaged": m.engaged, "se_all": m.se_all, "se_engaged": m.se_engaged}))).collect();
-            json!({"model": g.model, "surface": g.surface, "lists": g.lists, "engaged_lists": g.engaged_lists, "metrics": metrics})
+            let positions: Vec<Value> = g
+                .positions
+                .iter()
+                .map(|p| json!({"rank": p.rank, "lists": p.lists, "interactions": p.interactions}))
+                .collect();
+            json!({"model": g.model, "surface": g.surface, "lists": g.lists, "engaged_lists": g.engaged_lists, "metrics": metrics, "positions": positions})
         })
         .collect();
     json!({

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then runs the Rust tests
 # (unit, conformance, properties, real server over loopback), the Prometheus
-# rule tests, the independent Python check, the Python client's tests, the
-# status page in a headless Chromium and the end-to-end deploy check.
+# rule tests, the independent Python check, the metrics against ir_measures,
+# the Python client's tests, the status page in a headless Chromium and the
+# end-to-end deploy check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ cargo build --release --locked --bins
 bash tests/install-broker.sh >/dev/null
 cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
+target/python/bin/python tests/python/check_metrics.py --binary target/release/rankwatch
 # The Python client against the real server; pytest exits non-zero (5) when it collects no test.
 RANKWATCH_BINARY=target/release/rankwatch target/python/bin/python -m pytest -q clients/python/tests
 # The status page against `rankwatch demo`; screenshots in target/artifacts/.

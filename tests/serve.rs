@@ -4,9 +4,10 @@
 mod common;
 
 use common::server::{event_from_json, parse_metrics, Server};
-use common::{conformance, read_json};
+use common::{conformance, read_json, replay_json};
+use rankwatch::metrics::Metric;
 use rankwatch::proto::{self, EventBatch};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// The conformance log as protobuf events (lines that are not JSON cannot be sent).
@@ -86,7 +87,8 @@ fn expected_rejections(expected: &Value) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn assert_series_match_report(metrics: &BTreeMap<String, f64>, expected: &Value) {
+/// Checks `metrics` against every metric of the report `expected`; returns how many were checked.
+fn assert_series_match_report(metrics: &BTreeMap<String, f64>, expected: &Value) -> usize {
     let mut checked = 0;
     for group in expected["groups"].as_array().unwrap() {
         let labels = format!(
@@ -105,9 +107,12 @@ fn assert_series_match_report(metrics: &BTreeMap<String, f64>, expected: &Value)
             engaged
         );
         for (key, means) in group["metrics"].as_object().unwrap() {
-            let (metric, k) = key.split_once('@').unwrap();
-            let series =
-                |suffix: &str| format!("rankwatch_list_{metric}_{suffix}{{k=\"{k}\",{labels}}}");
+            let series = |suffix: &str| match key.split_once('@') {
+                Some((metric, k)) => {
+                    format!("rankwatch_list_{metric}_{suffix}{{k=\"{k}\",{labels}}}")
+                }
+                None => format!("rankwatch_list_{key}_{suffix}{{{labels}}}"),
+            };
             let sum = metrics[&series("sum")];
             let count = metrics[&series("count")];
             assert_eq!(count, lists, "{}", series("count"));
@@ -126,7 +131,43 @@ fn assert_series_match_report(metrics: &BTreeMap<String, f64>, expected: &Value)
             checked += 1;
         }
     }
-    assert_eq!(checked, 9 * 36, "every metric at every K of every group");
+    checked
+}
+
+/// Checks the position counters against the report's position curves.
+fn assert_position_series_match_report(metrics: &BTreeMap<String, f64>, expected: &Value) {
+    let mut clicks_at_rank_1 = 0.0;
+    for group in expected["groups"].as_array().unwrap() {
+        let (model, surface) = (
+            group["model"].as_str().unwrap(),
+            group["surface"].as_str().unwrap(),
+        );
+        let positions = group["positions"].as_array().unwrap();
+        assert_eq!(positions.len(), 20, "the default depth");
+        for point in positions {
+            let rank = point["rank"].as_u64().unwrap();
+            let labels = format!("model=\"{model}\",rank=\"{rank}\",surface=\"{surface}\"");
+            let series = format!("rankwatch_position_lists_total{{{labels}}}");
+            assert_eq!(
+                metrics[&series],
+                point["lists"].as_f64().unwrap(),
+                "{series}"
+            );
+            for (kind, n) in point["interactions"].as_object().unwrap() {
+                let series =
+                    format!("rankwatch_position_interactions_total{{{labels},type=\"{kind}\"}}");
+                assert_eq!(metrics[&series], n.as_f64().unwrap(), "{series}");
+                if rank == 1 && kind == "click" {
+                    clicks_at_rank_1 += n.as_f64().unwrap();
+                }
+            }
+        }
+        assert_eq!(
+            positions[0]["lists"], group["lists"],
+            "every list reaches rank 1"
+        );
+    }
+    assert!(clicks_at_rank_1 > 0.0, "the log has clicks at rank 1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +180,14 @@ async fn streamed_log_gives_the_replay_figures() {
     assert_eq!(rejections_by_reason(&acks), expected_rejections(&expected));
 
     let metrics = parse_metrics(&server.get("/metrics").1);
-    assert_series_match_report(&metrics, &expected);
+    let checked = assert_series_match_report(&metrics, &expected);
+    assert_eq!(checked, 9 * 36, "every metric at every K of every group");
+    // The replay's own report has the metrics added since, and position curves.
+    let log = conformance("replay_small.jsonl");
+    let replayed = replay_json(&[log.to_str().unwrap(), "--format", "json"], None);
+    let checked = assert_series_match_report(&metrics, &replayed);
+    assert_eq!(checked, 9 * (Metric::COUNT * 4 + 1), "and R-precision");
+    assert_position_series_match_report(&metrics, &replayed);
     let counters = &expected["counters"];
     assert_eq!(
         metrics["rankwatch_interactions_credited_total"],
@@ -180,6 +228,18 @@ async fn streamed_log_gives_the_replay_figures() {
         .zip(expected["groups"].as_array().unwrap())
     {
         assert_eq!(got.model, want["model"].as_str().unwrap());
+        let replayed_group = replayed["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["model"] == want["model"] && g["surface"] == want["surface"])
+            .unwrap();
+        let positions: Vec<Value> = got
+            .positions
+            .iter()
+            .map(|p| json!({"rank": p.rank, "lists": p.lists, "interactions": p.interactions}))
+            .collect();
+        assert_eq!(Value::from(positions), replayed_group["positions"]);
         let ndcg = &got.metrics["ndcg@10"];
         assert!((ndcg.all - want["metrics"]["ndcg@10"]["all"].as_f64().unwrap()).abs() <= 1e-9);
         assert!(
@@ -204,7 +264,8 @@ async fn unary_batches_give_the_same_figures() {
         acks.push(client.ingest_batch(batch).await.unwrap().into_inner());
     }
     assert_eq!(rejections_by_reason(&acks), expected_rejections(&expected));
-    assert_series_match_report(&parse_metrics(&server.get("/metrics").1), &expected);
+    let checked = assert_series_match_report(&parse_metrics(&server.get("/metrics").1), &expected);
+    assert_eq!(checked, 9 * 36, "every metric at every K of every group");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,6 +62,8 @@ pub struct Interaction {
     pub time: Nanos,
     /// Explicit grade, or the grade of the interaction's type.
     pub grade: f64,
+    /// The interaction's type, as its index among the grade table's types (sorted by name).
+    pub kind: u16,
 }
 
 /// A validated event.

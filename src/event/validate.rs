@@ -28,10 +28,20 @@ impl GradeTable {
 
     /// The grade of interactions of type `name`.
     pub fn grade(&self, name: &str) -> Option<f64> {
+        self.kind(name).map(|(_, grade)| grade)
+    }
+
+    /// The index of type `name` among the types sorted by name, and its grade.
+    pub fn kind(&self, name: &str) -> Option<(u16, f64)> {
         self.grades
             .iter()
-            .find(|(known, _)| known == name)
-            .map(|(_, grade)| *grade)
+            .position(|(known, _)| known == name)
+            .map(|index| (index as u16, self.grades[index].1))
+    }
+
+    /// The type names, sorted: an interaction's `kind` indexes them.
+    pub fn types(&self) -> Vec<String> {
+        self.grades.iter().map(|(name, _)| name.clone()).collect()
     }
 
     /// `(type, grade)` pairs sorted by type.
@@ -186,7 +196,7 @@ impl Validator {
                 ),
             ));
         }
-        let Some(type_grade) = self.grades.grade(raw.kind) else {
+        let Some((kind, type_grade)) = self.grades.kind(raw.kind) else {
             return Err(Rejection::new(
                 Reason::UnknownType,
                 format!(
@@ -215,6 +225,7 @@ impl Validator {
             request: optional_hash(raw.request_id),
             time,
             grade,
+            kind,
         })
     }
 

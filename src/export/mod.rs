@@ -2,10 +2,11 @@
 //! Prometheus text of `/metrics`.
 
 mod comparison;
+pub mod positions;
 pub mod prometheus;
 mod report;
 mod snapshot;
 
 pub use comparison::{compare, Comparison, NamedTotals};
-pub use report::{GroupReport, MeanPair, Report, ReportConfig, ReportCounters};
+pub use report::{GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters};
 pub use snapshot::{GroupSnapshot, Snapshot};

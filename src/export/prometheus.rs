@@ -7,7 +7,7 @@ use super::comparison::{compare, Comparison, NamedTotals};
 use super::{GroupSnapshot, Snapshot};
 use crate::event::{Nanos, Reason, NANOS_PER_SECOND};
 use crate::join::Unattributed;
-use crate::metrics::{GroupTotals, Metric};
+use crate::metrics::{GroupTotals, Metric, R_PRECISION};
 use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
 
@@ -89,7 +89,14 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
         window_gauge(&mut writer, metric, &groups, &ks, &window_names);
         window_standard_error(&mut writer, metric, &groups, &ks, &window_names);
     }
+    r_precision(
+        &mut writer,
+        &groups,
+        snapshot.ks.len() * Metric::COUNT,
+        &window_names,
+    );
     window_lists(&mut writer, &groups, &window_names);
+    super::positions::render(&mut writer, &groups, &snapshot.interaction_types);
     if let Some(control) = &snapshot.control_model {
         comparison_gauges(&mut writer, snapshot, control, &window_names);
     }
@@ -256,6 +263,36 @@ fn window_gauge(
     }
 }
 
+/// `rankwatch_list_r_precision` and `rankwatch_r_precision`: R-precision's
+/// summary and rolling gauges, as for the other metrics but with no `k` label,
+/// since each list is cut at its own relevant count.
+fn r_precision(
+    writer: &mut SeriesWriter<'_>,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    slot: usize,
+    window_names: &[String],
+) {
+    let help = "Per-list R-precision (precision at R, the list's relevant count) of finalized lists since start: _sum of values and _count of lists.";
+    let name = format_args!("{LIST_SUMMARY_PREFIX}{R_PRECISION}");
+    let mut family = writer.family(name, Kind::Summary, help);
+    for (labels, group) in groups {
+        let sum = group.totals.sums.get(slot).copied().unwrap_or(0.0);
+        family.sample_suffixed("_sum", labels, &[], sum);
+        family.sample_suffixed("_count", labels, &[], group.totals.lists);
+    }
+    let help = "Mean per-list R-precision over the lists of the rolling window, by scope (all lists, or engaged lists only).";
+    let name = format_args!("{WINDOW_GAUGE_PREFIX}{R_PRECISION}");
+    let mut family = writer.family(name, Kind::Gauge, help);
+    for (labels, group) in groups {
+        for (window, totals) in window_names.iter().zip(&group.windows) {
+            let means = totals.means(slot);
+            for (scope, mean) in [("all", means.all), ("engaged", means.engaged)] {
+                family.sample(labels, &[("window", window), ("scope", scope)], mean);
+            }
+        }
+    }
+}
+
 /// `rankwatch_window_lists`: the lists behind the window gauges.
 fn window_lists(
     writer: &mut SeriesWriter<'_>,
@@ -370,7 +407,7 @@ impl Display for MetricSeries {
 
 /// A family's type, as `# TYPE` names it.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     Counter,
     Gauge,
     Summary,
@@ -388,10 +425,10 @@ impl Kind {
 
 /// Labels escaped once and shared by many samples, e.g. `model="m",surface="s"`.
 #[derive(Default)]
-struct LabelSet(String);
+pub(super) struct LabelSet(String);
 
 impl LabelSet {
-    fn of(pairs: &[(&str, &str)]) -> Self {
+    pub(super) fn of(pairs: &[(&str, &str)]) -> Self {
         let mut labels = String::new();
         write_labels(&mut labels, pairs);
         Self(labels)
@@ -399,13 +436,18 @@ impl LabelSet {
 }
 
 /// Writes the text format: each family's `# HELP` and `# TYPE` once, then its samples.
-struct SeriesWriter<'a> {
+pub(super) struct SeriesWriter<'a> {
     out: &'a mut String,
 }
 
 impl SeriesWriter<'_> {
     /// Opens family `name`, writing its header; its samples follow through the returned handle.
-    fn family(&mut self, name: impl Display, kind: Kind, help: impl Display) -> Family<'_> {
+    pub(super) fn family(
+        &mut self,
+        name: impl Display,
+        kind: Kind,
+        help: impl Display,
+    ) -> Family<'_> {
         let name = name.to_string();
         let kind = kind.as_str();
         let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -423,14 +465,19 @@ impl SeriesWriter<'_> {
 }
 
 /// One open family of a [`SeriesWriter`].
-struct Family<'a> {
+pub(super) struct Family<'a> {
     out: &'a mut String,
     name: String,
 }
 
 impl Family<'_> {
     /// Writes a sample labelled by `shared`, then by `labels`.
-    fn sample(&mut self, shared: &LabelSet, labels: &[(&str, &str)], value: impl Display) {
+    pub(super) fn sample(
+        &mut self,
+        shared: &LabelSet,
+        labels: &[(&str, &str)],
+        value: impl Display,
+    ) {
         self.sample_suffixed("", shared, labels, value);
     }
 

@@ -4,7 +4,7 @@
 use super::comparison::{compare, Comparison, NamedTotals};
 use super::Snapshot;
 use crate::join::{Counters, Engine, Unattributed};
-use crate::metrics::{GroupTotals, Metric, MetricMeans};
+use crate::metrics::{GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -55,8 +55,37 @@ pub struct GroupReport {
     pub surface: String,
     pub lists: u64,
     pub engaged_lists: u64,
-    /// Keyed `metric@K`.
+    /// Keyed `metric@K`, and `r_precision`, which has no cutoff.
     pub metrics: BTreeMap<String, MeanPair>,
+    /// The position curve since start, rank 1 first; left out of window reports.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub positions: Vec<PositionPoint>,
+}
+
+/// One rank of a position curve: CTR at the rank is `interactions["click"] / lists`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PositionPoint {
+    /// 1-based rank.
+    pub rank: usize,
+    /// Finalized lists that showed at least `rank` items.
+    pub lists: u64,
+    /// Interactions credited at this rank, by type (every configured type).
+    pub interactions: BTreeMap<String, u64>,
+}
+
+/// The points of `curve`, one per rank up to its depth.
+fn position_points(curve: &PositionCurve, types: &[String]) -> Vec<PositionPoint> {
+    (1..=curve.depth())
+        .map(|rank| PositionPoint {
+            rank,
+            lists: curve.lists_reaching(rank),
+            interactions: types
+                .iter()
+                .enumerate()
+                .map(|(kind, name)| (name.clone(), curve.interactions_at(rank, kind)))
+                .collect(),
+        })
+        .collect()
 }
 
 /// Both scopes' means and their standard errors, serialized as
@@ -121,7 +150,13 @@ impl Report {
             .iter()
             .zip(engine.group_names())
             .map(|(aggregates, (model, surface))| (model, surface, aggregates.totals.clone()));
+        let curves = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, (model, surface))| (model, surface, &aggregates.positions));
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
+            .with_positions(curves, engine.interaction_types())
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
@@ -144,7 +179,32 @@ impl Report {
             };
             (&group.model, &group.surface, totals)
         });
-        Self::build(config, &snapshot.counters, &snapshot.ks, groups)
+        let report = Self::build(config, &snapshot.counters, &snapshot.ks, groups);
+        if window.is_some() {
+            return report;
+        }
+        let curves = snapshot
+            .groups
+            .iter()
+            .map(|group| (&group.model, &group.surface, &group.positions));
+        report.with_positions(curves, &snapshot.interaction_types)
+    }
+
+    /// The report with each group's position curve, matched by name (since start only).
+    fn with_positions<'a>(
+        mut self,
+        curves: impl Iterator<Item = (&'a String, &'a String, &'a PositionCurve)>,
+        types: &[String],
+    ) -> Self {
+        let curves: BTreeMap<(&str, &str), &PositionCurve> = curves
+            .map(|(model, surface, curve)| ((model.as_str(), surface.as_str()), curve))
+            .collect();
+        for group in &mut self.groups {
+            if let Some(curve) = curves.get(&(group.model.as_str(), group.surface.as_str())) {
+                group.positions = position_points(curve, types);
+            }
+        }
+        self
     }
 
     fn build<'a>(
@@ -285,11 +345,17 @@ fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) 
             metrics.insert(format!("{}@{k}", metric.name()), totals.means(slot).into());
         }
     }
+    let r_precision_slot = ks.len() * Metric::COUNT;
+    metrics.insert(
+        R_PRECISION.to_owned(),
+        totals.means(r_precision_slot).into(),
+    );
     GroupReport {
         model: model.to_owned(),
         surface: surface.to_owned(),
         lists: totals.lists,
         engaged_lists: totals.engaged,
         metrics,
+        positions: Vec::new(),
     }
 }

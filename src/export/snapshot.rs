@@ -2,7 +2,7 @@
 
 use crate::event::Nanos;
 use crate::join::{Counters, Engine};
-use crate::metrics::GroupTotals;
+use crate::metrics::{GroupTotals, PositionCurve};
 
 /// One group's figures at a moment.
 #[derive(Clone, Debug)]
@@ -15,6 +15,8 @@ pub struct GroupSnapshot {
     pub totals: GroupTotals,
     /// Per configured window, over the lists in the window.
     pub windows: Vec<GroupTotals>,
+    /// Lists and credited interactions by rank, since start.
+    pub positions: PositionCurve,
 }
 
 /// Everything `/metrics` shows of the engine, taken at one moment.
@@ -26,6 +28,8 @@ pub struct Snapshot {
     pub groups: Vec<GroupSnapshot>,
     /// The cutoffs, as evaluated.
     pub ks: Vec<usize>,
+    /// Interaction type names, the columns of the position curves.
+    pub interaction_types: Vec<String>,
     /// Impressions open for attribution.
     pub open_impressions: usize,
     /// Interactions waiting for their impression.
@@ -60,12 +64,14 @@ impl Snapshot {
                             .unwrap_or_default()
                     })
                     .collect(),
+                positions: aggregates.positions.clone(),
             })
             .collect();
         Snapshot {
             counters: engine.counters().clone(),
             groups,
             ks: engine.evaluator().ks().to_vec(),
+            interaction_types: engine.interaction_types().to_vec(),
             open_impressions: engine.open_impressions(),
             waiting_interactions: engine.waiting_interactions(),
             overflowed_impressions: engine.overflowed_impressions(),

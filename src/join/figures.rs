@@ -4,7 +4,7 @@
 //! and each event is counted by exactly one instance.
 
 use super::{Counters, Engine, EngineState, GroupAggregates};
-use crate::metrics::GroupTotals;
+use crate::metrics::{GroupTotals, PositionCurve};
 use crate::window::RollingWindows;
 
 impl Engine {
@@ -33,11 +33,16 @@ impl Engine {
                 self.aggregates.push(GroupAggregates {
                     totals: GroupTotals::new(self.values.len()),
                     windows: RollingWindows::new(&self.settings.windows),
+                    positions: PositionCurve::new(
+                        self.settings.position_curve_depth,
+                        self.settings.interaction_types.len(),
+                    ),
                 });
             }
             let mine = &mut self.aggregates[id];
             mine.totals.merge(&aggregates.totals);
             mine.windows.merge(&aggregates.windows);
+            mine.positions.merge(&aggregates.positions);
         }
     }
 
@@ -93,6 +98,8 @@ mod tests {
             max_open_impressions: 100,
             max_waiting_interactions: 100,
             windows: vec![3600 * S],
+            position_curve_depth: 20,
+            interaction_types: vec!["click".to_owned()],
         };
         Engine::new(
             settings,
@@ -119,6 +126,7 @@ mod tests {
             request: None,
             time,
             grade: 1.0,
+            kind: 0,
         })
     }
 

@@ -18,7 +18,7 @@ pub use counters::{Counters, Unattributed};
 pub use persist::EngineState;
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
-use crate::metrics::{GroupTotals, ListEvaluator};
+use crate::metrics::{GroupTotals, ListEvaluator, PositionCurve};
 use crate::window::RollingWindows;
 use due::DueQueue;
 use groups::{GroupId, Groups};
@@ -42,6 +42,10 @@ pub struct JoinSettings {
     pub max_waiting_interactions: usize,
     /// Spans of the rolling windows kept per group (none in replay).
     pub windows: Vec<Nanos>,
+    /// Deepest rank of the position curves; 0 keeps none.
+    pub position_curve_depth: usize,
+    /// Interaction type names, sorted: an interaction's `kind` indexes them.
+    pub interaction_types: Vec<String>,
 }
 
 /// One group's aggregates: since start, and per rolling window.
@@ -51,6 +55,9 @@ pub struct GroupAggregates {
     pub totals: GroupTotals,
     /// Per configured window.
     pub windows: RollingWindows,
+    /// Lists and credited interactions by rank, since start.
+    #[serde(default)]
+    pub positions: PositionCurve,
 }
 
 /// The shard of a user. It takes the hash's high bits: the maps inside a
@@ -219,6 +226,11 @@ impl Engine {
     /// Impressions folded into the overflow group since start.
     pub fn overflowed_impressions(&self) -> u64 {
         self.groups.overflowed
+    }
+
+    /// Interaction type names, sorted: the columns of the position curves.
+    pub fn interaction_types(&self) -> &[String] {
+        &self.settings.interaction_types
     }
 
     /// The list evaluator, which fixes the cutoffs and the value layout.
@@ -406,12 +418,17 @@ impl Engine {
             self.aggregates.push(GroupAggregates {
                 totals: GroupTotals::new(self.values.len()),
                 windows: RollingWindows::new(&self.settings.windows),
+                positions: PositionCurve::new(
+                    self.settings.position_curve_depth,
+                    self.settings.interaction_types.len(),
+                ),
             });
         }
         let engaged = list.is_engaged();
         let aggregates = &mut self.aggregates[group];
         aggregates.totals.add(&self.values, engaged);
         aggregates.windows.add(list.time, &self.values, engaged);
+        aggregates.positions.add(list.shown(), list.credited());
     }
 }
 
@@ -433,6 +450,8 @@ mod tests {
             max_open_impressions: max_open,
             max_waiting_interactions: max_waiting,
             windows: vec![],
+            position_curve_depth: 20,
+            interaction_types: vec!["click".to_owned()],
         };
         Engine::new(
             settings,
@@ -464,6 +483,7 @@ mod tests {
             request: request.map(id_hash),
             time,
             grade: 1.0,
+            kind: 0,
         })
     }
 

@@ -25,6 +25,8 @@ pub struct OpenImpression {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Credit {
     rank: u32,
+    /// The interaction's type index (in the padding after `rank`).
+    kind: u16,
     grade: f64,
     /// The event id's hash; 0 when it had none.
     event: u64,
@@ -71,6 +73,7 @@ impl OpenImpression {
         }
         self.credits.push(Credit {
             rank: rank as u32,
+            kind: x.kind,
             grade: x.grade,
             event: x.event.unwrap_or(0),
         });
@@ -93,6 +96,16 @@ impl OpenImpression {
             let grade = &mut grades[credit.rank as usize];
             *grade = grade.max(credit.grade);
         }
+    }
+
+    /// The number of items shown.
+    pub fn shown(&self) -> usize {
+        self.items.len()
+    }
+
+    /// `(rank index, type index)` of every credited interaction.
+    pub fn credited(&self) -> impl Iterator<Item = (usize, u16)> + '_ {
+        self.credits.iter().map(|c| (c.rank as usize, c.kind))
     }
 
     /// Whether some item has a grade above 0.

@@ -1,7 +1,8 @@
 //! Per-list metrics at every cutoff K, computed in one pass over the list.
 //!
-//! Definitions follow SPEC §4 and agree with trec_eval (`success`,
-//! `recip_rank`, `P`, `recall`, `map_cut`, `ndcg_cut`) on the same grades.
+//! Definitions follow SPEC §4 and §11 and agree with trec_eval (`success`,
+//! `recip_rank`, `P`, `recall`, `map_cut`, `ndcg_cut`, `Rprec`) and
+//! ir_measures (`ERR@k`, `RBP@k`) on the same grades.
 
 /// How a grade turns into gain in DCG and half-life utility.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,6 +61,11 @@ pub struct MetricSettings {
     pub discount: Discount,
     /// Breese's half-life α, in ranks (greater than 1).
     pub half_life: f64,
+    /// ERR's `g_max`: a grade `g` stops the user with probability
+    /// `(2^min(g, g_max) − 1) / 2^g_max`.
+    pub err_max_grade: f64,
+    /// RBP's persistence `p`, the chance of going on to the next rank (in `(0, 1)`).
+    pub rbp_persistence: f64,
 }
 
 impl Default for MetricSettings {
@@ -68,6 +74,8 @@ impl Default for MetricSettings {
             gain: Gain::Linear,
             discount: Discount::Log2,
             half_life: 5.0,
+            err_max_grade: 3.0,
+            rbp_persistence: 0.8,
         }
     }
 }
@@ -84,11 +92,13 @@ pub enum Metric {
     Dcg,
     HalfLifeUtility,
     PairwiseAccuracy,
+    Err,
+    Rbp,
 }
 
 impl Metric {
     /// Every metric, in slot order.
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 11] = [
         Metric::HitRate,
         Metric::Mrr,
         Metric::Precision,
@@ -98,6 +108,8 @@ impl Metric {
         Metric::Dcg,
         Metric::HalfLifeUtility,
         Metric::PairwiseAccuracy,
+        Metric::Err,
+        Metric::Rbp,
     ];
 
     /// Number of metrics, the width of one cutoff's row.
@@ -115,9 +127,15 @@ impl Metric {
             Metric::Dcg => "dcg",
             Metric::HalfLifeUtility => "half_life_utility",
             Metric::PairwiseAccuracy => "pairwise_accuracy",
+            Metric::Err => "err",
+            Metric::Rbp => "rbp",
         }
     }
 }
+
+/// The key of R-precision in reports and series names: it has no cutoff,
+/// since it cuts each list at its own relevant count `R`.
+pub const R_PRECISION: &str = "r_precision";
 
 /// Evaluates lists at a fixed set of cutoffs, reusing its buffers so that
 /// evaluating a list allocates nothing.
@@ -130,6 +148,8 @@ pub struct ListEvaluator {
     discounts: Vec<f64>,
     /// Half-life weight `2^{-j/(α−1)}` for rank `j + 1`, up to the largest K.
     half_life_weights: Vec<f64>,
+    /// RBP's weight `(1 − p)·p^j` for rank `j + 1`, up to the largest K.
+    rbp_weights: Vec<f64>,
     /// The list's positive grades, sorted descending (the ideal order's head).
     ideal: Vec<f64>,
     /// Positive grades seen so far in the pass, for pair counting.
@@ -149,11 +169,14 @@ impl ListEvaluator {
         let half_life_weights = (0..max_k)
             .map(|j| (-(j as f64) / (settings.half_life - 1.0)).exp2())
             .collect();
+        let p = settings.rbp_persistence;
+        let rbp_weights = (0..max_k).map(|j| (1.0 - p) * p.powi(j as i32)).collect();
         Self {
             settings,
             ks,
             discounts,
             half_life_weights,
+            rbp_weights,
             ideal: Vec::new(),
             seen_positive: Vec::new(),
         }
@@ -164,13 +187,20 @@ impl ListEvaluator {
         &self.ks
     }
 
-    /// Number of values [`evaluate`](Self::evaluate) writes.
+    /// Number of values [`evaluate`](Self::evaluate) writes: a row of
+    /// [`Metric::COUNT`] per cutoff, then R-precision.
     pub fn width(&self) -> usize {
+        self.r_precision_slot() + 1
+    }
+
+    /// Where [`evaluate`](Self::evaluate) writes R-precision, after every cutoff's row.
+    pub fn r_precision_slot(&self) -> usize {
         self.ks.len() * Metric::COUNT
     }
 
     /// Writes every metric at every cutoff for the list with `grades` (rank
-    /// order) into `out[k_index * Metric::COUNT + metric as usize]`.
+    /// order) into `out[k_index * Metric::COUNT + metric as usize]`, and
+    /// R-precision into `out[r_precision_slot()]`.
     pub fn evaluate(&mut self, grades: &[f64], out: &mut [f64]) {
         assert_eq!(out.len(), self.width(), "output row has the wrong width");
         self.ideal.clear();
@@ -180,14 +210,25 @@ impl ListEvaluator {
         self.seen_positive.clear();
         let relevant_total = self.ideal.len() as f64;
         let gain = self.settings.gain;
+        out[self.r_precision_slot()] = r_precision(grades, self.ideal.len());
+        let stop = StopProbability::new(self.settings.err_max_grade);
 
-        let mut pass = Pass::default();
+        let mut pass = Pass {
+            err_reach: 1.0,
+            ..Pass::default()
+        };
         let mut next_k = 0;
         for (j, &grade) in grades.iter().enumerate() {
             if next_k == self.ks.len() {
                 break;
             }
-            pass.add(j, grade, gain, self.discounts[j], self.half_life_weights[j]);
+            let weights = RankWeights {
+                discount: self.discounts[j],
+                half_life: self.half_life_weights[j],
+                rbp: self.rbp_weights[j],
+            };
+            pass.add(j, grade, gain, &weights);
+            pass.add_cascade(j, stop.of(grade), weights.rbp * grade);
             self.count_pairs(grade, &mut pass);
             if let Some(ideal) = self.ideal.get(j) {
                 pass.ideal_dcg += gain.apply(*ideal) / self.discounts[j];
@@ -231,6 +272,50 @@ impl ListEvaluator {
     }
 }
 
+/// Precision at `R`, the list's relevant count (trec_eval's `Rprec`); 0 when
+/// `R = 0`. `R` never exceeds the list's length, since it counts the list's items.
+fn r_precision(grades: &[f64], relevant_total: usize) -> f64 {
+    if relevant_total == 0 {
+        return 0.0;
+    }
+    let hits = grades[..relevant_total]
+        .iter()
+        .filter(|&&g| g > 0.0)
+        .count();
+    hits as f64 / relevant_total as f64
+}
+
+/// ERR's chance that a user who reaches an item of grade `g` stops there:
+/// `(2^min(g, g_max) − 1) / 2^g_max` (Chapelle et al. 2009). Clamping at
+/// `g_max` keeps it a probability when a grade exceeds the configured maximum.
+struct StopProbability {
+    max_grade: f64,
+    scale: f64,
+}
+
+impl StopProbability {
+    fn new(max_grade: f64) -> Self {
+        Self {
+            max_grade,
+            scale: (-max_grade).exp2(),
+        }
+    }
+
+    fn of(&self, grade: f64) -> f64 {
+        if grade <= 0.0 {
+            return 0.0;
+        }
+        (grade.min(self.max_grade).exp2() - 1.0) * self.scale
+    }
+}
+
+/// The weights of one rank, precomputed up to the largest K.
+struct RankWeights {
+    discount: f64,
+    half_life: f64,
+    rbp: f64,
+}
+
 /// Running sums over a prefix of the list.
 #[derive(Default)]
 struct Pass {
@@ -244,10 +329,16 @@ struct Pass {
     ideal_half_life: f64,
     concordant_pairs: f64,
     discordant_pairs: f64,
+    /// ERR so far: `Σ_j (1/j)·stop_j·Π_{i<j}(1 − stop_i)`.
+    err: f64,
+    /// `Π_{i ≤ j}(1 − stop_i)`: the chance the user reads past the prefix.
+    err_reach: f64,
+    /// RBP so far: `(1 − p)·Σ_j g_j·p^{j−1}`.
+    rbp: f64,
 }
 
 impl Pass {
-    fn add(&mut self, j: usize, grade: f64, gain: Gain, discount: f64, half_life_weight: f64) {
+    fn add(&mut self, j: usize, grade: f64, gain: Gain, weights: &RankWeights) {
         self.seen = j + 1;
         if grade > 0.0 {
             self.hits += 1.0;
@@ -255,8 +346,19 @@ impl Pass {
             self.precision_sum += self.hits / (j + 1) as f64;
         }
         let gained = gain.apply(grade);
-        self.dcg += gained / discount;
-        self.half_life += gained * half_life_weight;
+        self.dcg += gained / weights.discount;
+        self.half_life += gained * weights.half_life;
+    }
+
+    /// Adds rank `j + 1` to the cascade metrics: ERR with the item's stop
+    /// probability, RBP with its weighted grade.
+    fn add_cascade(&mut self, j: usize, stop: f64, rbp: f64) {
+        self.rbp += rbp;
+        if stop == 0.0 {
+            return;
+        }
+        self.err += self.err_reach * stop / (j + 1) as f64;
+        self.err_reach *= 1.0 - stop;
     }
 
     fn write(&self, k: usize, relevant_total: f64, row: &mut [f64]) {
@@ -273,5 +375,78 @@ impl Pass {
             self.concordant_pairs,
             self.concordant_pairs + self.discordant_pairs,
         );
+        row[Metric::Err as usize] = self.err;
+        row[Metric::Rbp as usize] = self.rbp;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value of `grades` at the single cutoff `k`, and R-precision.
+    fn row(settings: MetricSettings, k: usize, grades: &[f64]) -> (Vec<f64>, f64) {
+        let mut evaluator = ListEvaluator::new(settings, &[k]);
+        let mut out = vec![0.0; evaluator.width()];
+        evaluator.evaluate(grades, &mut out);
+        let r_precision = out[evaluator.r_precision_slot()];
+        out.truncate(Metric::COUNT);
+        (out, r_precision)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn err_follows_the_cascade_worked_by_hand() {
+        // g_max = 3: stop at grade 3 with 7/8, at grade 2 with 3/8, never at 0.
+        // ERR@3 = 7/8 + (1/8)·0/2 + (1/8)·(3/8)/3 = 0.875 + 0.015625.
+        let (values, _) = row(MetricSettings::default(), 3, &[3.0, 0.0, 2.0]);
+        assert!(close(values[Metric::Err as usize], 0.890625));
+        // The cut at K = 1 keeps the first term only.
+        let (values, _) = row(MetricSettings::default(), 1, &[3.0, 0.0, 2.0]);
+        assert!(close(values[Metric::Err as usize], 0.875));
+    }
+
+    #[test]
+    fn err_clamps_grades_above_g_max() {
+        // Grade 5 stops like grade 3 (7/8): the next item is still reached with 1/8.
+        let (values, _) = row(MetricSettings::default(), 2, &[5.0, 3.0]);
+        assert!(close(
+            values[Metric::Err as usize],
+            0.875 + 0.125 * 0.875 / 2.0
+        ));
+    }
+
+    #[test]
+    fn rbp_weights_grades_geometrically_without_residual() {
+        // p = 0.8: 0.2·(1 + 0.8²·1) = 0.328; graded, 0.2·(2 + 0.64) = 0.528.
+        let (values, _) = row(MetricSettings::default(), 10, &[1.0, 0.0, 1.0]);
+        assert!(close(values[Metric::Rbp as usize], 0.328));
+        let (values, _) = row(MetricSettings::default(), 10, &[2.0, 0.0, 1.0]);
+        assert!(close(values[Metric::Rbp as usize], 0.528));
+        // K = 2 cuts the third item off.
+        let (values, _) = row(MetricSettings::default(), 2, &[2.0, 0.0, 1.0]);
+        assert!(close(values[Metric::Rbp as usize], 0.4));
+        let half = MetricSettings {
+            rbp_persistence: 0.5,
+            ..MetricSettings::default()
+        };
+        let (values, _) = row(half, 10, &[0.0, 1.0, 1.0]);
+        assert!(close(values[Metric::Rbp as usize], 0.5 * (0.5 + 0.25)));
+    }
+
+    #[test]
+    fn r_precision_cuts_at_the_lists_relevant_count_whatever_k() {
+        // R = 2; one of the first two is relevant.
+        let (_, r_precision) = row(MetricSettings::default(), 1, &[1.0, 0.0, 2.0, 0.0]);
+        assert!(close(r_precision, 0.5));
+        let (_, r_precision) = row(MetricSettings::default(), 20, &[0.0, 0.0, 3.0]);
+        assert!(close(r_precision, 0.0));
+        let (_, r_precision) = row(MetricSettings::default(), 2, &[1.0, 1.0, 1.0, 0.0]);
+        assert!(close(r_precision, 1.0));
+        let (_, r_precision) = row(MetricSettings::default(), 5, &[0.0, 0.0]);
+        assert_eq!(r_precision, 0.0);
     }
 }

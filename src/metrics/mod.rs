@@ -3,7 +3,9 @@
 
 mod aggregate;
 mod list;
+mod position;
 pub mod uncertainty;
 
 pub use aggregate::{GroupTotals, MetricMeans};
-pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings};
+pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings, R_PRECISION};
+pub use position::PositionCurve;

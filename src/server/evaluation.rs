@@ -104,6 +104,15 @@ fn to_proto(report: Report, window: String) -> proto::Report {
                         )
                     })
                     .collect(),
+                positions: group
+                    .positions
+                    .into_iter()
+                    .map(|point| proto::PositionPoint {
+                        rank: point.rank as u32,
+                        lists: point.lists,
+                        interactions: point.interactions.into_iter().collect(),
+                    })
+                    .collect(),
             })
             .collect(),
         comparisons: report

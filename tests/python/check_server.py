@@ -485,6 +485,9 @@ def compare_report(report, expected):
         expect_equal(f"{name} lists", group.lists, want_group["lists"])
         expect_equal(f"{name} engaged_lists", group.engaged_lists, want_group["engaged_lists"])
         expect_equal(f"{name} metric keys", sorted(group.metrics), sorted(want_group["metrics"]))
+        got_positions = [{"rank": p.rank, "lists": p.lists, "interactions": dict(p.interactions)}
+                         for p in group.positions]
+        expect_equal(f"{name} positions", got_positions, want_group.get("positions", []))
         for key, want_mean in want_group["metrics"].items():
             expect_close(f"{name} {key} all", group.metrics[key].all, want_mean["all"])
             expect_close(f"{name} {key} engaged", group.metrics[key].engaged, want_mean["engaged"])
