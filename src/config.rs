@@ -97,6 +97,8 @@ pub mod defaults {
     pub const HALF_LIFE: f64 = 5.0;
     /// `max_items`.
     pub const MAX_ITEMS: usize = 1000;
+    /// `max_label_bytes`.
+    pub const MAX_LABEL_BYTES: usize = 256;
     /// `max_groups`.
     pub const MAX_GROUPS: usize = 1000;
     /// `max_open_impressions`.
@@ -232,6 +234,7 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "duration_serde::one")]
     drain_timeout: Option<Duration>,
     max_items: Option<usize>,
+    max_label_bytes: Option<usize>,
     max_groups: Option<usize>,
     max_open_impressions: Option<usize>,
     max_waiting_interactions: Option<usize>,
@@ -302,6 +305,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_ITEMS",
         help = help("Limit: most items in one impression; longer lists are rejected (too_many_items)", defaults::MAX_ITEMS))]
     pub max_items: Option<usize>,
+    /// Limit: longest model or surface name.
+    #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
+        help = help("Limit: longest model or surface name in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
+    pub max_label_bytes: Option<usize>,
     /// Limit: most (model, surface) groups.
     #[arg(long, env = "RANKWATCH_MAX_GROUPS",
         help = help("Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
@@ -331,6 +338,8 @@ pub struct EngineSettings {
     pub grades: GradeTable,
     /// Most items in one impression.
     pub max_items: usize,
+    /// Longest model or surface name, in bytes.
+    pub max_label_bytes: usize,
     /// Most (model, surface) groups.
     pub max_groups: usize,
     /// Most open impressions.
@@ -418,6 +427,14 @@ impl EngineSettings {
             max_items: at_least_one(
                 "max_items",
                 resolved(args.max_items, file.max_items, defaults::MAX_ITEMS),
+            )?,
+            max_label_bytes: at_least_one(
+                "max_label_bytes",
+                resolved(
+                    args.max_label_bytes,
+                    file.max_label_bytes,
+                    defaults::MAX_LABEL_BYTES,
+                ),
             )?,
             max_groups: at_least_one(
                 "max_groups",
@@ -513,6 +530,7 @@ impl EngineSettings {
             grades: self.grades.clone(),
             max_items: self.max_items,
             max_future_skew: max_future_skew.map(nanos),
+            max_label_bytes: self.max_label_bytes,
         }
     }
 }

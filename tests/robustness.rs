@@ -14,7 +14,14 @@ fn event(json: &str) -> proto::Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejection_reason_over_grpc() {
-    let server = Server::start(&["--wall-clock-advance", "false", "--max-items", "3"]);
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-items",
+        "3",
+        "--max-label-bytes",
+        "8",
+    ]);
     let t = r#""time":"2026-11-01T10:00:00Z""#;
     let cases = [
         ("empty_event", proto::Event { kind: None }),
@@ -63,6 +70,18 @@ async fn every_rejection_reason_over_grpc() {
             event(
                 r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"time":"2200-01-01T00:00:00Z"}}"#,
             ),
+        ),
+        (
+            "label_too_long",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"nine-long",{t}}}}}"#
+            )),
+        ),
+        (
+            "reserved_name",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"__x__","surface":"__x__",{t}}}}}"#
+            )),
         ),
         (
             "missing_item_id",
@@ -125,6 +144,7 @@ async fn every_rejection_reason_over_grpc() {
         );
     }
     assert_eq!(metrics["rankwatch_events_accepted_total"], 0.0);
+    assert_eq!(metrics["rankwatch_limit{limit=\"max_label_bytes\"}"], 8.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,11 +3,13 @@
 //! strings; only group names, which people read, stay strings.
 
 pub mod json;
+mod quoted;
 pub mod raw;
 mod time;
 mod validate;
 pub mod wire;
 
+pub use quoted::{cut_message, quoted, QUOTED_CHARS};
 pub use time::{format_rfc3339, parse_rfc3339, Nanos, NANOS_PER_SECOND};
 pub use validate::{GradeTable, Validator};
 
@@ -126,11 +128,15 @@ pub enum Reason {
     InvalidTime,
     /// `time` is further ahead of the wall clock than the allowed skew.
     TimeInFuture,
+    /// A `model` or `surface` is longer than the configured limit.
+    LabelTooLong,
+    /// A `model` or `surface` is a name the server keeps for itself (it starts with `__`).
+    ReservedName,
 }
 
 impl Reason {
     /// Every reason, in a stable order.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 17] = [
         Reason::InvalidJson,
         Reason::EmptyEvent,
         Reason::MissingUserId,
@@ -146,6 +152,8 @@ impl Reason {
         Reason::MissingTime,
         Reason::InvalidTime,
         Reason::TimeInFuture,
+        Reason::LabelTooLong,
+        Reason::ReservedName,
     ];
 
     /// The stable name clients and dashboards see.
@@ -166,6 +174,8 @@ impl Reason {
             Reason::MissingTime => "missing_time",
             Reason::InvalidTime => "invalid_time",
             Reason::TimeInFuture => "time_in_future",
+            Reason::LabelTooLong => "label_too_long",
+            Reason::ReservedName => "reserved_name",
         }
     }
 }

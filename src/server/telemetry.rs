@@ -95,6 +95,7 @@ fn describe_health_series() {
 pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
     let limits = [
         ("max_items", engine.max_items),
+        ("max_label_bytes", engine.max_label_bytes),
         ("max_groups", engine.max_groups),
         ("max_open_impressions", engine.max_open_impressions),
         ("max_waiting_interactions", engine.max_waiting_interactions),

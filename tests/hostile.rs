@@ -1,0 +1,98 @@
+//! Hostile clients: huge values, forged names, floods of connections and
+//! calls, and shutdowns mid-stream. The server stays bounded, counts what it
+//! drops, and tells the client.
+
+mod common;
+
+use common::replay;
+use common::server::{event_from_json, parse_metrics, Server};
+use rankwatch::proto::{self, EventBatch};
+
+const T: &str = r#""time":"2026-11-01T10:00:00Z""#;
+
+fn event(json: &str) -> proto::Event {
+    event_from_json(json).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejection_messages_quote_a_short_prefix_of_huge_client_values() {
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let huge = "\n".repeat(1 << 20);
+    let mut bad_type = event(&format!(
+        r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click",{T}}}}}"#
+    ));
+    let mut duplicate = event(&format!(
+        r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],{T}}}}}"#
+    ));
+    match (&mut bad_type.kind, &mut duplicate.kind) {
+        (Some(proto::event::Kind::Interaction(x)), Some(proto::event::Kind::Impression(m))) => {
+            x.r#type = huge.clone();
+            m.item_ids = vec![huge.clone(), huge.clone()];
+        }
+        _ => unreachable!("an interaction and an impression"),
+    }
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![bad_type, duplicate],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reasons: Vec<&str> = ack.rejections.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(reasons, ["unknown_type", "duplicate_item_id"]);
+    for rejection in &ack.rejections {
+        assert!(rejection.message.len() < 600, "{}", rejection.message);
+        assert!(
+            rejection.message.contains("(1048576 bytes)"),
+            "{}",
+            rejection.message
+        );
+    }
+}
+
+#[test]
+fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
+    let huge = "x".repeat(1 << 20);
+    let line = format!(
+        "{{\"interaction\":{{\"userId\":\"u\",\"itemId\":\"a\",\"type\":\"{huge}\",{T}}}}}\n{{\"impression\":{{\"requestId\":\"r\",\"userId\":\"u\",\"itemIds\":[\"{huge}\",\"{huge}\"],{T}}}}}\n"
+    );
+    let output = replay(&["-"], Some(line.as_bytes()));
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr:.2000}");
+    assert!(lines[0].starts_with("-:1: unknown_type"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("-:2: duplicate_item_id"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines.iter().all(|line| line.len() < 600), "{stderr:.2000}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_forge_the_overflow_group() {
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let forged = event(&format!(
+        r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"__overflow__","surface":"__overflow__",{T}}}}}"#
+    ));
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![forged],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 0);
+    assert_eq!(ack.rejections[0].reason, "reserved_name");
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_events_rejected_total{reason=\"reserved_name\"}"],
+        1.0
+    );
+    assert_eq!(metrics["rankwatch_events_received_total"], 1.0);
+}
