@@ -96,3 +96,73 @@ async fn a_client_cannot_forge_the_overflow_group() {
     );
     assert_eq!(metrics["rankwatch_events_received_total"], 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejected_plus_shed() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-open-impressions",
+        "2",
+        "--max-waiting-interactions",
+        "1",
+    ]);
+    let mut events: Vec<proto::Event> = (0..4)
+        .map(|u| {
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r{u}","userId":"u{u}","itemIds":["a"],{T}}}}}"#
+            ))
+        })
+        .collect();
+    events.extend((0..3).map(|w| {
+        event(&format!(
+            r#"{{"interaction":{{"userId":"w{w}","itemId":"a","type":"click",{T}}}}}"#
+        ))
+    }));
+    events.push(event(r#"{"impression":{"userId":"u"}}"#));
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 3);
+    let rejections: Vec<(u32, &str)> = ack
+        .rejections
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        rejections,
+        [
+            (2, "shed_max_open_impressions"),
+            (3, "shed_max_open_impressions"),
+            (5, "shed_max_waiting_interactions"),
+            (6, "shed_max_waiting_interactions"),
+            (7, "missing_request_id"),
+        ]
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    let rejected: f64 = metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("rankwatch_events_rejected_total{"))
+        .map(|(_, value)| value)
+        .sum();
+    let shed: f64 = metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("rankwatch_events_shed_total{"))
+        .map(|(_, value)| value)
+        .sum();
+    assert_eq!(
+        (
+            metrics["rankwatch_events_received_total"],
+            metrics["rankwatch_events_accepted_total"],
+            rejected,
+            shed
+        ),
+        (8.0, 3.0, 1.0, 4.0)
+    );
+}

@@ -166,9 +166,15 @@ fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nano
         + c.duplicate_impressions
         + c.duplicate_interactions;
     let rejected: u64 = c.rejected.values().sum();
+    let shed = c.shed_impressions + c.shed_interactions;
     let none = &LabelSet::default();
-    let help = "Events received in batches, valid or not.";
-    writer.single(EVENTS_RECEIVED, Kind::Counter, help, accepted + rejected);
+    let help = "Events received in batches, valid or not: accepted + rejected + shed.";
+    writer.single(
+        EVENTS_RECEIVED,
+        Kind::Counter,
+        help,
+        accepted + rejected + shed,
+    );
     let help = "Valid events applied to the join.";
     writer.single(EVENTS_ACCEPTED, Kind::Counter, help, accepted);
     let help = "Invalid events, by reason.";

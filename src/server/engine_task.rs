@@ -198,10 +198,14 @@ fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applie
     }
     for (index, event) in events.into_iter().enumerate() {
         match event {
-            Ok(event) => {
-                engine.apply(event);
-                ack.accepted += 1;
-            }
+            Ok(event) => match engine.apply(event) {
+                None => ack.accepted += 1,
+                Some(shed) => ack.rejections.push(Rejection {
+                    index: index as u32,
+                    reason: shed.reason().to_owned(),
+                    message: shed.message().to_owned(),
+                }),
+            },
             Err(rejection) => {
                 engine.reject(rejection.reason);
                 ack.rejections.push(Rejection {
