@@ -166,3 +166,117 @@ async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejecte
         (8.0, 3.0, 1.0, 4.0)
     );
 }
+
+fn impression_batch(sequence: u64) -> EventBatch {
+    EventBatch {
+        sequence,
+        events: vec![event(&format!(
+            r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],{T}}}}}"#
+        ))],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
+    let mut server = Server::start(&["--wall-clock-advance", "false"]);
+    let mut client = server.collector().await;
+    let (batches, outbound) = tokio::sync::mpsc::channel(4);
+    let mut acks = client
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
+        .await
+        .unwrap()
+        .into_inner();
+    batches.send(impression_batch(1)).await.unwrap();
+    let ack = acks.message().await.unwrap().unwrap();
+    assert_eq!((ack.sequence, ack.accepted), (1, 1));
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    let status = acks.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("acknowledged"), "{status:?}");
+    assert_eq!(code, Some(0));
+    drop(batches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_is_ended_and_its_permit_freed() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--ingest-idle-timeout",
+        "300ms",
+        "--max-streams",
+        "1",
+    ]);
+    let mut client = server.collector().await;
+    let (batches, outbound) = tokio::sync::mpsc::channel(4);
+    let mut acks = client
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
+        .await
+        .unwrap()
+        .into_inner();
+    batches.send(impression_batch(1)).await.unwrap();
+    assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
+    let status = acks.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("ingest_idle_timeout"),
+        "{status:?}"
+    );
+    let mut again = server.collector().await;
+    let acks = again
+        .ingest(tokio_stream::iter([impression_batch(2)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let acks: Vec<_> = tokio_stream::StreamExt::collect::<Vec<_>>(acks).await;
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].as_ref().unwrap().accepted, 1);
+    drop(batches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-inflight-batches",
+        "1",
+    ]);
+    let big = EventBatch {
+        sequence: 1,
+        events: (0..20_000)
+            .map(|i| {
+                event(&format!(
+                    r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b","c"],{T}}}}}"#
+                ))
+            })
+            .collect(),
+    };
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (address, batch) = (format!("http://{}", server.grpc), big.clone());
+            tokio::spawn(async move {
+                let mut client = proto::collector_client::CollectorClient::connect(address)
+                    .await
+                    .unwrap();
+                client.ingest_batch(batch).await
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (0, 0);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(ok + refused, 16);
+    assert!(ok >= 1);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_refused_total"], refused as f64);
+}

@@ -251,20 +251,25 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
                     .collect(),
             });
             let mut acks = client.ingest(tokio_stream::iter(batches)).await.unwrap().into_inner();
-            let mut accepted = 0;
+            let (mut accepted, mut shed) = (0, 0);
             while let Some(ack) = acks.message().await.unwrap() {
                 accepted += u64::from(ack.accepted);
+                assert!(ack.rejections.iter().all(|r| r.reason.starts_with("shed_max_")));
+                shed += ack.rejections.len() as u64;
             }
-            accepted
+            (accepted, shed)
         }));
     }
-    let mut accepted = 0;
+    let (mut accepted, mut shed_in_acks) = (0, 0);
     for sender in senders {
-        accepted += sender.await.unwrap();
+        let (a, s) = sender.await.unwrap();
+        (accepted, shed_in_acks) = (accepted + a, shed_in_acks + s);
     }
     let sent = streams * batches * per_batch;
-    assert_eq!(accepted, sent);
+    assert_eq!(accepted + shed_in_acks, sent);
     let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_events_received_total"], sent as f64);
+    assert_eq!(metrics["rankwatch_events_accepted_total"], accepted as f64);
     assert_eq!(metrics["rankwatch_open_impressions"], 5000.0);
     assert_eq!(metrics["rankwatch_waiting_interactions"], 5000.0);
     let shed = |limit: &str| metrics[&format!("rankwatch_events_shed_total{{reason=\"{limit}\"}}")];
@@ -275,6 +280,10 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
     assert_eq!(
         metrics["rankwatch_interactions_total"] + shed("max_waiting_interactions"),
         (sent / 2) as f64
+    );
+    assert_eq!(
+        shed("max_open_impressions") + shed("max_waiting_interactions"),
+        shed_in_acks as f64
     );
     let rss = metrics["process_resident_memory_bytes"];
     assert!(rss < 256.0 * 1024.0 * 1024.0, "resident memory {rss} bytes");

@@ -146,6 +146,7 @@ async fn grpc_server(
         engine.clone(),
         settings.max_streams,
         settings.max_inflight_batches,
+        settings.ingest_idle_timeout,
         shutdown,
         tasks,
     );
