@@ -280,3 +280,43 @@ async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_streams_refused_total"], refused as f64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_http_connections_are_capped_and_timed_out() {
+    use std::io::Read;
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-http-connections",
+        "8",
+        "--http-header-timeout",
+        "300ms",
+    ]);
+    let mut silent: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| std::net::TcpStream::connect(server.http).unwrap())
+        .collect();
+    for stream in &mut silent {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        // The server closes each one: at once past the cap, after the header timeout within it.
+        match stream.read(&mut byte) {
+            Ok(read) => assert_eq!(read, 0),
+            Err(error) => assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset),
+        }
+    }
+    assert_eq!(server.get("/metrics").0, 200);
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(impression_batch(1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 1);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_limit{limit=\"max_http_connections\"}"],
+        8.0
+    );
+}
