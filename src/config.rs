@@ -106,6 +106,8 @@ pub mod defaults {
     pub const RBP_P: f64 = 0.8;
     /// `max_items`.
     pub const MAX_ITEMS: usize = 1000;
+    /// `max_label_bytes`.
+    pub const MAX_LABEL_BYTES: usize = 256;
     /// `max_groups`.
     pub const MAX_GROUPS: usize = 1000;
     /// `max_open_impressions`.
@@ -136,6 +138,14 @@ pub mod defaults {
     pub const MAX_MESSAGE_SIZE: usize = 4 << 20;
     /// `max_streams`.
     pub const MAX_STREAMS: usize = 256;
+    /// `ingest_idle_timeout`.
+    pub const INGEST_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// `http_header_timeout`.
+    pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `http_idle_timeout`.
+    pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `max_http_connections`.
+    pub const MAX_HTTP_CONNECTIONS: usize = 128;
     /// `max_inflight_batches`.
     pub const MAX_INFLIGHT_BATCHES: usize = 64;
 }
@@ -244,6 +254,7 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "duration_serde::one")]
     drain_timeout: Option<Duration>,
     max_items: Option<usize>,
+    max_label_bytes: Option<usize>,
     max_groups: Option<usize>,
     max_open_impressions: Option<usize>,
     max_waiting_interactions: Option<usize>,
@@ -254,6 +265,13 @@ pub struct FileSettings {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     max_inflight_batches: Option<usize>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    ingest_idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    http_header_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    http_idle_timeout: Option<Duration>,
+    max_http_connections: Option<usize>,
     /// The fleet keys (`kafka_*`, `shutdown_linger`), read apart.
     #[serde(skip)]
     pub fleet: FleetFile,
@@ -342,6 +360,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_ITEMS",
         help = help("Limit: most items in one impression; longer lists are rejected (too_many_items)", defaults::MAX_ITEMS))]
     pub max_items: Option<usize>,
+    /// Limit: longest model or surface name.
+    #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
+        help = help("Limit: longest model or surface name in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
+    pub max_label_bytes: Option<usize>,
     /// Limit: most (model, surface) groups.
     #[arg(long, env = "RANKWATCH_MAX_GROUPS",
         help = help("Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
@@ -377,6 +399,8 @@ pub struct EngineSettings {
     pub position_curve_depth: usize,
     /// Most items in one impression.
     pub max_items: usize,
+    /// Longest model or surface name, in bytes.
+    pub max_label_bytes: usize,
     /// Most (model, surface) groups.
     pub max_groups: usize,
     /// Most open impressions.
@@ -537,6 +561,14 @@ impl EngineSettings {
                 "max_items",
                 resolved(args.max_items, file.max_items, defaults::MAX_ITEMS),
             )?,
+            max_label_bytes: at_least_one(
+                "max_label_bytes",
+                resolved(
+                    args.max_label_bytes,
+                    file.max_label_bytes,
+                    defaults::MAX_LABEL_BYTES,
+                ),
+            )?,
             max_groups: at_least_one(
                 "max_groups",
                 resolved(args.max_groups, file.max_groups, defaults::MAX_GROUPS),
@@ -637,6 +669,7 @@ impl EngineSettings {
             grades: self.grades.clone(),
             max_items: self.max_items,
             max_future_skew: max_future_skew.map(nanos),
+            max_label_bytes: self.max_label_bytes,
         }
     }
 }
@@ -691,6 +724,22 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES",
         help = help("Limit: batches queued for the engine across all streams before ingest waits (back-pressure)", defaults::MAX_INFLIGHT_BATCHES))]
     pub max_inflight_batches: Option<usize>,
+    /// How long an Ingest stream may send nothing before it is ended.
+    #[arg(long, env = "RANKWATCH_INGEST_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an Ingest stream may send nothing before it is ended (UNAVAILABLE) and its permit freed", shown_duration(defaults::INGEST_IDLE_TIMEOUT)))]
+    pub ingest_idle_timeout: Option<Duration>,
+    /// How long an HTTP client may take to send a request's headers.
+    #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an HTTP client may take to send a request's headers before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
+    pub http_header_timeout: Option<Duration>,
+    /// How long an HTTP connection may stay open.
+    #[arg(long, env = "RANKWATCH_HTTP_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an HTTP connection may stay open; a scrape takes far less", shown_duration(defaults::HTTP_IDLE_TIMEOUT)))]
+    pub http_idle_timeout: Option<Duration>,
+    /// Limit: most open HTTP connections.
+    #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
+        help = help("Limit: most open HTTP connections; more are closed at once", defaults::MAX_HTTP_CONNECTIONS))]
+    pub max_http_connections: Option<usize>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key) [default: plaintext].
     #[arg(long, env = "RANKWATCH_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -742,6 +791,14 @@ pub struct ServerSettings {
     pub max_streams: usize,
     /// Batches queued for the engine before ingest waits.
     pub max_inflight_batches: usize,
+    /// How long an Ingest stream may send nothing.
+    pub ingest_idle_timeout: Duration,
+    /// How long an HTTP client may take to send a request's headers.
+    pub http_header_timeout: Duration,
+    /// How long an HTTP connection may stay open.
+    pub http_idle_timeout: Duration,
+    /// Most open HTTP connections.
+    pub max_http_connections: usize,
     /// TLS of the gRPC listener; `None`: plaintext.
     pub tls: Option<TlsSettings>,
     /// Fleet mode (SPEC §10); `None`: gRPC only.
@@ -808,6 +865,29 @@ impl ServerSettings {
                     args.max_inflight_batches,
                     file.max_inflight_batches,
                     defaults::MAX_INFLIGHT_BATCHES,
+                ),
+            )?,
+            ingest_idle_timeout: resolved(
+                args.ingest_idle_timeout,
+                file.ingest_idle_timeout,
+                defaults::INGEST_IDLE_TIMEOUT,
+            ),
+            http_header_timeout: resolved(
+                args.http_header_timeout,
+                file.http_header_timeout,
+                defaults::HTTP_HEADER_TIMEOUT,
+            ),
+            http_idle_timeout: resolved(
+                args.http_idle_timeout,
+                file.http_idle_timeout,
+                defaults::HTTP_IDLE_TIMEOUT,
+            ),
+            max_http_connections: at_least_one(
+                "max_http_connections",
+                resolved(
+                    args.max_http_connections,
+                    file.max_http_connections,
+                    defaults::MAX_HTTP_CONNECTIONS,
                 ),
             )?,
         })

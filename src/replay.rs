@@ -109,7 +109,9 @@ pub fn replay(
             let mut apply =
                 |offset: usize, parsed: Option<Result<Event<'_>, Rejection>>| match parsed {
                     None => {}
-                    Some(Ok(event)) => engine.apply(event),
+                    Some(Ok(event)) => {
+                        engine.apply(event);
+                    }
                     Some(Err(rejection)) => {
                         engine.reject(rejection.reason);
                         on_bad_line(BadLine {

@@ -14,7 +14,14 @@ fn event(json: &str) -> proto::Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejection_reason_over_grpc() {
-    let server = Server::start(&["--wall-clock-advance", "false", "--max-items", "3"]);
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-items",
+        "3",
+        "--max-label-bytes",
+        "8",
+    ]);
     let t = r#""time":"2026-11-01T10:00:00Z""#;
     let cases = [
         ("empty_event", proto::Event { kind: None }),
@@ -63,6 +70,18 @@ async fn every_rejection_reason_over_grpc() {
             event(
                 r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"time":"2200-01-01T00:00:00Z"}}"#,
             ),
+        ),
+        (
+            "label_too_long",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"nine-long",{t}}}}}"#
+            )),
+        ),
+        (
+            "reserved_name",
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"__x__","surface":"__x__",{t}}}}}"#
+            )),
         ),
         (
             "missing_item_id",
@@ -125,6 +144,7 @@ async fn every_rejection_reason_over_grpc() {
         );
     }
     assert_eq!(metrics["rankwatch_events_accepted_total"], 0.0);
+    assert_eq!(metrics["rankwatch_limit{limit=\"max_label_bytes\"}"], 8.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,20 +251,25 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
                     .collect(),
             });
             let mut acks = client.ingest(tokio_stream::iter(batches)).await.unwrap().into_inner();
-            let mut accepted = 0;
+            let (mut accepted, mut shed) = (0, 0);
             while let Some(ack) = acks.message().await.unwrap() {
                 accepted += u64::from(ack.accepted);
+                assert!(ack.rejections.iter().all(|r| r.reason.starts_with("shed_max_")));
+                shed += ack.rejections.len() as u64;
             }
-            accepted
+            (accepted, shed)
         }));
     }
-    let mut accepted = 0;
+    let (mut accepted, mut shed_in_acks) = (0, 0);
     for sender in senders {
-        accepted += sender.await.unwrap();
+        let (a, s) = sender.await.unwrap();
+        (accepted, shed_in_acks) = (accepted + a, shed_in_acks + s);
     }
     let sent = streams * batches * per_batch;
-    assert_eq!(accepted, sent);
+    assert_eq!(accepted + shed_in_acks, sent);
     let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_events_received_total"], sent as f64);
+    assert_eq!(metrics["rankwatch_events_accepted_total"], accepted as f64);
     assert_eq!(metrics["rankwatch_open_impressions"], 5000.0);
     assert_eq!(metrics["rankwatch_waiting_interactions"], 5000.0);
     let shed = |limit: &str| metrics[&format!("rankwatch_events_shed_total{{reason=\"{limit}\"}}")];
@@ -255,6 +280,10 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
     assert_eq!(
         metrics["rankwatch_interactions_total"] + shed("max_waiting_interactions"),
         (sent / 2) as f64
+    );
+    assert_eq!(
+        shed("max_open_impressions") + shed("max_waiting_interactions"),
+        shed_in_acks as f64
     );
     let rss = metrics["process_resident_memory_bytes"];
     assert!(rss < 256.0 * 1024.0 * 1024.0, "resident memory {rss} bytes");

@@ -120,7 +120,10 @@ fn read_with_serde(line: &str) -> Result<Line<'_>, Rejection> {
     serde_json::from_str(line).map_err(|e| {
         Rejection::new(
             Reason::InvalidJson,
-            format!("not an Event in the proto3 JSON mapping: {e}"),
+            format!(
+                "not an Event in the proto3 JSON mapping: {}",
+                super::cut_message(&e.to_string())
+            ),
         )
     })
 }
@@ -174,6 +177,7 @@ mod tests {
             grades: GradeTable::default(),
             max_items: 100,
             max_future_skew: None,
+            max_label_bytes: 256,
         }
     }
 

@@ -3,11 +3,13 @@
 //! strings; only group names, which people read, stay strings.
 
 pub mod json;
+mod quoted;
 pub mod raw;
 mod time;
 mod validate;
 pub mod wire;
 
+pub use quoted::{cut_message, quoted, QUOTED_CHARS};
 pub use time::{format_rfc3339, parse_rfc3339, Nanos, NANOS_PER_SECOND};
 pub use validate::{GradeTable, Validator};
 
@@ -130,11 +132,15 @@ pub enum Reason {
     TimeInFuture,
     /// A Kafka record's value is not a `rankwatch.v1.Event` (fleet mode).
     Undecodable,
+    /// A `model` or `surface` is longer than the configured limit.
+    LabelTooLong,
+    /// A `model` or `surface` is a name the server keeps for itself (it starts with `__`).
+    ReservedName,
 }
 
 impl Reason {
     /// Every reason, in a stable order.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 18] = [
         Reason::InvalidJson,
         Reason::EmptyEvent,
         Reason::MissingUserId,
@@ -151,6 +157,8 @@ impl Reason {
         Reason::InvalidTime,
         Reason::TimeInFuture,
         Reason::Undecodable,
+        Reason::LabelTooLong,
+        Reason::ReservedName,
     ];
 
     /// The stable name clients and dashboards see.
@@ -172,6 +180,8 @@ impl Reason {
             Reason::InvalidTime => "invalid_time",
             Reason::TimeInFuture => "time_in_future",
             Reason::Undecodable => "undecodable",
+            Reason::LabelTooLong => "label_too_long",
+            Reason::ReservedName => "reserved_name",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! event or a [`Rejection`] with a stable reason.
 
 use super::raw::{EventView, RawImpression, RawInteraction, RawTime};
-use super::{id_hash, Event, Impression, Interaction, Nanos, Reason, Rejection};
+use super::{id_hash, quoted, Event, Impression, Interaction, Nanos, Reason, Rejection};
 use std::borrow::Cow;
 
 /// Grades of the configured interaction types.
@@ -77,6 +77,8 @@ pub struct Validator {
     pub max_items: usize,
     /// How far ahead of the wall clock an event may be; `None` disables the check.
     pub max_future_skew: Option<Nanos>,
+    /// Longest `model` or `surface`, in bytes.
+    pub max_label_bytes: usize,
 }
 
 impl Validator {
@@ -157,10 +159,12 @@ impl Validator {
             let id = raw.item_ids[rank].as_ref();
             return Err(Rejection::new(
                 Reason::DuplicateItemId,
-                format!("item {id:?} appears twice in item_ids (again at rank {}); a list shows each item once", rank + 1),
+                format!("item {} appears twice in item_ids (again at rank {}); a list shows each item once", quoted(id), rank + 1),
             ));
         }
         let time = self.time(raw.time, now)?;
+        self.label("model", &raw.model)?;
+        self.label("surface", &raw.surface)?;
         Ok(Impression {
             request: id_hash(raw.request_id),
             user: id_hash(raw.user_id),
@@ -200,8 +204,8 @@ impl Validator {
             return Err(Rejection::new(
                 Reason::UnknownType,
                 format!(
-                    "unknown interaction type {:?}; configured: {}",
-                    raw.kind,
+                    "unknown interaction type {}; configured: {}",
+                    quoted(raw.kind),
                     self.grades.names()
                 ),
             ));
@@ -261,6 +265,36 @@ impl Validator {
     }
 }
 
+impl Validator {
+    /// Checks a group label (`model` or `surface`) against the length limit
+    /// and the names the server keeps for itself.
+    fn label(&self, field: &str, value: &str) -> Result<(), Rejection> {
+        if value.len() > self.max_label_bytes {
+            return Err(Rejection::new(
+                Reason::LabelTooLong,
+                format!(
+                    "{field} {} is longer than max_label_bytes = {}",
+                    quoted(value),
+                    self.max_label_bytes
+                ),
+            ));
+        }
+        if value.starts_with(RESERVED_PREFIX) {
+            return Err(Rejection::new(
+                Reason::ReservedName,
+                format!(
+                    "{field} {} starts with {RESERVED_PREFIX:?}, which names groups of the server's own (such as __overflow__)",
+                    quoted(value)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The start of the group names the server keeps for itself: `__overflow__`, `__other__`.
+pub const RESERVED_PREFIX: &str = "__";
+
 /// A rejection for `reason` with `message` when the required `id` is empty.
 fn require(id: &str, reason: Reason, message: &'static str) -> Result<(), Rejection> {
     if id.is_empty() {
@@ -312,6 +346,7 @@ mod tests {
             grades: GradeTable::default(),
             max_items: 3,
             max_future_skew: Some(10),
+            max_label_bytes: 8,
         }
     }
 
@@ -391,6 +426,20 @@ mod tests {
                 ..impression(&["a"])
             }),
             Reason::TimeInFuture
+        );
+        assert_eq!(
+            reason(RawImpression {
+                model: Cow::Borrowed("nine-long"),
+                ..impression(&["a"])
+            }),
+            Reason::LabelTooLong
+        );
+        assert_eq!(
+            reason(RawImpression {
+                surface: Cow::Borrowed("__other"),
+                ..impression(&["a"])
+            }),
+            Reason::ReservedName
         );
     }
 

@@ -313,7 +313,7 @@ fn window_lists(
 fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nanos) {
     let c = &snapshot.counters;
     let none = &LabelSet::default();
-    let help = "Events received in batches, valid or not.";
+    let help = "Events received in batches, valid or not: accepted + rejected + shed.";
     writer.single(EVENTS_RECEIVED, Kind::Counter, help, c.received());
     let help = "Valid events applied to the join.";
     writer.single(EVENTS_ACCEPTED, Kind::Counter, help, c.accepted());

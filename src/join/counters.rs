@@ -67,9 +67,12 @@ impl Counters {
             + self.duplicate_interactions
     }
 
-    /// Events received in batches, valid or not.
+    /// Events received in batches, valid or not: accepted + rejected + shed.
     pub fn received(&self) -> u64 {
-        self.accepted() + self.rejected.values().sum::<u64>()
+        self.accepted()
+            + self.rejected.values().sum::<u64>()
+            + self.shed_impressions
+            + self.shed_interactions
     }
 
     /// Counts one unattributed interaction.

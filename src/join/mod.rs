@@ -48,6 +48,33 @@ pub struct JoinSettings {
     pub interaction_types: Vec<String>,
 }
 
+/// The limit under which a valid event was shed: counted, not evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shed {
+    /// `max_open_impressions` was reached.
+    MaxOpenImpressions,
+    /// `max_waiting_interactions` was reached.
+    MaxWaitingInteractions,
+}
+
+impl Shed {
+    /// The stable reason an ack gives for a shed event.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Shed::MaxOpenImpressions => "shed_max_open_impressions",
+            Shed::MaxWaitingInteractions => "shed_max_waiting_interactions",
+        }
+    }
+
+    /// What the ack says of a shed event.
+    pub fn message(self) -> &'static str {
+        match self {
+            Shed::MaxOpenImpressions => "valid, but not evaluated: max_open_impressions was reached; it is counted in rankwatch_events_shed_total",
+            Shed::MaxWaitingInteractions => "valid, but not evaluated: max_waiting_interactions was reached; it is counted in rankwatch_events_shed_total",
+        }
+    }
+}
+
 /// One group's aggregates: since start, and per rolling window.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GroupAggregates {
@@ -138,13 +165,15 @@ impl Engine {
     }
 
     /// Applies one accepted event, then moves the watermark past its time.
-    pub fn apply(&mut self, event: Event<'_>) {
+    /// Returns the limit that shed it, if one did.
+    pub fn apply(&mut self, event: Event<'_>) -> Option<Shed> {
         let time = event.time();
-        match event {
+        let shed = match event {
             Event::Impression(impression) => self.impression(impression),
             Event::Interaction(interaction) => self.interaction(interaction),
-        }
+        };
         self.advance_to(time);
+        shed
     }
 
     /// Starts loading what applying an event of `user` reads: the user's
@@ -308,12 +337,12 @@ impl Engine {
         &mut self.shards[index]
     }
 
-    fn impression(&mut self, impression: Impression<'_>) {
+    fn impression(&mut self, impression: Impression<'_>) -> Option<Shed> {
         let window = self.settings.attribution_window;
         let deadline = impression.time.saturating_add(window);
         if self.watermark().is_some_and(|w| deadline <= w) {
             self.counters.late_impressions += 1;
-            return;
+            return None;
         }
         let user_id = impression.user;
         if self
@@ -322,11 +351,11 @@ impl Engine {
             .is_some_and(|user| user.has_open_request(impression.request))
         {
             self.counters.duplicate_impressions += 1;
-            return;
+            return None;
         }
         if self.open_impressions >= self.settings.max_open_impressions {
             self.counters.shed_impressions += 1;
-            return;
+            return Some(Shed::MaxOpenImpressions);
         }
         let group = self.groups.id(&impression.model, &impression.surface);
         let seq = self.seq();
@@ -339,9 +368,10 @@ impl Engine {
         self.open_impressions += 1;
         self.waiting_interactions -= claimed;
         self.deadlines.push((deadline, seq, user_id));
+        None
     }
 
-    fn interaction(&mut self, interaction: Interaction) {
+    fn interaction(&mut self, interaction: Interaction) -> Option<Shed> {
         let window = self.settings.attribution_window;
         let seq = self.seq();
         let user_id = interaction.user;
@@ -350,7 +380,7 @@ impl Engine {
         // match; it gets an entry only if the interaction waits.
         if let Some(user) = self.shards[index].get_mut(&user_id) {
             if user.attribute(interaction, window, &mut self.counters) {
-                return;
+                return None;
             }
         }
         // One that finds nothing when the watermark has passed it gives up at once.
@@ -361,10 +391,10 @@ impl Engine {
             if gives_up {
                 self.counters.interactions += 1;
                 self.counters.unattributed(Unattributed::NoImpression);
-            } else {
-                self.counters.shed_interactions += 1;
+                return None;
             }
-            return;
+            self.counters.shed_interactions += 1;
+            return Some(Shed::MaxWaitingInteractions);
         }
         self.counters.interactions += 1;
         let user = self.shards[index].entry(user_id).or_default();
@@ -372,6 +402,7 @@ impl Engine {
         user.waiting.push(Waiting { seq, interaction });
         self.waiting_interactions += 1;
         self.give_ups.push((interaction.time, seq, user_id));
+        None
     }
 
     fn seq(&mut self) -> u64 {

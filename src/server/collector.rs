@@ -13,7 +13,7 @@ use crate::proto::IngestAck;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tokio_util::sync::CancellationToken;
@@ -25,6 +25,10 @@ pub struct CollectorService {
     streams: Arc<Semaphore>,
     max_streams: usize,
     max_inflight_batches: usize,
+    /// Unary `IngestBatch` calls in flight, at most `max_inflight_batches`.
+    calls: Arc<Semaphore>,
+    /// How long an `Ingest` stream may send nothing before it is ended.
+    idle_timeout: Duration,
     shutdown: CancellationToken,
     tasks: Tasks,
 }
@@ -32,11 +36,14 @@ pub struct CollectorService {
 impl CollectorService {
     /// A collector feeding `engine`, with at most `max_streams` concurrent
     /// ingest streams, each with at most `max_inflight_batches` unacknowledged
-    /// batches; the tasks of each stream are tracked by `tasks`.
+    /// batches and ended after `idle_timeout` without a batch, and at most
+    /// `max_inflight_batches` unary calls in flight; the tasks of each
+    /// stream are tracked by `tasks`.
     pub fn new(
         engine: EngineHandle,
         max_streams: usize,
         max_inflight_batches: usize,
+        idle_timeout: Duration,
         shutdown: CancellationToken,
         tasks: Tasks,
     ) -> Self {
@@ -45,6 +52,8 @@ impl CollectorService {
             streams: Arc::new(Semaphore::new(max_streams)),
             max_streams,
             max_inflight_batches,
+            calls: Arc::new(Semaphore::new(max_inflight_batches)),
+            idle_timeout,
             shutdown,
             tasks,
         }
@@ -70,8 +79,31 @@ fn reply(applied: Option<Applied>) -> Result<IngestAck, Status> {
     }
 }
 
+/// The status that ends a stream at shutdown: retryable, after the acks
+/// of every batch that was applied.
+fn shut_down_mid_stream() -> Status {
+    Status::unavailable(
+        "rankwatch is shutting down: the batches acknowledged on this stream were applied; resend the rest to the restarted server",
+    )
+}
+
+/// The status that ends a stream that sent nothing for `idle_timeout`.
+fn idle_stream(idle_timeout: Duration) -> Status {
+    Status::unavailable(format!(
+        "no batch for {} (ingest_idle_timeout); the stream is closed, open a new one to send more",
+        humantime::format_duration(idle_timeout)
+    ))
+}
+
 type AckStream = Pin<Box<dyn Stream<Item = Result<IngestAck, Status>> + Send>>;
-type Pending = (Instant, oneshot::Receiver<Applied>);
+
+/// What a stream's acks wait for, in order: a batch's answer, or the end of the stream.
+enum Pending {
+    /// A batch queued at `Instant`, and where its answer will come.
+    Batch(Instant, oneshot::Receiver<Applied>),
+    /// The stream ends with this status once the batches before it are acknowledged.
+    End(Status),
+}
 
 #[tonic::async_trait]
 impl Collector for CollectorService {
@@ -94,13 +126,21 @@ impl Collector for CollectorService {
         let (engine, shutdown) = (self.engine.clone(), self.shutdown.clone());
         let failures = acks.clone();
         let stream_failed = Arc::new(AtomicBool::new(false));
+        let idle_timeout = self.idle_timeout;
         self.tasks.spawn(async move {
             let _permit = permit;
             metrics::gauge!(INGEST_STREAMS).increment(1.0);
             loop {
                 let message = tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    message = inbound.message() => message,
+                    _ = shutdown.cancelled() => {
+                        let _ = pending.send(Pending::End(shut_down_mid_stream())).await;
+                        break;
+                    }
+                    message = tokio::time::timeout(idle_timeout, inbound.message()) => message,
+                };
+                let Ok(message) = message else {
+                    let _ = pending.send(Pending::End(idle_stream(idle_timeout))).await;
+                    break;
                 };
                 let batch = match message {
                     Ok(Some(batch)) => batch,
@@ -116,14 +156,25 @@ impl Collector for CollectorService {
                     let _ = failures.send(Err(engine_stopped())).await;
                     break;
                 };
-                if pending.send((started, applied)).await.is_err() {
+                if pending
+                    .send(Pending::Batch(started, applied))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
             metrics::gauge!(INGEST_STREAMS).decrement(1.0);
         });
         self.tasks.spawn(async move {
-            while let Some((started, applied)) = in_order.recv().await {
+            while let Some(next) = in_order.recv().await {
+                let (started, applied) = match next {
+                    Pending::Batch(started, applied) => (started, applied),
+                    Pending::End(status) => {
+                        let _ = acks.send(Err(status)).await;
+                        break;
+                    }
+                };
                 let reply = reply(applied.await.ok());
                 metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
                 let failed = reply.is_err();
@@ -140,6 +191,13 @@ impl Collector for CollectorService {
         request: Request<RawBatch>,
     ) -> Result<Response<IngestAck>, Status> {
         let started = Instant::now();
+        let Ok(_call) = self.calls.try_acquire() else {
+            metrics::counter!(STREAMS_REFUSED_TOTAL).increment(1);
+            return Err(Status::resource_exhausted(format!(
+                "too many IngestBatch calls in flight (max_inflight_batches = {}); retry later, or send over one Ingest stream",
+                self.max_inflight_batches
+            )));
+        };
         let ack = reply(self.engine.apply(request.into_inner()).await.ok())?;
         metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(Response::new(ack))

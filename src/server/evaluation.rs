@@ -35,9 +35,10 @@ impl EvaluationService {
                     .map(|w| humantime::format_duration(*w).to_string())
                     .collect();
                 Status::invalid_argument(format!(
-                "window {window:?} is not configured; configured: {} (or empty for since start)",
-                configured.join(", ")
-            ))
+                    "window {} is not configured; configured: {} (or empty for since start)",
+                    crate::event::quoted(window),
+                    configured.join(", ")
+                ))
             })
     }
 }

@@ -7,6 +7,7 @@ mod collector;
 mod engine_task;
 mod evaluation;
 mod http;
+mod http_limits;
 mod periodic;
 mod persistence;
 mod process;
@@ -55,6 +56,7 @@ pub async fn serve(
     on_bound: impl FnOnce(Bound),
 ) -> anyhow::Result<()> {
     process::configure_memory(settings.huge_pages);
+    process::raise_file_limit();
     let recorder = telemetry::recorder()?;
     telemetry::export_limits(&engine_settings, &settings);
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
@@ -117,6 +119,14 @@ pub async fn serve(
         // Without TCP_NODELAY a small ack waits for the client's next packet.
         TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
         serving.clone().cancelled_owned(),
+    );
+    let http_listener = http_limits::BoundedListener::new(
+        http_listener,
+        settings.max_http_connections,
+        http_limits::HttpTimeouts {
+            header: settings.http_header_timeout,
+            idle: settings.http_idle_timeout,
+        },
     );
     let http = axum::serve(
         http_listener,
@@ -186,6 +196,7 @@ async fn grpc_server(
         engine.clone(),
         settings.max_streams,
         settings.max_inflight_batches,
+        settings.ingest_idle_timeout,
         shutdown,
         tasks,
     );

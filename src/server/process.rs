@@ -1,5 +1,5 @@
 //! Settings of the whole process rather than of a listener: how the kernel
-//! backs its memory.
+//! backs its memory, and how many files it may open.
 
 /// Stops the kernel from backing this process's memory with transparent
 /// huge pages, unless `huge_pages`. Faulting in a fresh 2 MiB page stalls
@@ -20,5 +20,28 @@ pub fn configure_memory(huge_pages: bool) {
                 "could not disable transparent huge pages; latency may have millisecond spikes"
             );
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, so that a flood
+/// of connections runs into `max_http_connections` and `max_streams`
+/// rather than into a default soft limit of 1,024 descriptors.
+pub fn raise_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write only `limit`.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    if !raised {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "could not raise the open-file limit"
+        );
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 pub const BATCH_DURATION_SECONDS: &str = "rankwatch_batch_duration_seconds";
 /// Gauge: open Ingest streams.
 pub const INGEST_STREAMS: &str = "rankwatch_ingest_streams";
-/// Counter: Ingest streams refused past `max_streams`.
+/// Counter: Ingest streams refused past `max_streams`, and IngestBatch calls past `max_inflight_batches`.
 pub const STREAMS_REFUSED_TOTAL: &str = "rankwatch_streams_refused_total";
 /// Counter: Ingest RPCs ended by a malformed or oversize message.
 pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
@@ -61,7 +61,7 @@ fn describe_health_series() {
     metrics::describe_gauge!(INGEST_STREAMS, "Open Ingest streams.");
     metrics::describe_counter!(
         STREAMS_REFUSED_TOTAL,
-        "Ingest streams refused past max_streams."
+        "Ingest streams refused past max_streams, and IngestBatch calls refused past max_inflight_batches."
     );
     metrics::describe_counter!(
         STREAMS_FAILED_TOTAL,
@@ -95,12 +95,14 @@ fn describe_health_series() {
 pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
     let limits = [
         ("max_items", engine.max_items),
+        ("max_label_bytes", engine.max_label_bytes),
         ("max_groups", engine.max_groups),
         ("max_open_impressions", engine.max_open_impressions),
         ("max_waiting_interactions", engine.max_waiting_interactions),
         ("max_message_size", server.max_message_size),
         ("max_streams", server.max_streams),
         ("max_inflight_batches", server.max_inflight_batches),
+        ("max_http_connections", server.max_http_connections),
     ];
     for (name, value) in limits {
         metrics::gauge!(LIMIT, "limit" => name).set(value as f64);

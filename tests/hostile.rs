@@ -1,0 +1,322 @@
+//! Hostile clients: huge values, forged names, floods of connections and
+//! calls, and shutdowns mid-stream. The server stays bounded, counts what it
+//! drops, and tells the client.
+
+mod common;
+
+use common::replay;
+use common::server::{event_from_json, parse_metrics, Server};
+use rankwatch::proto::{self, EventBatch};
+
+const T: &str = r#""time":"2026-11-01T10:00:00Z""#;
+
+fn event(json: &str) -> proto::Event {
+    event_from_json(json).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejection_messages_quote_a_short_prefix_of_huge_client_values() {
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let huge = "\n".repeat(1 << 20);
+    let mut bad_type = event(&format!(
+        r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click",{T}}}}}"#
+    ));
+    let mut duplicate = event(&format!(
+        r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],{T}}}}}"#
+    ));
+    match (&mut bad_type.kind, &mut duplicate.kind) {
+        (Some(proto::event::Kind::Interaction(x)), Some(proto::event::Kind::Impression(m))) => {
+            x.r#type = huge.clone();
+            m.item_ids = vec![huge.clone(), huge.clone()];
+        }
+        _ => unreachable!("an interaction and an impression"),
+    }
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![bad_type, duplicate],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reasons: Vec<&str> = ack.rejections.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(reasons, ["unknown_type", "duplicate_item_id"]);
+    for rejection in &ack.rejections {
+        assert!(rejection.message.len() < 600, "{}", rejection.message);
+        assert!(
+            rejection.message.contains("(1048576 bytes)"),
+            "{}",
+            rejection.message
+        );
+    }
+}
+
+#[test]
+fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
+    let huge = "x".repeat(1 << 20);
+    let line = format!(
+        "{{\"interaction\":{{\"userId\":\"u\",\"itemId\":\"a\",\"type\":\"{huge}\",{T}}}}}\n{{\"impression\":{{\"requestId\":\"r\",\"userId\":\"u\",\"itemIds\":[\"{huge}\",\"{huge}\"],{T}}}}}\n"
+    );
+    let output = replay(&["-"], Some(line.as_bytes()));
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr:.2000}");
+    assert!(lines[0].starts_with("-:1: unknown_type"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("-:2: duplicate_item_id"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines.iter().all(|line| line.len() < 600), "{stderr:.2000}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_forge_the_overflow_group() {
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let forged = event(&format!(
+        r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"__overflow__","surface":"__overflow__",{T}}}}}"#
+    ));
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![forged],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 0);
+    assert_eq!(ack.rejections[0].reason, "reserved_name");
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_events_rejected_total{reason=\"reserved_name\"}"],
+        1.0
+    );
+    assert_eq!(metrics["rankwatch_events_received_total"], 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejected_plus_shed() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-open-impressions",
+        "2",
+        "--max-waiting-interactions",
+        "1",
+    ]);
+    let mut events: Vec<proto::Event> = (0..4)
+        .map(|u| {
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r{u}","userId":"u{u}","itemIds":["a"],{T}}}}}"#
+            ))
+        })
+        .collect();
+    events.extend((0..3).map(|w| {
+        event(&format!(
+            r#"{{"interaction":{{"userId":"w{w}","itemId":"a","type":"click",{T}}}}}"#
+        ))
+    }));
+    events.push(event(r#"{"impression":{"userId":"u"}}"#));
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 3);
+    let rejections: Vec<(u32, &str)> = ack
+        .rejections
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        rejections,
+        [
+            (2, "shed_max_open_impressions"),
+            (3, "shed_max_open_impressions"),
+            (5, "shed_max_waiting_interactions"),
+            (6, "shed_max_waiting_interactions"),
+            (7, "missing_request_id"),
+        ]
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    let rejected: f64 = metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("rankwatch_events_rejected_total{"))
+        .map(|(_, value)| value)
+        .sum();
+    let shed: f64 = metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("rankwatch_events_shed_total{"))
+        .map(|(_, value)| value)
+        .sum();
+    assert_eq!(
+        (
+            metrics["rankwatch_events_received_total"],
+            metrics["rankwatch_events_accepted_total"],
+            rejected,
+            shed
+        ),
+        (8.0, 3.0, 1.0, 4.0)
+    );
+}
+
+fn impression_batch(sequence: u64) -> EventBatch {
+    EventBatch {
+        sequence,
+        events: vec![event(&format!(
+            r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],{T}}}}}"#
+        ))],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
+    let mut server = Server::start(&["--wall-clock-advance", "false"]);
+    let mut client = server.collector().await;
+    let (batches, outbound) = tokio::sync::mpsc::channel(4);
+    let mut acks = client
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
+        .await
+        .unwrap()
+        .into_inner();
+    batches.send(impression_batch(1)).await.unwrap();
+    let ack = acks.message().await.unwrap().unwrap();
+    assert_eq!((ack.sequence, ack.accepted), (1, 1));
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    let status = acks.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("acknowledged"), "{status:?}");
+    assert_eq!(code, Some(0));
+    drop(batches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_is_ended_and_its_permit_freed() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--ingest-idle-timeout",
+        "300ms",
+        "--max-streams",
+        "1",
+    ]);
+    let mut client = server.collector().await;
+    let (batches, outbound) = tokio::sync::mpsc::channel(4);
+    let mut acks = client
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
+        .await
+        .unwrap()
+        .into_inner();
+    batches.send(impression_batch(1)).await.unwrap();
+    assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
+    let status = acks.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("ingest_idle_timeout"),
+        "{status:?}"
+    );
+    let mut again = server.collector().await;
+    let acks = again
+        .ingest(tokio_stream::iter([impression_batch(2)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let acks: Vec<_> = tokio_stream::StreamExt::collect::<Vec<_>>(acks).await;
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].as_ref().unwrap().accepted, 1);
+    drop(batches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-inflight-batches",
+        "1",
+    ]);
+    let big = EventBatch {
+        sequence: 1,
+        events: (0..20_000)
+            .map(|i| {
+                event(&format!(
+                    r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b","c"],{T}}}}}"#
+                ))
+            })
+            .collect(),
+    };
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (address, batch) = (format!("http://{}", server.grpc), big.clone());
+            tokio::spawn(async move {
+                let mut client = proto::collector_client::CollectorClient::connect(address)
+                    .await
+                    .unwrap();
+                client.ingest_batch(batch).await
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (0, 0);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(ok + refused, 16);
+    assert!(ok >= 1);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_refused_total"], refused as f64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_http_connections_are_capped_and_timed_out() {
+    use std::io::Read;
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-http-connections",
+        "8",
+        "--http-header-timeout",
+        "300ms",
+    ]);
+    let mut silent: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| std::net::TcpStream::connect(server.http).unwrap())
+        .collect();
+    for stream in &mut silent {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        // The server closes each one: at once past the cap, after the header timeout within it.
+        match stream.read(&mut byte) {
+            Ok(read) => assert_eq!(read, 0),
+            Err(error) => assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset),
+        }
+    }
+    assert_eq!(server.get("/metrics").0, 200);
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(impression_batch(1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 1);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_limit{limit=\"max_http_connections\"}"],
+        8.0
+    );
+}
