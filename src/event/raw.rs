@@ -65,6 +65,17 @@ pub enum EventView<'a> {
     Interaction(RawInteraction<'a>),
 }
 
+impl<'a> EventView<'a> {
+    /// The user the event is of, unchecked; `None` for an empty event.
+    pub fn user_id(&self) -> Option<&'a str> {
+        match self {
+            EventView::Empty => None,
+            EventView::Impression(m) => Some(m.user_id),
+            EventView::Interaction(x) => Some(x.user_id),
+        }
+    }
+}
+
 /// An `Impression`'s fields as the protobuf reader finds them: its item ids
 /// stay in the batch's shared list, of which it keeps only the range.
 #[derive(Clone, Debug, Default, PartialEq)]

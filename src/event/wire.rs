@@ -56,6 +56,20 @@ pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
     Ok(batch)
 }
 
+/// The encoded `Event` of each event of an `EventBatch`, in batch order:
+/// the bytes [`parse_batch`] read each [`EventView`] from, for whoever
+/// passes events on unchanged (the fleet's relay).
+pub fn event_bytes(bytes: &[u8]) -> Result<Vec<&[u8]>, WireError> {
+    let mut events = Vec::with_capacity(bytes.len() / BYTES_PER_EVENT);
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        if let (2, Value::Bytes(event)) = (field, value) {
+            events.push(event);
+        }
+    }
+    Ok(events)
+}
+
 fn parse_event<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<EventView<'a>, WireError> {
     let mut event = EventView::Empty;
     let mut reader = Reader { bytes };
@@ -261,6 +275,13 @@ mod tests {
             ("e1", "b", "click", Some(2.5))
         );
         assert_eq!(x.time, RawTime::At(-1_000_000_000));
+        let passed_on: Vec<Vec<u8>> = event_bytes(&bytes)
+            .unwrap()
+            .into_iter()
+            .map(<[u8]>::to_vec)
+            .collect();
+        let encoded: Vec<Vec<u8>> = batch.events.iter().map(Message::encode_to_vec).collect();
+        assert_eq!(passed_on, encoded, "each event's bytes as they came");
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! end at assignment may have been counted by the dead owner, and are
 //! counted in `rankwatch_lists_recounted_total`.
 
-use super::partition::{self, Partition, PartitionSettings, Record, Start, Work};
-use super::snapshot::{Manifest, StateTopic};
+use super::partition::{self, Checkpoint, Partition, PartitionSettings, Records, Start, Work};
+use super::snapshot::{Manifest, Pending, StateTopic};
 use super::FleetSettings;
 use crate::config::EngineSettings;
 use crate::join::{Engine, EngineState};
@@ -320,43 +320,48 @@ impl Rebalancer {
 
     /// Checkpoints partitions `ids`, writes their snapshots and commits
     /// their offsets. With `last` they are handed over: their tasks stop
-    /// and their figures are retired.
+    /// and their figures are retired. The partitions checkpoint and encode
+    /// their states at once, each on its own task, and the snapshots are
+    /// written together.
     fn checkpoint(&self, consumer: &BaseConsumer<Self>, ids: &[i32], last: bool) {
         let started = Instant::now();
-        let mut offsets = TopicPartitionList::new();
+        let asked: Vec<_> = ids
+            .iter()
+            .map(|&id| (id, self.ask_checkpoint(id, last)))
+            .collect();
+        let mut next_offsets = BTreeMap::new();
+        let mut snapshots = Vec::new();
+        for (id, answer) in asked {
+            match answer.and_then(|answer| self.snapshot_of(id, answer, last)) {
+                Ok((next_offset, snapshot)) => {
+                    next_offsets.insert(id, next_offset);
+                    snapshots.extend(snapshot);
+                }
+                Err(error) => snapshot_failed(id, &error),
+            }
+        }
         let mut bytes = 0;
-        for &id in ids {
-            match self.checkpoint_one(id, last) {
-                Ok((next_offset, written)) => {
-                    bytes += written;
-                    if let Err(error) = offsets.add_partition_offset(
-                        &self.fleet.settings.topic,
-                        id,
-                        Offset::Offset(next_offset),
-                    ) {
-                        tracing::warn!(%error, partition = id, "cannot commit");
+        for (id, written) in self.state.write_all(snapshots) {
+            match written {
+                Ok((manifest, payload)) => {
+                    bytes += payload;
+                    if let Some(mut owned) = self.fleet.owned.get_mut(&id) {
+                        owned.manifest = manifest;
                     }
                 }
                 Err(error) => {
-                    metrics::counter!("rankwatch_kafka_snapshot_failures_total").increment(1);
-                    tracing::warn!(error = %error, partition = id, "snapshot failed; the last one stands");
+                    next_offsets.remove(&id);
+                    snapshot_failed(id, &error.to_string());
                 }
             }
-            if last {
+        }
+        if last {
+            for &id in ids {
                 self.fleet.retire(id);
                 metrics::counter!("rankwatch_kafka_partitions_revoked_total").increment(1);
             }
         }
-        if offsets.count() > 0 {
-            let mode = if last {
-                CommitMode::Sync
-            } else {
-                CommitMode::Async
-            };
-            if let Err(error) = consumer.commit(&offsets, mode) {
-                tracing::warn!(%error, "offset commit failed (the snapshots stand)");
-            }
-        }
+        self.commit(consumer, &next_offsets, last);
         metrics::histogram!("rankwatch_kafka_snapshot_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         if bytes > 0 {
@@ -364,56 +369,92 @@ impl Rebalancer {
         }
     }
 
-    /// Checkpoints one partition and writes its snapshot when its state
-    /// changed; returns its next offset and the bytes written.
-    fn checkpoint_one(&self, id: i32, last: bool) -> Result<(i64, usize), String> {
-        let Some(work) = self.fleet.owned.get(&id).map(|o| o.work.clone()) else {
-            return Err("not owned".to_owned());
+    /// Commits the offsets of the partitions whose snapshots stand.
+    fn commit(&self, consumer: &BaseConsumer<Self>, next_offsets: &BTreeMap<i32, i64>, last: bool) {
+        let mut offsets = TopicPartitionList::new();
+        for (&id, &next_offset) in next_offsets {
+            let topic = &self.fleet.settings.topic;
+            if let Err(error) = offsets.add_partition_offset(topic, id, Offset::Offset(next_offset))
+            {
+                tracing::warn!(%error, partition = id, "cannot commit");
+            }
+        }
+        if offsets.count() == 0 {
+            return;
+        }
+        let mode = if last {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
         };
+        if let Err(error) = consumer.commit(&offsets, mode) {
+            tracing::warn!(%error, "offset commit failed (the snapshots stand)");
+        }
+    }
+
+    /// Asks partition `id`'s task for a checkpoint.
+    fn ask_checkpoint(&self, id: i32, last: bool) -> Result<oneshot::Receiver<Checkpoint>, String> {
+        let work = self
+            .fleet
+            .owned
+            .get(&id)
+            .map(|o| o.work.clone())
+            .ok_or("not owned")?;
         let (reply, answer) = oneshot::channel();
         work.blocking_send(Work::Checkpoint { last, reply })
             .map_err(|_| "the partition's task has stopped".to_owned())?;
+        Ok(answer)
+    }
+
+    /// Partition `id`'s next offset, and the snapshot to write for its
+    /// checkpoint: none when its state did not change, unless it is handed over.
+    fn snapshot_of(
+        &self,
+        id: i32,
+        answer: oneshot::Receiver<Checkpoint>,
+        last: bool,
+    ) -> Result<(i64, Option<Pending>), String> {
         let checkpoint = answer
             .blocking_recv()
             .map_err(|_| "the partition's task has stopped".to_owned())?;
+        let next_offset = checkpoint.next_offset;
         let previous = self
             .fleet
             .owned
             .get(&id)
             .map(|o| o.manifest.clone())
             .ok_or("not owned")?;
-        let Some(state) = checkpoint.state else {
-            if !last {
-                return Ok((checkpoint.next_offset, 0));
-            }
-            let manifest = Manifest {
-                handed_over: true,
-                next_offset: checkpoint.next_offset,
-                ..previous
-            };
-            self.state
-                .write_manifest(id, &manifest)
-                .map_err(|e| e.to_string())?;
-            return Ok((checkpoint.next_offset, 0));
+        let snapshot = match checkpoint.state {
+            None if !last => return Ok((next_offset, None)),
+            None => Pending::new(
+                id,
+                None,
+                Manifest {
+                    handed_over: true,
+                    next_offset,
+                    ..previous
+                },
+            ),
+            Some(encoded) => Pending::new(
+                id,
+                Some(encoded.map_err(|e| e.to_string())?),
+                Manifest {
+                    id: fastrand::u64(..),
+                    slot: 1 - previous.slot.min(1),
+                    next_offset,
+                    handed_over: last,
+                    fingerprint: self.fleet.fingerprint.clone(),
+                    ..previous
+                },
+            ),
         };
-        let payload = postcard::to_stdvec(&state).map_err(|e| e.to_string())?;
-        let manifest = Manifest {
-            id: fastrand::u64(..),
-            slot: 1 - previous.slot.min(1),
-            next_offset: checkpoint.next_offset,
-            handed_over: last,
-            fingerprint: self.fleet.fingerprint.clone(),
-            ..previous
-        };
-        let written = self
-            .state
-            .write(id, &payload, manifest)
-            .map_err(|e| e.to_string())?;
-        if let Some(mut owned) = self.fleet.owned.get_mut(&id) {
-            owned.manifest = written;
-        }
-        Ok((checkpoint.next_offset, payload.len()))
+        Ok((next_offset, Some(snapshot)))
     }
+}
+
+fn snapshot_failed(partition: i32, error: &str) {
+    metrics::counter!("rankwatch_kafka_snapshot_failures_total").increment(1);
+    tracing::warn!(error, partition, "snapshot failed; the last one stands");
 }
 
 fn restore_failed(partition: i32, why: &str) {
@@ -463,7 +504,7 @@ pub fn run(
 
 fn consume(consumer: BaseConsumer<Rebalancer>, fleet: Arc<Fleet>, shutdown: CancellationToken) {
     let mut last_commit = Instant::now();
-    let mut batches: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    let mut batches: BTreeMap<i32, Records> = BTreeMap::new();
     while !shutdown.is_cancelled() {
         poll_batch(&consumer, &mut batches);
         dispatch(&fleet, &mut batches);
@@ -477,7 +518,7 @@ fn consume(consumer: BaseConsumer<Rebalancer>, fleet: Arc<Fleet>, shutdown: Canc
 }
 
 /// Polls up to [`RECORDS_PER_BATCH`] records into per-partition batches.
-fn poll_batch(consumer: &BaseConsumer<Rebalancer>, batches: &mut BTreeMap<i32, Vec<Record>>) {
+fn poll_batch(consumer: &BaseConsumer<Rebalancer>, batches: &mut BTreeMap<i32, Records>) {
     let mut wait = POLL;
     for _ in 0..RECORDS_PER_BATCH {
         let Some(polled) = consumer.poll(wait) else {
@@ -485,21 +526,18 @@ fn poll_batch(consumer: &BaseConsumer<Rebalancer>, batches: &mut BTreeMap<i32, V
         };
         wait = Duration::ZERO;
         match polled {
-            Ok(message) => batches
-                .entry(message.partition())
-                .or_default()
-                .push(Record {
-                    offset: message.offset(),
-                    key: message.key().map(<[u8]>::to_vec),
-                    value: message.payload().map(<[u8]>::to_vec),
-                }),
+            Ok(message) => batches.entry(message.partition()).or_default().push(
+                message.offset(),
+                message.key(),
+                message.payload(),
+            ),
             Err(error) => tracing::debug!(%error, "consumer"),
         }
     }
 }
 
 /// Hands each partition's batch to its task, waiting while its queue is full.
-fn dispatch(fleet: &Fleet, batches: &mut BTreeMap<i32, Vec<Record>>) {
+fn dispatch(fleet: &Fleet, batches: &mut BTreeMap<i32, Records>) {
     for (id, records) in std::mem::take(batches) {
         let Some(work) = fleet.owned.get(&id).map(|o| o.work.clone()) else {
             tracing::warn!(partition = id, "records of a partition not owned; skipped");
@@ -513,11 +551,7 @@ fn dispatch(fleet: &Fleet, batches: &mut BTreeMap<i32, Vec<Record>>) {
 
 /// Leaves the group: the revocation hands every partition over (snapshot
 /// and commit), then the consumer closes.
-fn leave(
-    consumer: &BaseConsumer<Rebalancer>,
-    fleet: &Fleet,
-    batches: &mut BTreeMap<i32, Vec<Record>>,
-) {
+fn leave(consumer: &BaseConsumer<Rebalancer>, fleet: &Fleet, batches: &mut BTreeMap<i32, Records>) {
     tracing::info!("leaving the consumer group: handing partitions over");
     consumer.unsubscribe();
     let deadline = Instant::now() + LEAVE_TIMEOUT;

@@ -8,10 +8,9 @@
 //! and one whose key is not its event's `user_id` is evaluated by the
 //! `user_id` and counted as a key mismatch, so no record stalls the partition.
 
-use crate::event::raw::EventView;
 use crate::event::wire::parse_batch;
 use crate::event::{Nanos, Reason, Validator};
-use crate::join::{Engine, EngineState};
+use crate::join::Engine;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -23,26 +22,69 @@ pub const QUEUED_BATCHES: usize = 16;
 /// Undecodable records logged per partition per minute; the rest are only counted.
 const LOGGED_PER_MINUTE: u32 = 10;
 
-/// A record of the event topic, copied out of the client's buffers.
+/// Records of one partition, in offset order, copied out of the client's
+/// buffers into one buffer: each value is stored as an `EventBatch` of one
+/// event (field 2, length-delimited), ready for the batch reader, and the
+/// buffer is freed at once by the partition's task.
+#[derive(Debug, Default)]
+pub struct Records {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+/// Where one record's parts lie in [`Records::bytes`].
 #[derive(Debug)]
-pub struct Record {
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
+struct Entry {
+    offset: i64,
+    key: Option<(usize, usize)>,
+    batch: (usize, usize),
+}
+
+impl Records {
+    /// Appends a record.
+    pub fn push(&mut self, offset: i64, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let key = key.map(|key| self.append(key));
+        let value = value.unwrap_or_default();
+        let start = self.bytes.len();
+        self.bytes.push(0x12);
+        push_varint(&mut self.bytes, value.len() as u64);
+        self.bytes.extend_from_slice(value);
+        self.entries.push(Entry {
+            offset,
+            key,
+            batch: (start, self.bytes.len()),
+        });
+    }
+
+    fn append(&mut self, part: &[u8]) -> (usize, usize) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(part);
+        (start, self.bytes.len())
+    }
+
+    /// Each record: its offset, key, and value as an `EventBatch` of one.
+    fn iter(&self) -> impl Iterator<Item = (i64, Option<&[u8]>, &[u8])> {
+        self.entries.iter().map(|entry| {
+            let key = entry.key.map(|(start, end)| &self.bytes[start..end]);
+            let (start, end) = entry.batch;
+            (entry.offset, key, &self.bytes[start..end])
+        })
+    }
 }
 
 /// The open state of a partition at a record boundary.
 pub struct Checkpoint {
     /// The first record the state has not seen.
     pub next_offset: i64,
-    /// The open state; `None` when nothing changed since the last checkpoint.
-    pub state: Option<EngineState>,
+    /// The open state, encoded as an `EngineState`; `None` when nothing
+    /// changed since the last checkpoint.
+    pub state: Option<Result<Vec<u8>, postcard::Error>>,
 }
 
 /// What the consumer asks of a partition's task.
 pub enum Work {
     /// Apply these records, in order.
-    Records(Vec<Record>),
+    Records(Records),
     /// Reply with a checkpoint; with `last`, stop after it (the partition
     /// is being handed over).
     Checkpoint {
@@ -103,7 +145,6 @@ pub fn start(
         recount_until: start.recount_until,
         changed: false,
         idle: true,
-        scratch: Vec::new(),
         logged: (Instant::now(), 0),
     };
     tokio::spawn(task.run(queue));
@@ -119,8 +160,6 @@ struct Task {
     changed: bool,
     /// No event was applied since the last wall-clock tick.
     idle: bool,
-    /// An `EventBatch` around the record being read.
-    scratch: Vec<u8>,
     /// Start of the current minute of logging and lines logged in it.
     logged: (Instant, u32),
 }
@@ -161,7 +200,9 @@ impl Task {
     }
 
     fn checkpoint(&mut self) -> Checkpoint {
-        let state = self.changed.then(|| self.partition.engine().open_state());
+        let state = self
+            .changed
+            .then(|| self.partition.engine().encode_open_state());
         self.changed = false;
         Checkpoint {
             next_offset: self.next_offset,
@@ -169,46 +210,49 @@ impl Task {
         }
     }
 
-    fn apply(&mut self, records: &[Record]) {
+    fn apply(&mut self, records: &Records) {
         let partition = self.partition.clone();
         let mut engine = partition.engine();
-        for record in records {
-            if record.offset < self.next_offset {
+        let now: Nanos = crate::clock::wall_clock();
+        for (offset, key, batch) in records.iter() {
+            if offset < self.next_offset {
                 continue;
             }
-            let recounting = record.offset < self.recount_until;
+            let recounting = offset < self.recount_until;
             let before = recounting.then(|| lists_by_group(&engine));
-            self.apply_record(&mut engine, record);
+            self.apply_record(&mut engine, offset, key, batch, now);
             if let Some(before) = before {
                 count_recounted(&engine, &before);
             }
-            self.next_offset = record.offset + 1;
+            self.next_offset = offset + 1;
         }
         self.changed = true;
     }
 
-    fn apply_record(&mut self, engine: &mut Engine, record: &Record) {
-        let value = record.value.as_deref().unwrap_or_default();
-        // An `Event` is an `EventBatch` of one: field 2, length-delimited.
-        self.scratch.clear();
-        self.scratch.push(0x12);
-        push_varint(&mut self.scratch, value.len() as u64);
-        self.scratch.extend_from_slice(value);
-        let batch = match parse_batch(&self.scratch) {
+    /// Applies one record, its value read as the `EventBatch` of one it is
+    /// stored as, validated against the wall clock `now`.
+    fn apply_record(
+        &mut self,
+        engine: &mut Engine,
+        offset: i64,
+        key: Option<&[u8]>,
+        batch: &[u8],
+        now: Nanos,
+    ) {
+        let batch = match parse_batch(batch) {
             Ok(batch) if batch.events.len() == 1 => batch,
             _ => {
                 engine.reject(Reason::Undecodable);
-                self.log_undecodable(record.offset);
+                self.log_undecodable(offset);
                 return;
             }
         };
         let view = &batch.events[0];
-        if let Some(user_id) = user_id(view) {
-            if record.key.as_deref() != Some(user_id.as_bytes()) {
+        if let Some(user_id) = view.user_id() {
+            if key != Some(user_id.as_bytes()) {
                 metrics::counter!("rankwatch_kafka_key_mismatches_total").increment(1);
             }
         }
-        let now: Nanos = crate::clock::wall_clock();
         match self.settings.validator.view(view, &batch.items, now) {
             Ok(event) => {
                 engine.apply(event);
@@ -232,14 +276,6 @@ impl Task {
                 "skipped a record that is not a rankwatch.v1.Event (counted as rejected, reason undecodable)"
             );
         }
-    }
-}
-
-fn user_id<'a>(view: &EventView<'a>) -> Option<&'a str> {
-    match view {
-        EventView::Empty => None,
-        EventView::Impression(m) => Some(m.user_id),
-        EventView::Interaction(x) => Some(x.user_id),
     }
 }
 

@@ -9,13 +9,12 @@
 //! It evaluates nothing: its engine only counts rejections for `/metrics`.
 
 use super::FleetSettings;
-use crate::event::wire::parse_batch;
+use crate::event::wire::{event_bytes, parse_batch};
 use crate::event::Validator;
 use crate::export::{Report, ReportConfig, Snapshot};
 use crate::join::Engine;
-use crate::proto::{EventBatch, IngestAck, Rejection};
+use crate::proto::{IngestAck, Rejection};
 use crate::server::{Applied, Command, EngineHandle, RawBatch};
-use prost::Message;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,7 +118,7 @@ impl Relay {
             }
         };
         let mut deliveries = Vec::with_capacity(accepted.len());
-        for (key, value) in &accepted {
+        for (key, value) in accepted {
             match self.produce(key, value).await {
                 Ok(delivery) => deliveries.push(delivery),
                 Err(error) => {
@@ -132,31 +131,25 @@ impl Relay {
     }
 
     /// The batch's ack (rejections filled in) and the key and value of each
-    /// accepted event.
+    /// accepted event: its `user_id`, and the `Event` as the client encoded it.
     #[allow(clippy::type_complexity)]
-    fn validate(
+    fn validate<'b>(
         &mut self,
-        batch: &RawBatch,
-    ) -> Result<(IngestAck, Vec<(String, Vec<u8>)>), crate::event::wire::WireError> {
+        batch: &'b RawBatch,
+    ) -> Result<(IngestAck, Vec<(&'b str, &'b [u8])>), crate::event::wire::WireError> {
         let view = parse_batch(&batch.0)?;
+        let encoded = event_bytes(&batch.0)?;
         let now = crate::clock::wall_clock();
         let mut ack = IngestAck {
             sequence: view.sequence,
             accepted: 0,
             rejections: Vec::new(),
         };
-        // The reader above accepted the bytes, so prost reads the same events.
-        let events = EventBatch::decode(&batch.0[..])
-            .map(|b| b.events)
-            .unwrap_or_default();
-        let mut accepted = Vec::new();
-        for (index, event) in view.events.iter().enumerate() {
+        let mut accepted = Vec::with_capacity(view.events.len());
+        for (index, (event, bytes)) in view.events.iter().zip(encoded).enumerate() {
             match self.validator.view(event, &view.items, now) {
                 Ok(_) => {
-                    let Some(proto) = events.get(index) else {
-                        continue;
-                    };
-                    accepted.push((user_id(proto), proto.encode_to_vec()));
+                    accepted.push((event.user_id().unwrap_or_default(), bytes));
                     ack.accepted += 1;
                 }
                 Err(rejection) => {
@@ -187,15 +180,6 @@ impl Relay {
                 Err((error, _)) => return Err(error),
             }
         }
-    }
-}
-
-fn user_id(event: &crate::proto::Event) -> String {
-    use crate::proto::event::Kind;
-    match &event.kind {
-        Some(Kind::Impression(m)) => m.user_id.clone(),
-        Some(Kind::Interaction(x)) => x.user_id.clone(),
-        None => String::new(),
     }
 }
 

@@ -18,7 +18,7 @@
 use crate::join::EngineState;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -80,6 +80,36 @@ pub enum SnapshotError {
     },
 }
 
+/// A snapshot to write: a partition's encoded open state (`None`: the
+/// manifest alone) and its manifest.
+pub struct Pending {
+    /// The partition of the event topic, and of the state topic.
+    pub partition: i32,
+    /// The encoded open state.
+    pub payload: Option<Vec<u8>>,
+    /// Names the chunks; its version, checksum, chunk count and first chunk are filled in.
+    pub manifest: Manifest,
+}
+
+impl Pending {
+    /// A snapshot of `payload` under `manifest`.
+    pub fn new(partition: i32, payload: Option<Vec<u8>>, mut manifest: Manifest) -> Self {
+        if let Some(payload) = &payload {
+            manifest.version = FORMAT_VERSION;
+            manifest.checksum = xxhash_rust::xxh3::xxh3_64(payload);
+            manifest.chunks = payload.len().div_ceil(CHUNK_BYTES) as u32;
+        }
+        Self {
+            partition,
+            payload,
+            manifest,
+        }
+    }
+}
+
+/// A snapshot written: its manifest and payload bytes as stored, or why it was not.
+pub type Written = Result<(Manifest, usize), SnapshotError>;
+
 /// A snapshot read back: its manifest and the open state it holds.
 pub struct Restored {
     pub manifest: Manifest,
@@ -138,53 +168,134 @@ impl StateTopic {
         }
     }
 
-    /// Writes `payload` (an encoded state) as a snapshot in `slot` and its
-    /// manifest; returns the manifest once the broker has stored both.
-    pub fn write(
+    /// Writes snapshots of several partitions at once and returns, for each
+    /// partition, its stored manifest and payload bytes, or why it was not
+    /// stored. Every chunk
+    /// is queued before any is awaited, then every manifest, so that a
+    /// checkpoint of all partitions takes two round trips to the broker, not
+    /// two per partition.
+    pub fn write_all(
         &self,
-        partition: i32,
-        payload: &[u8],
-        mut manifest: Manifest,
-    ) -> Result<Manifest, SnapshotError> {
-        manifest.version = FORMAT_VERSION;
-        manifest.checksum = xxhash_rust::xxh3::xxh3_64(payload);
-        manifest.chunks = payload.len().div_ceil(CHUNK_BYTES) as u32;
-        for (index, chunk) in payload.chunks(CHUNK_BYTES).enumerate() {
-            let key = format!("chunk/{}/{index}", manifest.slot);
-            let mut value = Vec::with_capacity(12 + chunk.len());
-            value.extend_from_slice(&manifest.id.to_le_bytes());
-            value.extend_from_slice(&(index as u32).to_le_bytes());
-            value.extend_from_slice(chunk);
-            let offset = self.send(partition, &key, &value)?;
-            if index == 0 {
-                manifest.first_chunk = offset;
+        snapshots: Vec<Pending>,
+    ) -> Vec<(i32, Written)> {
+        let chunked: Vec<_> = snapshots
+            .into_iter()
+            .map(|pending| {
+                let chunks = self.queue_chunks(&pending);
+                let bytes = pending.payload.as_ref().map_or(0, Vec::len);
+                (pending, bytes, chunks)
+            })
+            .collect();
+        let runtime = self.runtime.clone();
+        runtime.block_on(async {
+            let mut manifests = Vec::with_capacity(chunked.len());
+            for (pending, bytes, chunks) in chunked {
+                let stored = match chunks {
+                    Ok(chunks) => self.first_offset(pending.partition, chunks).await,
+                    Err(error) => Err(error),
+                };
+                let manifest = stored.and_then(|first_chunk| {
+                    let mut manifest = pending.manifest;
+                    if let Some(first_chunk) = first_chunk {
+                        manifest.first_chunk = first_chunk;
+                    }
+                    let encoded = postcard::to_stdvec(&manifest).map_err(|e| {
+                        self.corrupt(pending.partition, format!("encoding a manifest: {e}"))
+                    })?;
+                    let delivery = self.queue(pending.partition, MANIFEST_KEY, &encoded)?;
+                    Ok((manifest, delivery))
+                });
+                manifests.push((pending.partition, bytes, manifest));
             }
-        }
-        let encoded = postcard::to_stdvec(&manifest)
-            .map_err(|e| self.corrupt(partition, format!("encoding a manifest: {e}")))?;
-        self.send(partition, MANIFEST_KEY, &encoded)?;
-        Ok(manifest)
+            let mut written = Vec::with_capacity(manifests.len());
+            for (partition, bytes, queued) in manifests {
+                let stored = match queued {
+                    Ok((manifest, delivery)) => self
+                        .delivered(partition, delivery)
+                        .await
+                        .map(|_| (manifest, bytes)),
+                    Err(error) => Err(error),
+                };
+                written.push((partition, stored));
+            }
+            written
+        })
     }
 
     /// Writes a manifest alone (a claim naming chunks already stored).
     pub fn write_manifest(&self, partition: i32, manifest: &Manifest) -> Result<(), SnapshotError> {
-        let encoded = postcard::to_stdvec(manifest)
-            .map_err(|e| self.corrupt(partition, format!("encoding a manifest: {e}")))?;
-        self.send(partition, MANIFEST_KEY, &encoded).map(|_| ())
+        let pending = Pending {
+            partition,
+            payload: None,
+            manifest: manifest.clone(),
+        };
+        let mut written = self.write_all(vec![pending]);
+        written
+            .pop()
+            .map_or(Ok(()), |(_, stored)| stored.map(|_| ()))
     }
 
-    /// Produces one record and waits for the broker; returns its offset.
-    fn send(&self, partition: i32, key: &str, value: &[u8]) -> Result<i64, SnapshotError> {
+    /// Queues the chunks of a snapshot, its manifest filled in for them.
+    fn queue_chunks(&self, pending: &Pending) -> Result<Vec<DeliveryFuture>, SnapshotError> {
+        let Some(payload) = &pending.payload else {
+            return Ok(Vec::new());
+        };
+        let manifest = &pending.manifest;
+        payload
+            .chunks(CHUNK_BYTES)
+            .enumerate()
+            .map(|(index, chunk)| {
+                let key = format!("chunk/{}/{index}", manifest.slot);
+                let mut value = Vec::with_capacity(12 + chunk.len());
+                value.extend_from_slice(&manifest.id.to_le_bytes());
+                value.extend_from_slice(&(index as u32).to_le_bytes());
+                value.extend_from_slice(chunk);
+                self.queue(pending.partition, &key, &value)
+            })
+            .collect()
+    }
+
+    /// Waits for every chunk; the offset of the first, if any.
+    async fn first_offset(
+        &self,
+        partition: i32,
+        chunks: Vec<DeliveryFuture>,
+    ) -> Result<Option<i64>, SnapshotError> {
+        let mut first = None;
+        for chunk in chunks {
+            let offset = self.delivered(partition, chunk).await?;
+            first.get_or_insert(offset);
+        }
+        Ok(first)
+    }
+
+    /// Queues one record without waiting for the broker.
+    fn queue(
+        &self,
+        partition: i32,
+        key: &str,
+        value: &[u8],
+    ) -> Result<DeliveryFuture, SnapshotError> {
         let record = FutureRecord::to(&self.topic)
             .partition(partition)
             .key(key)
             .payload(value);
-        let delivered = self
-            .runtime
-            .block_on(self.producer.send(record, READ_TIMEOUT));
-        delivered
-            .map(|delivery| delivery.offset)
+        self.producer
+            .send_result(record)
             .map_err(|(error, _)| self.kafka(partition)(error))
+    }
+
+    /// The offset the broker stored a queued record at.
+    async fn delivered(
+        &self,
+        partition: i32,
+        delivery: DeliveryFuture,
+    ) -> Result<i64, SnapshotError> {
+        match tokio::time::timeout(READ_TIMEOUT, delivery).await {
+            Ok(Ok(Ok(delivery))) => Ok(delivery.offset),
+            Ok(Ok(Err((error, _)))) => Err(self.kafka(partition)(error)),
+            Ok(Err(_)) | Err(_) => Err(self.kafka(partition)(rdkafka::error::KafkaError::Canceled)),
+        }
     }
 
     /// The last snapshot of `partition` and its state; `None` when the

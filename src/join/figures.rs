@@ -3,7 +3,8 @@
 //! to another instance travels with its open state only, so that each list
 //! and each event is counted by exactly one instance.
 
-use super::{Counters, Engine, EngineState, GroupAggregates};
+use super::persist::{sorted_user_refs, OpenState};
+use super::{Counters, Engine, GroupAggregates};
 use crate::metrics::{GroupTotals, PositionCurve};
 use crate::window::RollingWindows;
 
@@ -46,18 +47,21 @@ impl Engine {
         }
     }
 
-    /// The open state alone: open impressions, waiting interactions, the
-    /// watermark, sequence numbers and group names, without the finalized
-    /// aggregates and counters, which stay with the instance that counted them.
-    pub fn open_state(&mut self) -> EngineState {
-        let aggregates = std::mem::take(&mut self.aggregates);
-        let counters = std::mem::take(&mut self.counters);
-        let overflowed = std::mem::replace(&mut self.groups.overflowed, 0);
-        let state = self.to_state();
-        self.aggregates = aggregates;
-        self.counters = counters;
-        self.groups.overflowed = overflowed;
-        state
+    /// The open state alone, encoded as an [`EngineState`]: open
+    /// impressions, waiting interactions, the watermark, sequence numbers
+    /// and group names, without the finalized aggregates and counters, which
+    /// stay with the instance that counted them.
+    pub fn encode_open_state(&self) -> Result<Vec<u8>, postcard::Error> {
+        let mut groups = self.groups.clone();
+        groups.overflowed = 0;
+        postcard::to_stdvec(&OpenState {
+            max_time: self.max_time,
+            next_seq: self.next_seq,
+            groups,
+            aggregates: &[],
+            counters: Counters::default(),
+            users: sorted_user_refs(&self.shards),
+        })
     }
 }
 
@@ -164,7 +168,9 @@ mod tests {
         assert_eq!(before.aggregates()[0].totals.lists, 1);
         let settings = before.settings.clone();
         let evaluator = before.evaluator().clone();
-        let after = Engine::from_state(settings, evaluator, before.open_state());
+        let encoded = before.encode_open_state().expect("encodes");
+        let state = postcard::from_bytes(&encoded).expect("decodes as an EngineState");
+        let after = Engine::from_state(settings, evaluator, state);
         assert_eq!(after.open_impressions(), 1);
         assert_eq!(after.watermark(), before.watermark());
         assert_eq!(after.counters(), &Counters::default());

@@ -19,12 +19,33 @@ pub struct EngineState {
     pub(super) users: Vec<(u64, UserState)>,
 }
 
+/// An engine's open state, borrowed: the fields of [`EngineState`] in its
+/// order, so that it encodes to the bytes of an `EngineState` without its
+/// finalized aggregates and counters, and without copying the users.
+#[derive(Serialize)]
+pub(super) struct OpenState<'a> {
+    pub(super) max_time: Option<Nanos>,
+    pub(super) next_seq: u64,
+    pub(super) groups: Groups,
+    pub(super) aggregates: &'a [GroupAggregates],
+    pub(super) counters: Counters,
+    pub(super) users: Vec<(u64, &'a UserState)>,
+}
+
 /// A copy of every user of `shards`, sorted by id, so that the same state
 /// always saves as the same bytes.
 pub(super) fn sorted_users(shards: &[Shard]) -> Vec<(u64, UserState)> {
-    let mut users: Vec<(u64, UserState)> = shards
+    sorted_user_refs(shards)
+        .into_iter()
+        .map(|(id, user)| (id, user.clone()))
+        .collect()
+}
+
+/// Every user of `shards`, sorted by id.
+pub(super) fn sorted_user_refs(shards: &[Shard]) -> Vec<(u64, &UserState)> {
+    let mut users: Vec<(u64, &UserState)> = shards
         .iter()
-        .flat_map(|shard| shard.iter().map(|(id, user)| (*id, user.clone())))
+        .flat_map(|shard| shard.iter().map(|(id, user)| (*id, user)))
         .collect();
     users.sort_unstable_by_key(|(id, _)| *id);
     users
