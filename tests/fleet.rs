@@ -12,190 +12,27 @@
 //! replay finalizes them at its end, so the closing group's lists are the
 //! only figures left out of the comparison.
 
+#[path = "common/broker.rs"]
+mod broker;
 mod common;
 
+use broker::{Broker, PARTITIONS, POLL, POLLS};
 use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, replay_json};
 use prost::Message;
 use rankwatch::proto::{self, EventBatch};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message as _;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-const PARTITIONS: i32 = 12;
 const TOPIC: &str = "rankwatch.events";
 /// The closing impressions' model: far later than the log, so that each
 /// partition's other lists are final once its closing record is read.
 const CLOSING_MODEL: &str = "closing";
-/// Bounded waits: each poll sleeps this long…
-const POLL: Duration = Duration::from_millis(250);
-/// …at most this many times (two minutes).
-const POLLS: u32 = 480;
-
-/// The tansu binary, built once by `tests/install-broker.sh`.
-fn tansu() -> PathBuf {
-    let output = Command::new("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/install-broker.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs tests/install-broker.sh");
-    assert!(output.status.success(), "tests/install-broker.sh failed");
-    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-}
-
-/// A broker on a free loopback port; killed when dropped.
-struct Broker {
-    child: Option<Child>,
-    port: u16,
-    storage: String,
-    dir: tempfile::TempDir,
-}
-
-impl Broker {
-    /// A broker keeping its data in memory.
-    fn in_memory() -> Broker {
-        Broker::start("memory://tansu/".into())
-    }
-
-    /// A broker keeping its data in SQLite, so that it survives a restart.
-    fn on_disk() -> Broker {
-        Broker::start("sqlite://tansu.db".into())
-    }
-
-    fn start(storage: String) -> Broker {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut broker = Broker {
-            child: None,
-            port,
-            storage,
-            dir: tempfile::tempdir().unwrap(),
-        };
-        broker.run();
-        broker
-    }
-
-    fn run(&mut self) {
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let child = Command::new(tansu())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", &self.storage])
-            .current_dir(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tansu starts");
-        self.child = Some(child);
-        for _ in 0..POLLS {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(POLL);
-        }
-        panic!("the broker did not listen");
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn client(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", self.address());
-        config
-    }
-
-    async fn create_topic(&self) {
-        let admin: AdminClient<DefaultClientContext> = self.client().create().unwrap();
-        let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1));
-        let results = admin
-            .create_topics([&topic], &AdminOptions::new())
-            .await
-            .unwrap();
-        assert!(results.iter().all(Result::is_ok), "{results:?}");
-    }
-
-    fn producer(&self) -> FutureProducer {
-        self.client()
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .create()
-            .unwrap()
-    }
-
-    /// Every record of every partition, in offset order: `(key, value)`.
-    fn records(&self) -> BTreeMap<i32, Vec<Record>> {
-        let consumer: BaseConsumer = self
-            .client()
-            .set("group.id", "rankwatch-tests-reader")
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
-        let mut records = BTreeMap::new();
-        for partition in 0..PARTITIONS {
-            let (_, high) = consumer
-                .fetch_watermarks(TOPIC, partition, Duration::from_secs(10))
-                .unwrap();
-            let mut list = TopicPartitionList::new();
-            list.add_partition_offset(TOPIC, partition, Offset::Beginning)
-                .unwrap();
-            consumer.assign(&list).unwrap();
-            let mut read: Vec<Record> = Vec::new();
-            let (mut next, mut empty_polls) = (0, 0);
-            while next < high && empty_polls < POLLS {
-                let Some(message) = consumer.poll(POLL) else {
-                    empty_polls += 1;
-                    continue;
-                };
-                let message = message.unwrap();
-                if message.partition() != partition {
-                    continue;
-                }
-                next = message.offset() + 1;
-                read.push((
-                    message.key().unwrap_or_default().to_vec(),
-                    message.payload().unwrap_or_default().to_vec(),
-                ));
-            }
-            assert!(next >= high, "partition {partition} read back in full");
-            records.insert(partition, read);
-        }
-        records
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A record read back: its key and value.
-type Record = (Vec<u8>, Vec<u8>);
 
 /// One record to produce: its key, its value, and the log line it came from
 /// (`None` for a value that is not an event).
@@ -413,7 +250,7 @@ fn terminate(server: &mut Server) -> BTreeMap<String, f64> {
 fn replayed(broker: &Broker, lines: &BTreeMap<Vec<u8>, String>) -> BTreeMap<String, f64> {
     let dir = tempfile::tempdir().unwrap();
     let mut series = BTreeMap::new();
-    for (partition, records) in broker.records() {
+    for (partition, records) in broker.records(TOPIC) {
         let log: String = records
             .iter()
             .filter_map(|(_, value)| lines.get(value))
@@ -524,7 +361,7 @@ fn lines_by_value(records: &[Produced]) -> BTreeMap<Vec<u8>, String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition() {
     let broker = Broker::in_memory();
-    broker.create_topic().await;
+    broker.create_topic(TOPIC).await;
     let log = log_records();
     let (first, second) = log.split_at(log.len() / 2);
     let mut first = first.to_vec();
@@ -618,7 +455,7 @@ fn wait_until_committed(broker: &Broker) {
 #[tokio::test(flavor = "multi_thread")]
 async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_exported() {
     let broker = Broker::in_memory();
-    broker.create_topic().await;
+    broker.create_topic(TOPIC).await;
     let log = log_records();
     let (first, second) = log.split_at(log.len() / 2);
     // Past the attribution window of every list so far: the instance that
@@ -716,7 +553,7 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
 async fn a_relay_acknowledges_only_what_the_broker_stored() {
     use tokio_stream::wrappers::ReceiverStream;
     let mut broker = Broker::on_disk();
-    broker.create_topic().await;
+    broker.create_topic(TOPIC).await;
     let brokers = broker.address();
     let relay = Server::start(&[
         "--kafka-mode",
@@ -796,7 +633,7 @@ async fn a_relay_acknowledges_only_what_the_broker_stored() {
     );
 
     // Every acknowledged event is in the topic; resent batches may be there twice.
-    let records = broker.records();
+    let records = broker.records(TOPIC);
     let stored: std::collections::BTreeSet<&Vec<u8>> =
         records.values().flatten().map(|(_, value)| value).collect();
     let missing = accepted.iter().filter(|v| !stored.contains(v)).count();

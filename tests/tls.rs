@@ -38,6 +38,49 @@ fn pki() -> Pki {
     }
 }
 
+/// The PEM files of a [`Pki`], in a directory of their own.
+struct PkiFiles {
+    _dir: tempfile::TempDir,
+    ca: String,
+    server_cert: String,
+    server_key: String,
+    client_cert: String,
+    client_key: String,
+}
+
+impl Pki {
+    fn files(&self) -> PkiFiles {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, pem: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, pem).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        PkiFiles {
+            ca: write("ca.pem", &self.ca),
+            server_cert: write("server.pem", &self.server_cert),
+            server_key: write("server.key", &self.server_key),
+            client_cert: write("client.pem", &self.client_cert),
+            client_key: write("client.key", &self.client_key),
+            _dir: dir,
+        }
+    }
+}
+
+/// A server that asks clients for a certificate of the test's CA, with `extra` flags.
+fn mutual_tls_server(files: &PkiFiles, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--tls-cert",
+        &files.server_cert,
+        "--tls-key",
+        &files.server_key,
+        "--tls-client-ca",
+        &files.ca,
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
 async fn connect(
     server: &Server,
     pki: &Pki,
@@ -70,25 +113,8 @@ fn batch() -> EventBatch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_admits_only_clients_with_a_certificate() {
     let pki = pki();
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, pem: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, pem).unwrap();
-        path.to_str().unwrap().to_owned()
-    };
-    let (cert, key, ca) = (
-        write("server.pem", &pki.server_cert),
-        write("server.key", &pki.server_key),
-        write("ca.pem", &pki.ca),
-    );
-    let server = Server::start(&[
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-        "--tls-client-ca",
-        &ca,
-    ]);
+    let files = pki.files();
+    let server = mutual_tls_server(&files, &[]);
 
     let mut client = connect(&server, &pki, true).await.unwrap();
     assert_eq!(
@@ -127,31 +153,9 @@ fn query(args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_speaks_mutual_tls_with_a_client_certificate() {
     let pki = pki();
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, pem: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, pem).unwrap();
-        path.to_str().unwrap().to_owned()
-    };
-    let (cert, key, ca) = (
-        write("server.pem", &pki.server_cert),
-        write("server.key", &pki.server_key),
-        write("ca.pem", &pki.ca),
-    );
-    let (client_cert, client_key) = (
-        write("client.pem", &pki.client_cert),
-        write("client.key", &pki.client_key),
-    );
-    let server = Server::start(&[
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-        "--tls-client-ca",
-        &ca,
-        "--wall-clock-advance",
-        "false",
-    ]);
+    let files = pki.files();
+    let server = mutual_tls_server(&files, &["--wall-clock-advance", "false"]);
+    let (ca, client_cert, client_key) = (&files.ca, &files.client_cert, &files.client_key);
     let mut client = connect(&server, &pki, true).await.unwrap();
     client.ingest_batch(batch()).await.unwrap();
 
@@ -160,15 +164,15 @@ async fn query_speaks_mutual_tls_with_a_client_certificate() {
         "--grpc-addr",
         &addr,
         "--tls-ca-cert",
-        &ca,
+        ca,
         "--format",
         "json",
     ];
     let identity = [
         "--tls-client-cert",
-        &client_cert,
+        client_cert,
         "--tls-client-key",
-        &client_key,
+        client_key,
     ];
     let named = |name| [&trusting[..], &["--tls-server-name", name]].concat();
 

@@ -174,10 +174,7 @@ impl StateTopic {
     /// is queued before any is awaited, then every manifest, so that a
     /// checkpoint of all partitions takes two round trips to the broker, not
     /// two per partition.
-    pub fn write_all(
-        &self,
-        snapshots: Vec<Pending>,
-    ) -> Vec<(i32, Written)> {
+    pub fn write_all(&self, snapshots: Vec<Pending>) -> Vec<(i32, Written)> {
         let chunked: Vec<_> = snapshots
             .into_iter()
             .map(|pending| {
