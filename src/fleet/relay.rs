@@ -151,7 +151,7 @@ impl Relay {
             .unwrap_or_default();
         let mut accepted = Vec::new();
         for (index, event) in view.events.iter().enumerate() {
-            match self.validator.view(event, &view.items, now) {
+            match self.validator.view(event, &view, now) {
                 Ok(_) => {
                     let Some(proto) = events.get(index) else {
                         continue;

@@ -34,8 +34,9 @@ const SCAN_STEP: i64 = 64;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 const MANIFEST_KEY: &str = "manifest";
-/// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9).
-const FORMAT_VERSION: u32 = 2;
+/// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9);
+/// version 3, the segment values of each group and their registries (SPEC §11).
+const FORMAT_VERSION: u32 = 3;
 
 /// What a snapshot is and where its chunks are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
