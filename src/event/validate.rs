@@ -547,9 +547,7 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(rejection.reason, Reason::ReservedName);
-        assert!(rejection
-            .message
-            .starts_with("labels[\"app\"] \"__x\""));
+        assert!(rejection.message.starts_with("labels[\"app\"] \"__x\""));
     }
 
     #[test]

@@ -337,22 +337,40 @@ impl Report {
 
 /// The comparisons against the control, one row each.
 fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
+    let segments: Vec<String> = comparisons
+        .iter()
+        .map(|c| {
+            let pairs: Vec<String> = c.segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
+            pairs.join(",")
+        })
+        .collect();
+    // A column of segment values only when there are some.
+    let width = segments
+        .iter()
+        .map(|s| s.chars().count() + 1)
+        .max()
+        .unwrap_or(0);
+    let width = if width > 1 { width.max(15) } else { 0 };
     let _ = writeln!(
         out,
-        "\n{:<14} {:<14} {:<14} {:<24} {:>9} {:>9} {:>21} {:>21}",
-        "surface", "model", "control", "metric", "diff", "se", "95% interval", "95% anytime-valid"
+        "\n{:<14} {:<width$}{:<14} {:<14} {:<24} {:>9} {:>9} {:>21} {:>21}",
+        "surface",
+        if width > 0 { "segments" } else { "" },
+        "model",
+        "control",
+        "metric",
+        "diff",
+        "se",
+        "95% interval",
+        "95% anytime-valid"
     );
-    for c in comparisons {
+    for (c, segments) in comparisons.iter().zip(&segments) {
         let interval = |[lo, hi]: [f64; 2]| format!("[{lo:.4}, {hi:.4}]");
-        let segments: Vec<String> = c.segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
-        let surface = match segments.is_empty() {
-            true => c.surface.clone(),
-            false => format!("{} {}", c.surface, segments.join(",")),
-        };
         let _ = writeln!(
             out,
-            "{:<14} {:<14} {:<14} {:<24} {:>9.4} {:>9.4} {:>21} {:>21}",
-            surface,
+            "{:<14} {:<width$}{:<14} {:<14} {:<24} {:>9.4} {:>9.4} {:>21} {:>21}",
+            c.surface,
+            segments,
             c.model,
             c.control,
             c.metric,
