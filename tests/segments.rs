@@ -476,3 +476,46 @@ fn segment_labels_must_be_label_names_of_their_own() {
     let output = replay(&["-", "--max-segment-values", "0"], Some(b""));
     assert!(!output.status.success());
 }
+
+/// A restart keeps the groups' segment values, which values were kept and
+/// the fold counts: the values first seen before it still hold their
+/// places after it, and the figures are those of one uninterrupted replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_segments_and_their_folds() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = [
+        &SEGMENTED[..],
+        &["--wall-clock-advance", "false", "--state-dir", state_dir],
+    ]
+    .concat();
+    let lines = log();
+    // Up to r3: de and fr are kept, it folded; es and r7 fold after the restart.
+    let (before, after) = lines.split_at(5);
+    let mut server = Server::start(&args);
+    send(&server, before).await;
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics[r#"rankwatch_segment_values_folded_total{label="country"}"#],
+        1.0
+    );
+    assert_eq!(
+        tokio::task::spawn_blocking(move || server.terminate())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+    let server = Server::start(&args);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_impressions"], 3.0);
+    send(&server, after).await;
+    let served = as_replay_json(&server.report().await);
+    let expected = replay_of(&lines, &SEGMENTED);
+    common::assert_reports_match(&served["groups"], &expected["groups"]);
+    common::assert_reports_match(&served["comparisons"], &expected["comparisons"]);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics[r#"rankwatch_segment_values_folded_total{label="country"}"#],
+        3.0
+    );
+}
