@@ -16,7 +16,7 @@ mod user;
 
 pub use counters::{Counters, Unattributed};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
-pub use persist::EngineState;
+pub use persist::{EngineState, EngineStateV2};
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{GroupTotals, ListEvaluator, PositionCurve};
