@@ -80,6 +80,7 @@ impl Stream {
                 time,
                 model: Cow::Borrowed(models[rng.usize(0..models.len())]),
                 surface: Cow::Borrowed("home"),
+                segments: Vec::new(),
             });
         }
         let (request, item) = match &self.latest[index] {

@@ -48,6 +48,7 @@ fn encoded_batch() -> Vec<u8> {
                     time,
                     model: "v7".into(),
                     surface: "home".into(),
+                    labels: Default::default(),
                 })
             } else {
                 Kind::Interaction(Interaction {

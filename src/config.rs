@@ -5,7 +5,7 @@ use crate::clock::nanos;
 use crate::event::{GradeTable, Validator};
 use crate::export::ReportConfig;
 use crate::fleet::{FleetArgs, FleetFile, FleetSettings};
-use crate::join::JoinSettings;
+use crate::join::{JoinSettings, SegmentSettings};
 use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
 use crate::replay::ReplaySetup;
 use clap::{Args, ValueEnum};
@@ -110,6 +110,10 @@ pub mod defaults {
     pub const MAX_LABEL_BYTES: usize = 256;
     /// `max_groups`.
     pub const MAX_GROUPS: usize = 1000;
+    /// `segment_labels`: none, groups are `(model, surface)`.
+    pub const SEGMENT_LABELS: [&str; 0] = [];
+    /// `max_segment_values`.
+    pub const MAX_SEGMENT_VALUES: usize = 20;
     /// `max_open_impressions`.
     pub const MAX_OPEN_IMPRESSIONS: usize = 1_000_000;
     /// `max_waiting_interactions`.
@@ -256,6 +260,8 @@ pub struct FileSettings {
     max_items: Option<usize>,
     max_label_bytes: Option<usize>,
     max_groups: Option<usize>,
+    segment_labels: Option<Vec<String>>,
+    max_segment_values: Option<usize>,
     max_open_impressions: Option<usize>,
     max_waiting_interactions: Option<usize>,
     control_model: Option<String>,
@@ -360,14 +366,22 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_ITEMS",
         help = help("Limit: most items in one impression; longer lists are rejected (too_many_items)", defaults::MAX_ITEMS))]
     pub max_items: Option<usize>,
-    /// Limit: longest model or surface name.
+    /// Limit: longest model or surface name or segment value.
     #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
-        help = help("Limit: longest model or surface name in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
+        help = help("Limit: longest model or surface name or segment value in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
     pub max_label_bytes: Option<usize>,
-    /// Limit: most (model, surface) groups.
+    /// Limit: most groups.
     #[arg(long, env = "RANKWATCH_MAX_GROUPS",
-        help = help("Limit: most (model, surface) groups; new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
+        help = help("Limit: most groups (model, surface and segment values); new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
     pub max_groups: Option<usize>,
+    /// Impression label keys whose values are dimensions of every group.
+    #[arg(long, env = "RANKWATCH_SEGMENT_LABELS", value_delimiter = ',',
+        help = help("Impression label keys whose values are dimensions of every group and labels of every per-group series, comma-separated; other keys are ignored", "none"))]
+    pub segment_labels: Option<Vec<String>>,
+    /// Limit: most distinct values of each segment label.
+    #[arg(long, env = "RANKWATCH_MAX_SEGMENT_VALUES",
+        help = help("Limit: most distinct values of each segment label; later values fold into __other__, counted", defaults::MAX_SEGMENT_VALUES))]
+    pub max_segment_values: Option<usize>,
     /// Limit: most open impressions.
     #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS",
         help = help("Limit: most open impressions; a new impression past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS))]
@@ -401,8 +415,10 @@ pub struct EngineSettings {
     pub max_items: usize,
     /// Longest model or surface name, in bytes.
     pub max_label_bytes: usize,
-    /// Most (model, surface) groups.
+    /// Most groups.
     pub max_groups: usize,
+    /// The segment labels and the bound on their values.
+    pub segments: SegmentSettings,
     /// Most open impressions.
     pub max_open_impressions: usize,
     /// Most waiting interactions.
@@ -462,6 +478,65 @@ fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigEr
         ));
     }
     Ok(grades)
+}
+
+/// Most segment labels: each multiplies the groups a model may have.
+const MAX_SEGMENT_LABELS: usize = 8;
+
+/// Labels that rankwatch's own series carry, which a segment label may not shadow.
+const SERIES_LABELS: [&str; 14] = [
+    "model", "surface", "k", "window", "scope", "rank", "type", "control", "metric", "reason",
+    "kind", "label", "le", "quantile",
+];
+
+/// The segment labels: flags and environment over the file; each a
+/// Prometheus label name of its own, at most [`MAX_SEGMENT_LABELS`].
+fn segment_labels(args: &EngineArgs, file: &FileSettings) -> Result<Vec<String>, ConfigError> {
+    let default = || defaults::SEGMENT_LABELS.map(str::to_owned).to_vec();
+    let labels: Vec<String> = resolved(
+        args.segment_labels.clone(),
+        file.segment_labels.clone(),
+        default(),
+    )
+    .into_iter()
+    .map(|label| label.trim().to_owned())
+    .filter(|label| !label.is_empty())
+    .collect();
+    if labels.len() > MAX_SEGMENT_LABELS {
+        return Err(invalid(
+            "segment_labels",
+            format!(
+                "{} labels; at most {MAX_SEGMENT_LABELS} may be named",
+                labels.len()
+            ),
+        ));
+    }
+    for (index, label) in labels.iter().enumerate() {
+        let mut chars = label.chars();
+        let well_formed = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !well_formed || label.starts_with("__") {
+            return Err(invalid(
+                "segment_labels",
+                format!("{label:?} is not a label name: letters, digits and _, not starting with a digit or __"),
+            ));
+        }
+        if SERIES_LABELS.contains(&label.as_str()) {
+            return Err(invalid(
+                "segment_labels",
+                format!("{label:?} is a label of rankwatch's own series; name the key otherwise"),
+            ));
+        }
+        if labels[..index].contains(label) {
+            return Err(invalid(
+                "segment_labels",
+                format!("{label:?} is named twice"),
+            ));
+        }
+    }
+    Ok(labels)
 }
 
 /// The control model, if any: flags and environment over the file; a blank name is an error.
@@ -573,6 +648,17 @@ impl EngineSettings {
                 "max_groups",
                 resolved(args.max_groups, file.max_groups, defaults::MAX_GROUPS),
             )?,
+            segments: SegmentSettings {
+                labels: segment_labels(args, file)?,
+                max_values: at_least_one(
+                    "max_segment_values",
+                    resolved(
+                        args.max_segment_values,
+                        file.max_segment_values,
+                        defaults::MAX_SEGMENT_VALUES,
+                    ),
+                )?,
+            },
             max_open_impressions: at_least_one(
                 "max_open_impressions",
                 resolved(
@@ -600,6 +686,7 @@ impl EngineSettings {
             allowed_lateness: nanos(self.allowed_lateness),
             shards: 16,
             max_groups: self.max_groups,
+            segments: self.segments.clone(),
             max_open_impressions: self.max_open_impressions,
             max_waiting_interactions: self.max_waiting_interactions,
             windows: windows.iter().map(|&w| nanos(w)).collect(),
@@ -626,15 +713,20 @@ impl EngineSettings {
     }
 
     /// What saved state must have been computed under to be restored:
-    /// the cutoffs, the metric settings and the rolling windows.
+    /// the cutoffs, the metric settings, the rolling windows and the
+    /// segment labels (written only when there are some).
     pub fn fingerprint(&self, windows: &[Duration]) -> String {
-        format!(
+        let mut fingerprint = format!(
             "k={:?} metrics={:?} windows={windows:?} positions={} types={:?}",
             self.evaluator().ks(),
             self.metrics,
             self.position_curve_depth,
             self.grades.types()
-        )
+        );
+        if !self.segments.labels.is_empty() {
+            fingerprint.push_str(&format!(" segments={:?}", self.segments.labels));
+        }
+        fingerprint
     }
 
     /// The list evaluator for these settings.
@@ -670,6 +762,7 @@ impl EngineSettings {
             max_items: self.max_items,
             max_future_skew: max_future_skew.map(nanos),
             max_label_bytes: self.max_label_bytes,
+            segment_labels: self.segments.labels.clone(),
         }
     }
 }

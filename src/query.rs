@@ -172,6 +172,7 @@ fn group_report(group: proto::GroupReport) -> GroupReport {
     GroupReport {
         model: group.model,
         surface: group.surface,
+        segments: group.segments.into_iter().collect(),
         lists: group.lists,
         engaged_lists: group.engaged_lists,
         metrics: group
@@ -214,6 +215,7 @@ fn comparison(c: proto::Comparison) -> Result<Comparison, QueryError> {
         .map_err(|_| QueryError::Incomplete("comparison cutoff"))?;
     Ok(Comparison {
         surface: c.surface,
+        segments: c.segments.into_iter().collect(),
         model: c.model,
         control: c.control,
         metric: c.metric,

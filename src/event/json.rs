@@ -7,7 +7,7 @@
 
 mod scan;
 
-use super::raw::{RawImpression, RawInteraction, RawTime};
+use super::raw::{LabelText, RawImpression, RawInteraction, RawTime};
 use super::{parse_rfc3339, Event, Reason, Rejection, Validator};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -19,6 +19,47 @@ struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 impl AsRef<str> for Text<'_> {
     fn as_ref(&self) -> &str {
         &self.0
+    }
+}
+
+impl<'m> LabelText<'m> for Text<'m> {
+    fn text(&self) -> &str {
+        &self.0
+    }
+
+    fn to_cow(&self) -> Cow<'m, str> {
+        self.0.clone()
+    }
+}
+
+/// An impression's `labels`, a JSON object of strings, as `(key, value)`
+/// pairs in line order: a repeated key is kept, and its last pair wins, as
+/// in a protobuf map.
+#[derive(Default)]
+struct Labels<'a>(Vec<(Text<'a>, Text<'a>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Pairs<'a> {
+            type Value = Labels<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of string labels")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry::<Text<'a>, Text<'a>>()? {
+                    pairs.push(pair);
+                }
+                Ok(Labels(pairs))
+            }
+        }
+        deserializer.deserialize_map(Pairs(std::marker::PhantomData))
     }
 }
 
@@ -44,6 +85,8 @@ struct JsonImpression<'a> {
     model: Option<Text<'a>>,
     #[serde(borrow, default)]
     surface: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    labels: Option<Labels<'a>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -147,6 +190,7 @@ fn event<'a>(parsed: &Line<'a>, validator: &Validator) -> Result<Event<'a>, Reje
                 time: raw_time(&m.time),
                 model: group_name(&m.model),
                 surface: group_name(&m.surface),
+                labels: m.labels.as_ref().map_or(&[], |labels| &labels.0),
             };
             validator.impression(raw, None).map(Event::Impression)
         }
@@ -178,6 +222,7 @@ mod tests {
             max_items: 100,
             max_future_skew: None,
             max_label_bytes: 256,
+            segment_labels: vec!["country".to_owned()],
         }
     }
 
@@ -343,7 +388,7 @@ mod tests {
     /// A field of a generated line: both spellings of its key and a valid value.
     type Field = (&'static str, &'static str, &'static str);
 
-    const INTERACTION_FIELDS: [Field; 7] = [
+    const INTERACTION_FIELDS: [Field; 8] = [
         ("eventId", "event_id", r#""e1""#),
         ("userId", "user_id", r#""u1""#),
         ("itemId", "item_id", r#""a""#),
@@ -351,9 +396,10 @@ mod tests {
         ("type", "type", r#""click""#),
         ("time", "time", r#""2026-11-01T10:00:04.250Z""#),
         ("grade", "grade", "2.5"),
+        ("extra", "extra", r#""x""#),
     ];
 
-    const IMPRESSION_FIELDS: [Field; 7] = [
+    const IMPRESSION_FIELDS: [Field; 8] = [
         ("requestId", "request_id", r#""r1""#),
         ("userId", "user_id", r#""u1""#),
         ("itemIds", "item_ids", r#"["a", "b"]"#),
@@ -361,6 +407,7 @@ mod tests {
         ("model", "model", r#""v7""#),
         ("surface", "surface", r#""home""#),
         ("extra", "extra", r#""x""#),
+        ("labels", "labels", r#"{"country": "de", "app": "ios"}"#),
     ];
 
     use proptest::strategy::Strategy as _;
@@ -375,10 +422,10 @@ mod tests {
         #[test]
         fn the_fast_reader_agrees_with_serde_json(
             interaction in proptest::bool::ANY,
-            order in proptest::strategy::Just((0..7).collect::<Vec<usize>>()).prop_shuffle(),
-            forms in proptest::collection::vec(0usize..13, 7),
-            texts in proptest::collection::vec("[a-z\\\\\"\u{e9} \t\u{1}]{0,4}", 7),
-            snake in proptest::collection::vec(proptest::bool::ANY, 7),
+            order in proptest::strategy::Just((0..8).collect::<Vec<usize>>()).prop_shuffle(),
+            forms in proptest::collection::vec(0usize..14, 8),
+            texts in proptest::collection::vec("[a-z\\\\\"\u{e9} \t\u{1}]{0,4}", 8),
+            snake in proptest::collection::vec(proptest::bool::ANY, 8),
             space in "[ \t]{0,2}",
             repeat in proptest::bool::ANY,
         ) {
@@ -395,6 +442,7 @@ mod tests {
                 let value = match forms[i] {
                     0..=7 => valid.to_owned(),
                     8 if key.starts_with("item") && !interaction => format!("[{text}, \"b\"]"),
+                    8 | 12 if key == "labels" => format!("{{{text}: {text}, \"country\": {text}}}"),
                     8 => text,
                     9 => "null".to_owned(),
                     10 => "7".to_owned(),

@@ -11,7 +11,7 @@ pub mod wire;
 
 pub use quoted::{cut_message, quoted, QUOTED_CHARS};
 pub use time::{format_rfc3339, parse_rfc3339, Nanos, NANOS_PER_SECOND};
-pub use validate::{GradeTable, Validator};
+pub use validate::{GradeTable, Validator, RESERVED_PREFIX};
 
 use std::{borrow::Cow, fmt};
 
@@ -47,6 +47,9 @@ pub struct Impression<'a> {
     pub model: Cow<'a, str>,
     /// Surface name, `default` when empty.
     pub surface: Cow<'a, str>,
+    /// Values of the configured segment labels, in their order (`default`
+    /// when absent or empty); empty when no segment label is configured.
+    pub segments: Vec<Cow<'a, str>>,
 }
 
 /// A feedback event, validated, with its grade resolved.
@@ -132,9 +135,9 @@ pub enum Reason {
     TimeInFuture,
     /// A Kafka record's value is not a `rankwatch.v1.Event` (fleet mode).
     Undecodable,
-    /// A `model` or `surface` is longer than the configured limit.
+    /// A `model`, `surface` or segment label value is longer than the configured limit.
     LabelTooLong,
-    /// A `model` or `surface` is a name the server keeps for itself (it starts with `__`).
+    /// A `model`, `surface` or segment label value is a name the server keeps for itself (it starts with `__`).
     ReservedName,
 }
 

@@ -18,9 +18,28 @@ pub enum RawTime {
     At(Nanos),
 }
 
+/// A label key or value as a reader found it: text that a segment value
+/// can keep, borrowed from the message or line where it can be.
+pub trait LabelText<'m> {
+    /// The text.
+    fn text(&self) -> &str;
+    /// The text, borrowed from the message or line unless it had escapes.
+    fn to_cow(&self) -> Cow<'m, str>;
+}
+
+impl<'m> LabelText<'m> for &'m str {
+    fn text(&self) -> &str {
+        self
+    }
+
+    fn to_cow(&self) -> Cow<'m, str> {
+        Cow::Borrowed(self)
+    }
+}
+
 /// An impression's fields as they arrived, borrowed from a message or a line.
 #[derive(Clone, Debug)]
-pub struct RawImpression<'a, 'm, S> {
+pub struct RawImpression<'a, 'm, S, L> {
     /// `request_id`, empty when not set.
     pub request_id: &'a str,
     /// `user_id`, empty when not set.
@@ -33,6 +52,9 @@ pub struct RawImpression<'a, 'm, S> {
     pub model: Cow<'m, str>,
     /// `surface`, empty when not set.
     pub surface: Cow<'m, str>,
+    /// `labels` as `(key, value)` pairs in the order they arrived; a
+    /// repeated key's last pair wins.
+    pub labels: &'a [(L, L)],
 }
 
 /// An interaction's fields as they arrived.
@@ -92,4 +114,6 @@ pub struct ImpressionView<'a> {
     pub model: &'a str,
     /// `surface`, empty when not set.
     pub surface: &'a str,
+    /// Range of this impression's labels in its batch's labels.
+    pub labels: std::ops::Range<usize>,
 }

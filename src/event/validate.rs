@@ -1,9 +1,11 @@
 //! Validation: every event is checked on its own and either becomes a domain
 //! event or a [`Rejection`] with a stable reason.
 
-use super::raw::{EventView, RawImpression, RawInteraction, RawTime};
+use super::raw::{EventView, LabelText, RawImpression, RawInteraction, RawTime};
+use super::wire::BatchView;
 use super::{id_hash, quoted, Event, Impression, Interaction, Nanos, Reason, Rejection};
 use std::borrow::Cow;
+use std::fmt::Display;
 
 /// Grades of the configured interaction types.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,17 +79,20 @@ pub struct Validator {
     pub max_items: usize,
     /// How far ahead of the wall clock an event may be; `None` disables the check.
     pub max_future_skew: Option<Nanos>,
-    /// Longest `model` or `surface`, in bytes.
+    /// Longest `model`, `surface` or segment value, in bytes.
     pub max_label_bytes: usize,
+    /// The label keys whose values become segments of a group, in order;
+    /// an impression's other labels are ignored.
+    pub segment_labels: Vec<String>,
 }
 
 impl Validator {
-    /// Validates an event read from the wire; `items` are its batch's item
-    /// ids and `now` is the wall clock for the future check.
+    /// Validates an event read from the wire; `batch` holds its item ids and
+    /// labels, and `now` is the wall clock for the future check.
     pub fn view<'a>(
         &self,
         event: &EventView<'a>,
-        items: &[&'a str],
+        batch: &BatchView<'a>,
         now: Nanos,
     ) -> Result<Event<'a>, Rejection> {
         match event {
@@ -100,10 +105,11 @@ impl Validator {
                     RawImpression {
                         request_id: m.request_id,
                         user_id: m.user_id,
-                        item_ids: &items[m.items.clone()],
+                        item_ids: &batch.items[m.items.clone()],
                         time: m.time.unwrap_or(RawTime::Missing),
                         model: Cow::Borrowed(m.model),
                         surface: Cow::Borrowed(m.surface),
+                        labels: &batch.labels[m.labels.clone()],
                     },
                     Some(now),
                 )
@@ -113,9 +119,9 @@ impl Validator {
     }
 
     /// Validates an impression; `now`, when given, enables the future check.
-    pub fn impression<'m, S: AsRef<str>>(
+    pub fn impression<'m, S: AsRef<str>, L: LabelText<'m>>(
         &self,
-        raw: RawImpression<'_, 'm, S>,
+        raw: RawImpression<'_, 'm, S, L>,
         now: Option<Nanos>,
     ) -> Result<Impression<'m>, Rejection> {
         require(
@@ -165,6 +171,7 @@ impl Validator {
         let time = self.time(raw.time, now)?;
         self.label("model", &raw.model)?;
         self.label("surface", &raw.surface)?;
+        let segments = self.segments(raw.labels)?;
         Ok(Impression {
             request: id_hash(raw.request_id),
             user: id_hash(raw.user_id),
@@ -172,6 +179,7 @@ impl Validator {
             time,
             model: group_name(raw.model),
             surface: group_name(raw.surface),
+            segments,
         })
     }
 
@@ -266,9 +274,33 @@ impl Validator {
 }
 
 impl Validator {
-    /// Checks a group label (`model` or `surface`) against the length limit
-    /// and the names the server keeps for itself.
-    fn label(&self, field: &str, value: &str) -> Result<(), Rejection> {
+    /// The values of the segment labels, in their configured order: a
+    /// label that is absent or empty takes the value `default`, as model and
+    /// surface do; a repeated key's last value wins. Nothing is read, checked
+    /// or kept of the labels that are not segment labels.
+    fn segments<'m, L: LabelText<'m>>(
+        &self,
+        labels: &[(L, L)],
+    ) -> Result<Vec<Cow<'m, str>>, Rejection> {
+        if self.segment_labels.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut values = Vec::with_capacity(self.segment_labels.len());
+        for name in &self.segment_labels {
+            let value = labels
+                .iter()
+                .rev()
+                .find(|(key, _)| key.text() == name)
+                .map_or(Cow::Borrowed(""), |(_, value)| value.to_cow());
+            self.label(format_args!("labels[{name:?}]"), &value)?;
+            values.push(group_name(value));
+        }
+        Ok(values)
+    }
+
+    /// Checks a group label (`model`, `surface` or a segment value) against
+    /// the length limit and the names the server keeps for itself.
+    fn label(&self, field: impl Display, value: &str) -> Result<(), Rejection> {
         if value.len() > self.max_label_bytes {
             return Err(Rejection::new(
                 Reason::LabelTooLong,
@@ -303,7 +335,7 @@ fn require(id: &str, reason: Reason, message: &'static str) -> Result<(), Reject
     Ok(())
 }
 
-/// The group name used for an empty `model` or `surface`.
+/// The group name used for an empty `model`, `surface` or segment value.
 const DEFAULT_GROUP_NAME: &str = "default";
 
 fn group_name(name: Cow<'_, str>) -> Cow<'_, str> {
@@ -347,10 +379,11 @@ mod tests {
             max_items: 3,
             max_future_skew: Some(10),
             max_label_bytes: 8,
+            segment_labels: vec!["country".to_owned(), "app".to_owned()],
         }
     }
 
-    fn impression<'a>(items: &'a [&'a str]) -> RawImpression<'a, 'a, &'a str> {
+    fn impression<'a>(items: &'a [&'a str]) -> RawImpression<'a, 'a, &'a str, &'a str> {
         RawImpression {
             request_id: "r",
             user_id: "u",
@@ -358,6 +391,7 @@ mod tests {
             time: RawTime::At(5),
             model: Cow::Borrowed(""),
             surface: Cow::Borrowed("home"),
+            labels: &[],
         }
     }
 
@@ -388,7 +422,7 @@ mod tests {
     fn rejects_each_bad_impression_with_its_reason() {
         let v = validator();
         let reason =
-            |raw: RawImpression<'_, '_, &str>| v.impression(raw, Some(0)).unwrap_err().reason;
+            |raw: RawImpression<'_, '_, &str, &str>| v.impression(raw, Some(0)).unwrap_err().reason;
         assert_eq!(reason(impression(&[])), Reason::EmptyItemIds);
         assert_eq!(
             reason(impression(&["a", "b", "c", "d"])),
@@ -441,6 +475,79 @@ mod tests {
             }),
             Reason::ReservedName
         );
+    }
+
+    #[test]
+    fn reads_the_segment_labels_alone_in_their_configured_order() {
+        let v = validator();
+        let labels = [
+            ("app", "ios"),
+            ("ignored", "__anything of any length at all"),
+            ("country", "fr"),
+            ("country", "de"),
+        ];
+        let m = v
+            .impression(
+                RawImpression {
+                    labels: &labels,
+                    ..impression(&["a"])
+                },
+                Some(0),
+            )
+            .unwrap();
+        assert_eq!(m.segments, ["de", "ios"], "the last country wins");
+        let m = v.impression(impression(&["a"]), Some(0)).unwrap();
+        assert_eq!(m.segments, ["default", "default"]);
+        let unsegmented = Validator {
+            segment_labels: Vec::new(),
+            ..validator()
+        };
+        let m = unsegmented
+            .impression(
+                RawImpression {
+                    labels: &labels,
+                    ..impression(&["a"])
+                },
+                Some(0),
+            )
+            .unwrap();
+        assert!(m.segments.is_empty());
+    }
+
+    #[test]
+    fn rejects_long_and_reserved_segment_values_quoting_a_prefix() {
+        let v = validator();
+        let long = "x".repeat(10_000);
+        let labels = [("country", long.as_str())];
+        let rejection = v
+            .impression(
+                RawImpression {
+                    labels: &labels,
+                    ..impression(&["a"])
+                },
+                Some(0),
+            )
+            .unwrap_err();
+        assert_eq!(rejection.reason, Reason::LabelTooLong);
+        assert_eq!(
+            rejection.message,
+            format!(
+                "labels[\"country\"] \"{}\"… (10000 bytes) is longer than max_label_bytes = 8",
+                "x".repeat(64)
+            )
+        );
+        let labels = [("app", "__x")];
+        let rejection = v
+            .impression(
+                RawImpression {
+                    labels: &labels,
+                    ..impression(&["a"])
+                },
+                Some(0),
+            )
+            .unwrap_err();
+        assert_eq!(rejection.reason, Reason::ReservedName);
+        assert!(rejection.message.starts_with("labels[\"app\"] \"__x\""));
     }
 
     #[test]

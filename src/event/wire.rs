@@ -8,6 +8,9 @@
 //! which validation turns into domain events.
 
 use super::raw::{EventView, ImpressionView, RawInteraction, RawTime};
+
+/// A label's key and value.
+pub type Label<'a> = (&'a str, &'a str);
 use super::time::from_timestamp;
 
 /// Bytes that are not an `EventBatch`.
@@ -24,6 +27,9 @@ pub struct BatchView<'a> {
     pub events: Vec<EventView<'a>>,
     /// The item ids of every impression of the batch, back to back.
     pub items: Vec<&'a str>,
+    /// The labels of every impression of the batch, back to back; empty
+    /// (and never allocated) when no impression has labels.
+    pub labels: Vec<Label<'a>>,
 }
 
 /// Fewer bytes than most events take: an interaction with its ids and time.
@@ -41,13 +47,14 @@ pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
         sequence: 0,
         events: Vec::with_capacity(bytes.len() / BYTES_PER_EVENT),
         items: Vec::with_capacity(bytes.len() / BYTES_PER_ITEM),
+        labels: Vec::new(),
     };
     let mut reader = Reader { bytes };
     while let Some((field, value)) = reader.field()? {
         match (field, value) {
             (1, Value::Varint(sequence)) => batch.sequence = sequence,
             (2, Value::Bytes(event)) => {
-                let event = parse_event(event, &mut batch.items)?;
+                let event = parse_event(event, &mut batch.items, &mut batch.labels)?;
                 batch.events.push(event);
             }
             _ => {}
@@ -70,12 +77,18 @@ pub fn event_bytes(bytes: &[u8]) -> Result<Vec<&[u8]>, WireError> {
     Ok(events)
 }
 
-fn parse_event<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<EventView<'a>, WireError> {
+fn parse_event<'a>(
+    bytes: &'a [u8],
+    items: &mut Vec<&'a str>,
+    labels: &mut Vec<Label<'a>>,
+) -> Result<EventView<'a>, WireError> {
     let mut event = EventView::Empty;
     let mut reader = Reader { bytes };
     while let Some((field, value)) = reader.field()? {
         match (field, value) {
-            (1, Value::Bytes(m)) => event = EventView::Impression(parse_impression(m, items)?),
+            (1, Value::Bytes(m)) => {
+                event = EventView::Impression(parse_impression(m, items, labels)?)
+            }
             (2, Value::Bytes(x)) => event = EventView::Interaction(parse_interaction(x)?),
             _ => {}
         }
@@ -86,8 +99,10 @@ fn parse_event<'a>(bytes: &'a [u8], items: &mut Vec<&'a str>) -> Result<EventVie
 fn parse_impression<'a>(
     bytes: &'a [u8],
     items: &mut Vec<&'a str>,
+    labels: &mut Vec<Label<'a>>,
 ) -> Result<ImpressionView<'a>, WireError> {
     let start = items.len();
+    let labels_start = labels.len();
     let mut m = ImpressionView::default();
     let mut reader = Reader { bytes };
     while let Some((field, value)) = reader.field()? {
@@ -98,11 +113,27 @@ fn parse_impression<'a>(
             (4, Value::Bytes(b)) => m.time = Some(parse_timestamp(b)?),
             (5, Value::Bytes(b)) => m.model = text(b)?,
             (6, Value::Bytes(b)) => m.surface = text(b)?,
+            (7, Value::Bytes(b)) => labels.push(parse_label(b)?),
             _ => {}
         }
     }
     m.items = start..items.len();
+    m.labels = labels_start..labels.len();
     Ok(m)
+}
+
+/// One entry of the `labels` map: key 1, value 2, each empty when absent.
+fn parse_label(bytes: &[u8]) -> Result<Label<'_>, WireError> {
+    let (mut key, mut value) = ("", "");
+    let mut reader = Reader { bytes };
+    while let Some((field, field_value)) = reader.field()? {
+        match (field, field_value) {
+            (1, Value::Bytes(b)) => key = text(b)?,
+            (2, Value::Bytes(b)) => value = text(b)?,
+            _ => {}
+        }
+    }
+    Ok((key, value))
 }
 
 fn parse_interaction(bytes: &[u8]) -> Result<RawInteraction<'_>, WireError> {
@@ -238,6 +269,7 @@ mod tests {
                         time: timestamp(1_793_527_200, 5),
                         model: "v7".into(),
                         surface: String::new(),
+                        labels: [("country".to_owned(), "de".to_owned())].into(),
                     })),
                 },
                 Event { kind: None },
@@ -266,6 +298,7 @@ mod tests {
             ("r1", "u1", "v7", "")
         );
         assert_eq!(m.time, Some(RawTime::At(1_793_527_200_000_000_005)));
+        assert_eq!(&view.labels[m.labels.clone()], [("country", "de")]);
         assert_eq!(view.events[1], EventView::Empty);
         let EventView::Interaction(x) = &view.events[2] else {
             panic!("interaction expected")
@@ -317,10 +350,15 @@ mod tests {
                 any_text(),
                 proptest::collection::vec(any_text(), 0..30),
             ),
-            (time.clone(), any_text(), any_text()),
+            (
+                time.clone(),
+                any_text(),
+                any_text(),
+                proptest::collection::hash_map(any_text(), any_text(), 0..4),
+            ),
         )
             .prop_map(
-                |((request_id, user_id, item_ids), (time, model, surface))| {
+                |((request_id, user_id, item_ids), (time, model, surface, labels))| {
                     Kind::Impression(Impression {
                         request_id,
                         user_id,
@@ -328,6 +366,7 @@ mod tests {
                         time,
                         model,
                         surface,
+                        labels,
                     })
                 },
             );
@@ -375,6 +414,11 @@ mod tests {
                             (&*w.request_id, &*w.user_id, &*w.model, &*w.surface)
                         );
                         proptest::prop_assert_eq!(&view.items[m.items.clone()], &w.item_ids[..]);
+                        let mut labels: Vec<(&str, &str)> = view.labels[m.labels.clone()].to_vec();
+                        labels.sort_unstable();
+                        let mut written: Vec<(&str, &str)> = w.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                        written.sort_unstable();
+                        proptest::prop_assert_eq!(labels, written);
                         proptest::prop_assert_eq!(m.time, raw_time(&w.time));
                     }
                     (EventView::Interaction(x), Some(Kind::Interaction(w))) => {

@@ -7,11 +7,15 @@
 use crate::metrics::uncertainty::Difference;
 use crate::metrics::{GroupTotals, Metric};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One model against the control on one surface, for one metric at one K.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
     pub surface: String,
+    /// The segment values both groups share; left out when there are none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub segments: BTreeMap<String, String>,
     pub model: String,
     pub control: String,
     /// Keyed `metric@K`, as in the groups' metrics.
@@ -39,27 +43,38 @@ pub struct NamedTotals<'a> {
     pub model: &'a str,
     /// The group's surface.
     pub surface: &'a str,
+    /// `(label, value)` of each segment label.
+    pub segments: &'a [(String, String)],
     /// Its totals over the lists in view.
     pub totals: &'a GroupTotals,
 }
 
 /// Every comparison against `control` among `groups` (groups without lists
-/// take no part), sorted by surface, model, metric.
+/// take no part): models are compared within one surface and one set of
+/// segment values. Sorted by surface, segment values, model, metric.
 pub fn compare(groups: &[NamedTotals<'_>], control: &str, ks: &[usize]) -> Vec<Comparison> {
     let mut comparisons = Vec::new();
     for reference in groups
         .iter()
         .filter(|g| g.model == control && g.totals.lists > 0)
     {
-        for candidate in groups
-            .iter()
-            .filter(|g| g.surface == reference.surface && g.model != control && g.totals.lists > 0)
-        {
+        for candidate in groups.iter().filter(|g| {
+            g.surface == reference.surface
+                && g.segments == reference.segments
+                && g.model != control
+                && g.totals.lists > 0
+        }) {
             comparisons.extend(compare_pair(candidate, reference, ks));
         }
     }
-    comparisons
-        .sort_by(|a, b| (&a.surface, &a.model, &a.metric).cmp(&(&b.surface, &b.model, &b.metric)));
+    comparisons.sort_by(|a, b| {
+        (&a.surface, &a.segments, &a.model, &a.metric).cmp(&(
+            &b.surface,
+            &b.segments,
+            &b.model,
+            &b.metric,
+        ))
+    });
     comparisons
 }
 
@@ -77,6 +92,7 @@ fn compare_pair<'a>(
             );
             Comparison {
                 surface: candidate.surface.to_owned(),
+                segments: candidate.segments.iter().cloned().collect(),
                 model: candidate.model.to_owned(),
                 control: control.model.to_owned(),
                 metric: format!("{}@{k}", measure.name()),
@@ -114,16 +130,19 @@ mod tests {
             NamedTotals {
                 model: "b",
                 surface: "home",
+                segments: &[],
                 totals: &candidate,
             },
             NamedTotals {
                 model: "a",
                 surface: "home",
+                segments: &[],
                 totals: &control,
             },
             NamedTotals {
                 model: "b",
                 surface: "search",
+                segments: &[],
                 totals: &elsewhere,
             },
         ];

@@ -51,6 +51,8 @@ pub const DUPLICATES: &str = "rankwatch_duplicates_total";
 pub const EVENTS_SHED: &str = "rankwatch_events_shed_total";
 /// Impressions folded into the overflow group.
 pub const IMPRESSIONS_OVERFLOWED: &str = "rankwatch_impressions_overflowed_total";
+/// Impressions whose value of a segment label folded into `__other__`, by label.
+pub const SEGMENT_VALUES_FOLDED: &str = "rankwatch_segment_values_folded_total";
 /// Impressions open for attribution.
 pub const OPEN_IMPRESSIONS: &str = "rankwatch_open_impressions";
 /// Interactions waiting for their impression.
@@ -73,12 +75,7 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
     let groups: Vec<(LabelSet, &GroupSnapshot)> = snapshot
         .groups
         .iter()
-        .map(|g| {
-            (
-                LabelSet::of(&[("model", &g.model), ("surface", &g.surface)]),
-                g,
-            )
-        })
+        .map(|g| (LabelSet::of_group(&g.model, &g.surface, &g.segments), g))
         .collect();
     let ks: Vec<String> = snapshot.ks.iter().map(usize::to_string).collect();
     for metric in Metric::ALL {
@@ -200,6 +197,7 @@ fn comparison_gauges(
                 totals_of(g).map(|totals| NamedTotals {
                     model: &g.model,
                     surface: &g.surface,
+                    segments: &g.segments,
                     totals,
                 })
             })
@@ -225,7 +223,8 @@ fn comparison_gauges(
         let mut family = writer.family(format!("{COMPARISON_PREFIX}{figure}"), Kind::Gauge, help);
         for (window, comparisons) in &views {
             for c in comparisons {
-                let labels = LabelSet::of(&[("model", &c.model), ("surface", &c.surface)]);
+                let segments: Vec<(String, String)> = c.segments.clone().into_iter().collect();
+                let labels = LabelSet::of_group(&c.model, &c.surface, &segments);
                 let k = c.k.to_string();
                 let extra = [
                     ("control", c.control.as_str()),
@@ -365,6 +364,13 @@ fn render_engine_state(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: 
         help,
         snapshot.overflowed_impressions,
     );
+    if !snapshot.folded_segment_values.is_empty() {
+        let help = "Impressions whose value of a segment label folded into __other__ past max_segment_values, by label.";
+        let mut family = writer.family(SEGMENT_VALUES_FOLDED, Kind::Counter, help);
+        for (label, n) in &snapshot.folded_segment_values {
+            family.sample(&LabelSet::default(), &[("label", label)], n);
+        }
+    }
     let help = "Impressions open for attribution.";
     writer.single(
         OPEN_IMPRESSIONS,
@@ -432,6 +438,16 @@ impl LabelSet {
         let mut labels = String::new();
         write_labels(&mut labels, pairs);
         Self(labels)
+    }
+
+    /// A group's labels: `model`, `surface`, then each segment label.
+    pub(super) fn of_group(model: &str, surface: &str, segments: &[(String, String)]) -> Self {
+        let mut labels = Self::of(&[("model", model), ("surface", surface)]);
+        for (label, value) in segments {
+            labels.0.push(',');
+            write_labels(&mut labels.0, &[(label, value)]);
+        }
+        labels
     }
 }
 

@@ -48,11 +48,14 @@ pub struct ReportCounters {
     pub shed: BTreeMap<String, u64>,
 }
 
-/// One `(model, surface)` group.
+/// One group: a model on a surface, with its segment values.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GroupReport {
     pub model: String,
     pub surface: String,
+    /// The value of each segment label; left out when none is configured.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub segments: BTreeMap<String, String>,
     pub lists: u64,
     pub engaged_lists: u64,
     /// Keyed `metric@K`, and `r_precision`, which has no cutoff.
@@ -72,6 +75,9 @@ pub struct PositionPoint {
     /// Interactions credited at this rank, by type (every configured type).
     pub interactions: BTreeMap<String, u64>,
 }
+
+/// A group's name as the report reads it: model, surface, segment values.
+type Named<'a> = (&'a str, &'a str, &'a [(String, String)]);
 
 /// The points of `curve`, one per rank up to its depth.
 fn position_points(curve: &PositionCurve, types: &[String]) -> Vec<PositionPoint> {
@@ -149,12 +155,12 @@ impl Report {
             .aggregates()
             .iter()
             .zip(engine.group_names())
-            .map(|(aggregates, (model, surface))| (model, surface, aggregates.totals.clone()));
+            .map(|(aggregates, name)| (named(name), aggregates.totals.clone()));
         let curves = engine
             .aggregates()
             .iter()
             .zip(engine.group_names())
-            .map(|(aggregates, (model, surface))| (model, surface, &aggregates.positions));
+            .map(|(aggregates, name)| (named(name), &aggregates.positions));
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
     }
@@ -162,11 +168,11 @@ impl Report {
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
     pub fn window(engine: &Engine, config: &ReportConfig, index: usize) -> Self {
         let frontier = engine.frontier().unwrap_or(0);
-        let groups = engine.aggregates().iter().zip(engine.group_names()).map(
-            |(aggregates, (model, surface))| {
-                (model, surface, aggregates.windows.totals(index, frontier))
-            },
-        );
+        let groups = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .map(|(aggregates, name)| (named(name), aggregates.windows.totals(index, frontier)));
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
     }
 
@@ -177,7 +183,7 @@ impl Report {
                 None => group.totals.clone(),
                 Some(index) => group.windows.get(index).cloned().unwrap_or_default(),
             };
-            (&group.model, &group.surface, totals)
+            (snapshot_named(group), totals)
         });
         let report = Self::build(config, &snapshot.counters, &snapshot.ks, groups);
         if window.is_some() {
@@ -186,21 +192,33 @@ impl Report {
         let curves = snapshot
             .groups
             .iter()
-            .map(|group| (&group.model, &group.surface, &group.positions));
+            .map(|group| (snapshot_named(group), &group.positions));
         report.with_positions(curves, &snapshot.interaction_types)
     }
 
     /// The report with each group's position curve, matched by name (since start only).
     fn with_positions<'a>(
         mut self,
-        curves: impl Iterator<Item = (&'a String, &'a String, &'a PositionCurve)>,
+        curves: impl Iterator<Item = (Named<'a>, &'a PositionCurve)>,
         types: &[String],
     ) -> Self {
-        let curves: BTreeMap<(&str, &str), &PositionCurve> = curves
-            .map(|(model, surface, curve)| ((model.as_str(), surface.as_str()), curve))
+        let curves: BTreeMap<(&str, &str, BTreeMap<&str, &str>), &PositionCurve> = curves
+            .map(|((model, surface, segments), curve)| {
+                let segments = segments
+                    .iter()
+                    .map(|(label, value)| (label.as_str(), value.as_str()))
+                    .collect();
+                ((model, surface, segments), curve)
+            })
             .collect();
         for group in &mut self.groups {
-            if let Some(curve) = curves.get(&(group.model.as_str(), group.surface.as_str())) {
+            let segments = group
+                .segments
+                .iter()
+                .map(|(label, value)| (label.as_str(), value.as_str()))
+                .collect();
+            let key = (group.model.as_str(), group.surface.as_str(), segments);
+            if let Some(curve) = curves.get(&key) {
                 group.positions = position_points(curve, types);
             }
         }
@@ -211,23 +229,26 @@ impl Report {
         config: &ReportConfig,
         counters: &Counters,
         ks: &[usize],
-        groups: impl Iterator<Item = (&'a String, &'a String, GroupTotals)>,
+        groups: impl Iterator<Item = (Named<'a>, GroupTotals)>,
     ) -> Self {
-        let totals: Vec<(&String, &String, GroupTotals)> = groups.collect();
+        let totals: Vec<(Named<'a>, GroupTotals)> = groups.collect();
         let named: Vec<NamedTotals<'_>> = totals
             .iter()
-            .map(|(model, surface, totals)| NamedTotals {
-                model: model.as_str(),
-                surface: surface.as_str(),
+            .map(|((model, surface, segments), totals)| NamedTotals {
+                model,
+                surface,
+                segments,
                 totals,
             })
             .collect();
         let mut groups: Vec<GroupReport> = named
             .iter()
-            .map(|g| group_report(g.model, g.surface, g.totals, ks))
+            .map(|g| group_report(g, ks))
             .filter(|group| group.lists > 0)
             .collect();
-        groups.sort_by(|a, b| (&a.model, &a.surface).cmp(&(&b.model, &b.surface)));
+        groups.sort_by(|a, b| {
+            (&a.model, &a.surface, &a.segments).cmp(&(&b.model, &b.surface, &b.segments))
+        });
         let comparisons = config
             .control_model
             .as_deref()
@@ -269,21 +290,31 @@ impl Report {
             Metric::Precision,
             Metric::Recall,
         ];
-        let _ = write!(
-            out,
-            "{:<14} {:<14} {:>7} {:>7} {:>4}",
-            "model", "surface", "lists", "engaged", "K"
-        );
+        let segment_labels: Vec<&String> = self
+            .groups
+            .first()
+            .map(|group| group.segments.keys().collect())
+            .unwrap_or_default();
+        let _ = write!(out, "{:<14} {:<14}", "model", "surface");
+        for label in &segment_labels {
+            let _ = write!(out, " {label:<14}");
+        }
+        let _ = write!(out, " {:>7} {:>7} {:>4}", "lists", "engaged", "K");
         for metric in columns {
             let _ = write!(out, " {:>15}", metric.name());
         }
         out.push('\n');
         for group in &self.groups {
             for k in &self.config.k {
+                let _ = write!(out, "{:<14} {:<14}", group.model, group.surface);
+                for label in &segment_labels {
+                    let value = group.segments.get(*label).map_or("", String::as_str);
+                    let _ = write!(out, " {value:<14}");
+                }
                 let _ = write!(
                     out,
-                    "{:<14} {:<14} {:>7} {:>7} {:>4}",
-                    group.model, group.surface, group.lists, group.engaged_lists, k
+                    " {:>7} {:>7} {:>4}",
+                    group.lists, group.engaged_lists, k
                 );
                 for metric in columns {
                     let (mean, se) = group
@@ -306,17 +337,40 @@ impl Report {
 
 /// The comparisons against the control, one row each.
 fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
+    let segments: Vec<String> = comparisons
+        .iter()
+        .map(|c| {
+            let pairs: Vec<String> = c.segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
+            pairs.join(",")
+        })
+        .collect();
+    // A column of segment values only when there are some.
+    let width = segments
+        .iter()
+        .map(|s| s.chars().count() + 1)
+        .max()
+        .unwrap_or(0);
+    let width = if width > 1 { width.max(15) } else { 0 };
     let _ = writeln!(
         out,
-        "\n{:<14} {:<14} {:<14} {:<24} {:>9} {:>9} {:>21} {:>21}",
-        "surface", "model", "control", "metric", "diff", "se", "95% interval", "95% anytime-valid"
+        "\n{:<14} {:<width$}{:<14} {:<14} {:<24} {:>9} {:>9} {:>21} {:>21}",
+        "surface",
+        if width > 0 { "segments" } else { "" },
+        "model",
+        "control",
+        "metric",
+        "diff",
+        "se",
+        "95% interval",
+        "95% anytime-valid"
     );
-    for c in comparisons {
+    for (c, segments) in comparisons.iter().zip(&segments) {
         let interval = |[lo, hi]: [f64; 2]| format!("[{lo:.4}, {hi:.4}]");
         let _ = writeln!(
             out,
-            "{:<14} {:<14} {:<14} {:<24} {:>9.4} {:>9.4} {:>21} {:>21}",
+            "{:<14} {:<width$}{:<14} {:<14} {:<24} {:>9.4} {:>9.4} {:>21} {:>21}",
             c.surface,
+            segments,
             c.model,
             c.control,
             c.metric,
@@ -337,7 +391,18 @@ fn join_counts(counts: &BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
-fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) -> GroupReport {
+/// How the report names an engine's group.
+fn named(name: &crate::join::GroupName) -> Named<'_> {
+    (&name.model, &name.surface, &name.segments)
+}
+
+/// How the report names a snapshot's group.
+fn snapshot_named(group: &super::GroupSnapshot) -> Named<'_> {
+    (&group.model, &group.surface, &group.segments)
+}
+
+fn group_report(group: &NamedTotals<'_>, ks: &[usize]) -> GroupReport {
+    let totals = group.totals;
     let mut metrics = BTreeMap::new();
     for (k_index, k) in ks.iter().enumerate() {
         for metric in Metric::ALL {
@@ -351,8 +416,9 @@ fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) 
         totals.means(r_precision_slot).into(),
     );
     GroupReport {
-        model: model.to_owned(),
-        surface: surface.to_owned(),
+        model: group.model.to_owned(),
+        surface: group.surface.to_owned(),
+        segments: group.segments.iter().cloned().collect(),
         lists: totals.lists,
         engaged_lists: totals.engaged,
         metrics,

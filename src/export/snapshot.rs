@@ -11,6 +11,8 @@ pub struct GroupSnapshot {
     pub model: String,
     /// The group's surface.
     pub surface: String,
+    /// `(label, value)` of each segment label, in the configured order.
+    pub segments: Vec<(String, String)>,
     /// Since start.
     pub totals: GroupTotals,
     /// Per configured window, over the lists in the window.
@@ -36,6 +38,8 @@ pub struct Snapshot {
     pub waiting_interactions: usize,
     /// Impressions folded into the overflow group.
     pub overflowed_impressions: u64,
+    /// Per segment label, in order: impressions whose value folded into `__other__`.
+    pub folded_segment_values: Vec<(String, u64)>,
     /// The event-time watermark, once an event has set it.
     pub watermark: Option<Nanos>,
     /// The finalization frontier, once there is a watermark.
@@ -53,9 +57,10 @@ impl Snapshot {
             .aggregates()
             .iter()
             .zip(engine.group_names())
-            .map(|(aggregates, (model, surface))| GroupSnapshot {
-                model: model.clone(),
-                surface: surface.clone(),
+            .map(|(aggregates, name)| GroupSnapshot {
+                model: name.model.clone(),
+                surface: name.surface.clone(),
+                segments: name.segments.clone(),
                 totals: aggregates.totals.clone(),
                 windows: (0..window_count)
                     .map(|index| {
@@ -75,6 +80,10 @@ impl Snapshot {
             open_impressions: engine.open_impressions(),
             waiting_interactions: engine.waiting_interactions(),
             overflowed_impressions: engine.overflowed_impressions(),
+            folded_segment_values: engine
+                .folded_segment_values()
+                .map(|(label, n)| (label.to_owned(), n))
+                .collect(),
             watermark: engine.watermark(),
             frontier,
             control_model,

@@ -253,7 +253,7 @@ impl Task {
                 metrics::counter!("rankwatch_kafka_key_mismatches_total").increment(1);
             }
         }
-        match self.settings.validator.view(view, &batch.items, now) {
+        match self.settings.validator.view(view, &batch, now) {
             Ok(event) => {
                 engine.apply(event);
                 self.idle = false;
@@ -302,12 +302,14 @@ fn count_recounted(engine: &Engine, before: &[u64]) {
         }
     }
     for (id, lists) in recounted {
-        let (model, surface) = &engine.group_names()[id];
-        metrics::counter!(
-            "rankwatch_lists_recounted_total",
-            "model" => model.clone(),
-            "surface" => surface.clone()
-        )
-        .increment(lists);
+        let name = &engine.group_names()[id];
+        let mut labels = vec![
+            metrics::Label::new("model", name.model.clone()),
+            metrics::Label::new("surface", name.surface.clone()),
+        ];
+        for (label, value) in &name.segments {
+            labels.push(metrics::Label::new(label.clone(), value.clone()));
+        }
+        metrics::counter!("rankwatch_lists_recounted_total", labels).increment(lists);
     }
 }

@@ -147,7 +147,7 @@ impl Relay {
         };
         let mut accepted = Vec::with_capacity(view.events.len());
         for (index, (event, bytes)) in view.events.iter().zip(encoded).enumerate() {
-            match self.validator.view(event, &view.items, now) {
+            match self.validator.view(event, &view, now) {
                 Ok(_) => {
                     accepted.push((event.user_id().unwrap_or_default(), bytes));
                     ack.accepted += 1;

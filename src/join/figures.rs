@@ -24,12 +24,13 @@ impl Engine {
     }
 
     /// Adds the finalized figures of `other` alone: its counters, group
-    /// aggregates (matched by name) and overflow count.
+    /// aggregates (matched by name), overflow and fold counts.
     pub fn absorb_finalized(&mut self, other: &Engine) {
         add_counters(&mut self.counters, &other.counters);
         self.groups.overflowed += other.groups.overflowed;
-        for (aggregates, (model, surface)) in other.aggregates.iter().zip(other.groups.names()) {
-            let id = self.groups.id(model, surface) as usize;
+        self.groups.add_folded(&other.groups);
+        for (aggregates, name) in other.aggregates.iter().zip(other.groups.names()) {
+            let id = self.groups.id_of_name(name) as usize;
             while self.aggregates.len() <= id {
                 self.aggregates.push(GroupAggregates {
                     totals: GroupTotals::new(self.values.len()),
@@ -53,7 +54,7 @@ impl Engine {
     /// stay with the instance that counted them.
     pub fn encode_open_state(&self) -> Result<Vec<u8>, postcard::Error> {
         let mut groups = self.groups.clone();
-        groups.overflowed = 0;
+        groups.clear_counts();
         postcard::to_stdvec(&OpenState {
             max_time: self.max_time,
             next_seq: self.next_seq,
@@ -85,7 +86,7 @@ fn add_counters(into: &mut Counters, other: &Counters) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::JoinSettings;
+    use super::super::{JoinSettings, SegmentSettings};
     use super::*;
     use crate::event::{id_hash, Event, Impression, Interaction, NANOS_PER_SECOND};
     use crate::metrics::{ListEvaluator, MetricSettings};
@@ -99,6 +100,7 @@ mod tests {
             allowed_lateness: 30 * S,
             shards: 4,
             max_groups: 10,
+            segments: SegmentSettings::default(),
             max_open_impressions: 100,
             max_waiting_interactions: 100,
             windows: vec![3600 * S],
@@ -119,6 +121,7 @@ mod tests {
             time,
             model: Cow::Borrowed(model),
             surface: Cow::Borrowed("home"),
+            segments: Vec::new(),
         })
     }
 
@@ -151,7 +154,7 @@ mod tests {
             .group_names()
             .iter()
             .zip(view.aggregates())
-            .map(|((model, _), a)| (model.clone(), a.totals.lists))
+            .map(|(name, a)| (name.model.clone(), a.totals.lists))
             .collect();
         assert_eq!(lists, [("v1".to_owned(), 2), ("v2".to_owned(), 1)]);
         assert_eq!(

@@ -1,78 +1,288 @@
-//! The registry of `(model, surface)` groups, with a bound on how many there
-//! may be: past it, new groups fold into one overflow group.
+//! The registry of groups: `(model, surface)` and the values of the segment
+//! labels (SPEC §11), with bounds on how many there may be whatever clients
+//! send. Past `max_segment_values` distinct values of a segment label, a new
+//! value folds into `__other__`; past `max_groups`, new groups fold into one
+//! overflow group.
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// Index of a group in the registry.
 pub type GroupId = u32;
 
-/// The model and surface names of the overflow group.
+/// The model and surface names (and segment values) of the overflow group.
 const OVERFLOW_GROUP_NAME: &str = "__overflow__";
 
-/// Interns group names to dense ids.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Groups {
+/// The value that a segment label's values fold into past `max_segment_values`.
+pub const OTHER_SEGMENT_VALUE: &str = "__other__";
+
+/// What a group is called: the labels of its series and its row of a report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GroupName {
+    /// The model.
+    pub model: String,
+    /// The surface.
+    pub surface: String,
+    /// `(label, value)` of each segment label, in the configured order;
+    /// empty when no segment label is configured.
+    pub segments: Vec<(String, String)>,
+}
+
+/// The segment labels and the bound on their values.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SegmentSettings {
+    /// The label keys whose values are dimensions of a group, in order.
+    pub labels: Vec<String>,
+    /// Most distinct values kept per label; later ones fold into `__other__`.
+    pub max_values: usize,
+}
+
+/// The values seen of one segment label, interned to small ids.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SegmentValues {
+    label: String,
+    /// Every value by id, `__other__` and `__overflow__` among them once used.
+    names: Vec<String>,
+    ids: HashMap<String, u32>,
+    /// Distinct values that clients sent and that were kept.
+    kept: usize,
+    /// Impressions whose value folded into `__other__`.
+    folded: u64,
+}
+
+impl SegmentValues {
+    fn new(label: &str) -> Self {
+        Self {
+            label: label.to_owned(),
+            names: Vec::new(),
+            ids: HashMap::new(),
+            kept: 0,
+            folded: 0,
+        }
+    }
+
+    /// The id of an impression's `value`, which folds into `__other__`
+    /// when `max_values` others are kept already.
+    fn id(&mut self, value: &str, max_values: usize) -> u32 {
+        if let Some(&id) = self.ids.get(value) {
+            return id;
+        }
+        if self.kept >= max_values {
+            self.folded += 1;
+            return self.named(OTHER_SEGMENT_VALUE);
+        }
+        self.named(value)
+    }
+
+    /// The id of `value` as it is, registered if new: the server's own
+    /// values, and the values of figures added by name.
+    fn named(&mut self, value: &str) -> u32 {
+        if let Some(&id) = self.ids.get(value) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(value.to_owned());
+        self.ids.insert(value.to_owned(), id);
+        if !value.starts_with(crate::event::RESERVED_PREFIX) {
+            self.kept += 1;
+        }
+        id
+    }
+}
+
+/// The groups of one `(model, surface)`: the one without segments, and
+/// those of each combination of segment value ids.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct SurfaceGroups {
+    plain: Option<GroupId>,
+    by_values: HashMap<Box<[u32]>, GroupId>,
+}
+
+/// A registry as state format 2 saved it, before groups had segments.
+#[derive(Deserialize)]
+pub(super) struct GroupsV2 {
     names: Vec<(String, String)>,
-    ids: HashMap<String, HashMap<String, GroupId>>,
+    _ids: HashMap<String, HashMap<String, GroupId>>,
     max_groups: usize,
+    overflow: Option<GroupId>,
+    overflowed: u64,
+}
+
+impl From<GroupsV2> for Groups {
+    fn from(old: GroupsV2) -> Self {
+        let mut groups = Groups::new(old.max_groups, &SegmentSettings::default());
+        for (model, surface) in &old.names {
+            groups.register(model, surface, &[]);
+        }
+        groups.overflow = old.overflow;
+        groups.overflowed = old.overflowed;
+        groups
+    }
+}
+
+/// Interns group names to dense ids.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Groups {
+    names: Vec<GroupName>,
+    ids: HashMap<String, HashMap<String, SurfaceGroups>>,
+    segments: Vec<SegmentValues>,
+    max_groups: usize,
+    max_segment_values: usize,
     overflow: Option<GroupId>,
     /// Impressions folded into the overflow group.
     pub overflowed: u64,
+    /// The value ids of the impression being placed, kept to reuse its room.
+    #[serde(skip)]
+    scratch: Vec<u32>,
 }
 
 impl Groups {
     /// A registry holding at most `max_groups` named groups plus the overflow group.
-    pub fn new(max_groups: usize) -> Self {
+    pub fn new(max_groups: usize, segments: &SegmentSettings) -> Self {
         Self {
             names: Vec::new(),
             ids: HashMap::new(),
+            segments: segments
+                .labels
+                .iter()
+                .map(|l| SegmentValues::new(l))
+                .collect(),
             max_groups,
+            max_segment_values: segments.max_values,
             overflow: None,
             overflowed: 0,
+            scratch: Vec::new(),
         }
     }
 
-    /// The id of `(model, surface)`, registering it if there is room.
-    pub fn id(&mut self, model: &str, surface: &str) -> GroupId {
-        if let Some(&id) = self
-            .ids
-            .get(model)
-            .and_then(|surfaces| surfaces.get(surface))
-        {
-            return id;
-        }
-        if self.names.len() - usize::from(self.overflow.is_some()) >= self.max_groups {
-            self.overflowed += 1;
-            return match self.overflow {
+    /// The id of the group of an impression of `model` on `surface` with
+    /// `segments`, the values of the segment labels in their order:
+    /// registered if there is room, with values folded past their bound.
+    pub fn id<S: AsRef<str>>(&mut self, model: &str, surface: &str, segments: &[S]) -> GroupId {
+        if segments.is_empty() {
+            return match self.find(model, surface, &[]) {
                 Some(id) => id,
-                None => {
-                    let id = self.register(OVERFLOW_GROUP_NAME, OVERFLOW_GROUP_NAME);
-                    self.overflow = Some(id);
-                    id
-                }
+                None => self.new_group(model, surface, &[]),
             };
         }
-        self.register(model, surface)
-    }
-
-    fn register(&mut self, model: &str, surface: &str) -> GroupId {
-        let id = self.names.len() as GroupId;
-        self.names.push((model.to_owned(), surface.to_owned()));
-        self.ids
-            .entry(model.to_owned())
-            .or_default()
-            .insert(surface.to_owned(), id);
+        let mut values = std::mem::take(&mut self.scratch);
+        values.clear();
+        for (registry, value) in self.segments.iter_mut().zip(segments) {
+            values.push(registry.id(value.as_ref(), self.max_segment_values));
+        }
+        let id = match self.find(model, surface, &values) {
+            Some(id) => id,
+            None => self.new_group(model, surface, &values),
+        };
+        self.scratch = values;
         id
     }
 
-    /// Sets the most named groups: a restored registry takes the running limit.
-    pub(super) fn limit(&mut self, max_groups: usize) {
-        self.max_groups = max_groups;
+    /// The id of the group called `name`, registered as it is (its values
+    /// do not fold) if there is room: how figures from elsewhere are added.
+    pub fn id_of_name(&mut self, name: &GroupName) -> GroupId {
+        let values: Vec<u32> = self
+            .segments
+            .iter_mut()
+            .zip(&name.segments)
+            .map(|(registry, (_, value))| registry.named(value))
+            .collect();
+        match self.find(&name.model, &name.surface, &values) {
+            Some(id) => id,
+            None => self.new_group(&name.model, &name.surface, &values),
+        }
     }
 
-    /// `(model, surface)` of every group, indexed by id.
-    pub fn names(&self) -> &[(String, String)] {
+    fn find(&self, model: &str, surface: &str, values: &[u32]) -> Option<GroupId> {
+        let groups = self.ids.get(model)?.get(surface)?;
+        if values.is_empty() {
+            return groups.plain;
+        }
+        groups.by_values.get(values).copied()
+    }
+
+    /// A new group, or the overflow group when there is no room.
+    fn new_group(&mut self, model: &str, surface: &str, values: &[u32]) -> GroupId {
+        if self.names.len() - usize::from(self.overflow.is_some()) < self.max_groups {
+            return self.register(model, surface, values);
+        }
+        self.overflowed += 1;
+        if let Some(id) = self.overflow {
+            return id;
+        }
+        let values: Vec<u32> = self
+            .segments
+            .iter_mut()
+            .map(|registry| registry.named(OVERFLOW_GROUP_NAME))
+            .collect();
+        let id = self.register(OVERFLOW_GROUP_NAME, OVERFLOW_GROUP_NAME, &values);
+        self.overflow = Some(id);
+        id
+    }
+
+    fn register(&mut self, model: &str, surface: &str, values: &[u32]) -> GroupId {
+        let id = self.names.len() as GroupId;
+        let segments = self
+            .segments
+            .iter()
+            .zip(values)
+            .map(|(registry, &value)| {
+                let value = registry.names[value as usize].clone();
+                (registry.label.clone(), value)
+            })
+            .collect();
+        self.names.push(GroupName {
+            model: model.to_owned(),
+            surface: surface.to_owned(),
+            segments,
+        });
+        let groups = self
+            .ids
+            .entry(model.to_owned())
+            .or_default()
+            .entry(surface.to_owned())
+            .or_default();
+        if values.is_empty() {
+            groups.plain = Some(id);
+        } else {
+            groups.by_values.insert(values.into(), id);
+        }
+        id
+    }
+
+    /// Sets the bounds: a restored registry takes the running limits.
+    pub(super) fn limit(&mut self, max_groups: usize, max_segment_values: usize) {
+        self.max_groups = max_groups;
+        self.max_segment_values = max_segment_values;
+    }
+
+    /// The name of every group, indexed by id.
+    pub fn names(&self) -> &[GroupName] {
         &self.names
+    }
+
+    /// Per segment label, in order: the label and the impressions whose
+    /// value of it folded into `__other__`.
+    pub fn folded(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.segments.iter().map(|s| (s.label.as_str(), s.folded))
+    }
+
+    /// Adds the fold counts of `other` to these, label by label.
+    pub(super) fn add_folded(&mut self, other: &Groups) {
+        for theirs in &other.segments {
+            if let Some(mine) = self.segments.iter_mut().find(|s| s.label == theirs.label) {
+                mine.folded += theirs.folded;
+            }
+        }
+    }
+
+    /// Zeroes the fold and overflow counts: the counts stay with the
+    /// instance that counted them when open state moves.
+    pub(super) fn clear_counts(&mut self) {
+        self.overflowed = 0;
+        for segment in &mut self.segments {
+            segment.folded = 0;
+        }
     }
 }
 
@@ -80,15 +290,67 @@ impl Groups {
 mod tests {
     use super::*;
 
+    fn no_segments() -> SegmentSettings {
+        SegmentSettings::default()
+    }
+
     #[test]
     fn folds_groups_past_the_limit_into_overflow() {
-        let mut groups = Groups::new(2);
-        assert_eq!(groups.id("a", "home"), 0);
-        assert_eq!(groups.id("b", "home"), 1);
-        assert_eq!(groups.id("a", "home"), 0);
-        let overflow = groups.id("c", "home");
-        assert_eq!(groups.id("d", "x"), overflow);
-        assert_eq!(groups.names()[overflow as usize].0, OVERFLOW_GROUP_NAME);
+        let mut groups = Groups::new(2, &no_segments());
+        let none: [&str; 0] = [];
+        assert_eq!(groups.id("a", "home", &none), 0);
+        assert_eq!(groups.id("b", "home", &none), 1);
+        assert_eq!(groups.id("a", "home", &none), 0);
+        let overflow = groups.id("c", "home", &none);
+        assert_eq!(groups.id("d", "x", &none), overflow);
+        assert_eq!(groups.names()[overflow as usize].model, OVERFLOW_GROUP_NAME);
         assert_eq!(groups.overflowed, 2);
+    }
+
+    #[test]
+    fn folds_values_past_the_bound_into_other_per_label() {
+        let settings = SegmentSettings {
+            labels: vec!["country".to_owned(), "app".to_owned()],
+            max_values: 2,
+        };
+        let mut groups = Groups::new(100, &settings);
+        let de = groups.id("a", "home", &["de", "ios"]);
+        assert_eq!(groups.id("a", "home", &["fr", "ios"]), de + 1);
+        let other = groups.id("a", "home", &["it", "ios"]);
+        assert_eq!(groups.id("a", "home", &["es", "ios"]), other);
+        assert_eq!(groups.id("a", "home", &["de", "ios"]), de);
+        assert_eq!(
+            groups.names()[other as usize].segments,
+            [
+                ("country".to_owned(), OTHER_SEGMENT_VALUE.to_owned()),
+                ("app".to_owned(), "ios".to_owned())
+            ]
+        );
+        let folded: Vec<(&str, u64)> = groups.folded().collect();
+        assert_eq!(folded, [("country", 2), ("app", 0)]);
+        assert_eq!(
+            groups.id_of_name(&groups.names()[other as usize].clone()),
+            other
+        );
+    }
+
+    #[test]
+    fn the_overflow_group_bounds_the_combinations_of_values() {
+        let settings = SegmentSettings {
+            labels: vec!["country".to_owned()],
+            max_values: 20,
+        };
+        let mut groups = Groups::new(3, &settings);
+        for country in ["de", "fr", "it", "es", "pt"] {
+            groups.id("a", "home", &[country]);
+        }
+        assert_eq!(groups.names().len(), 4);
+        let overflow = &groups.names()[3];
+        assert_eq!(
+            overflow.segments,
+            [("country".to_owned(), OVERFLOW_GROUP_NAME.to_owned())]
+        );
+        assert_eq!(groups.overflowed, 2);
+        assert_eq!(groups.folded().next(), Some(("country", 0)));
     }
 }

@@ -15,7 +15,8 @@ mod persist;
 mod user;
 
 pub use counters::{Counters, Unattributed};
-pub use persist::EngineState;
+pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
+pub use persist::{EngineState, EngineStateV2};
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{GroupTotals, ListEvaluator, PositionCurve};
@@ -34,8 +35,10 @@ pub struct JoinSettings {
     pub allowed_lateness: Nanos,
     /// User-state shards.
     pub shards: usize,
-    /// Most `(model, surface)` groups before new ones fold into the overflow group.
+    /// Most groups before new ones fold into the overflow group.
     pub max_groups: usize,
+    /// The segment labels that are dimensions of a group, and the bound on their values.
+    pub segments: SegmentSettings,
     /// Most open impressions; a new one past it is shed.
     pub max_open_impressions: usize,
     /// Most waiting interactions; a new one that would wait past it is shed.
@@ -134,7 +137,7 @@ impl Engine {
             .collect();
         let width = evaluator.width();
         Self {
-            groups: Groups::new(settings.max_groups),
+            groups: Groups::new(settings.max_groups, &settings.segments),
             settings,
             max_time: None,
             shards,
@@ -242,9 +245,15 @@ impl Engine {
         &self.counters
     }
 
-    /// `(model, surface)` of every group, indexed by group id.
-    pub fn group_names(&self) -> &[(String, String)] {
+    /// The name of every group, indexed by group id.
+    pub fn group_names(&self) -> &[GroupName] {
         self.groups.names()
+    }
+
+    /// Per segment label, in order: the label and the impressions whose
+    /// value of it folded into `__other__`, since start.
+    pub fn folded_segment_values(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.groups.folded()
     }
 
     /// Aggregates of every group, indexed by group id.
@@ -306,7 +315,10 @@ impl Engine {
         engine.max_time = state.max_time;
         engine.next_seq = state.next_seq;
         engine.groups = state.groups;
-        engine.groups.limit(engine.settings.max_groups);
+        engine.groups.limit(
+            engine.settings.max_groups,
+            engine.settings.segments.max_values,
+        );
         engine.aggregates = state.aggregates;
         engine.counters = state.counters;
         for (id, user) in state.users {
@@ -357,7 +369,9 @@ impl Engine {
             self.counters.shed_impressions += 1;
             return Some(Shed::MaxOpenImpressions);
         }
-        let group = self.groups.id(&impression.model, &impression.surface);
+        let group = self
+            .groups
+            .id(&impression.model, &impression.surface, &impression.segments);
         let seq = self.seq();
         let mut open = OpenImpression::new(seq, group, impression);
         let index = shard_index(user_id, self.shards.len());
@@ -478,6 +492,7 @@ mod tests {
             allowed_lateness: 30 * S,
             shards: 4,
             max_groups: 10,
+            segments: SegmentSettings::default(),
             max_open_impressions: max_open,
             max_waiting_interactions: max_waiting,
             windows: vec![],
@@ -503,6 +518,7 @@ mod tests {
             time,
             model: Cow::Borrowed("m"),
             surface: Cow::Borrowed("s"),
+            segments: Vec::new(),
         })
     }
 

@@ -183,6 +183,7 @@ impl Traffic {
                 time: Some(timestamp(time)),
                 model: self.models.name(model).to_owned(),
                 surface: self.surfaces[surface].clone(),
+                labels: Default::default(),
             })),
         }
     }

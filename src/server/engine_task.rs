@@ -232,7 +232,7 @@ fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applie
     let events: Vec<_> = view
         .events
         .iter()
-        .map(|event| validator.view(event, &view.items, now))
+        .map(|event| validator.view(event, &view, now))
         .collect();
     for event in events.iter().flatten() {
         engine.prefetch(event.user());

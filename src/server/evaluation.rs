@@ -88,6 +88,7 @@ fn to_proto(report: Report, window: String) -> proto::Report {
             .map(|group| proto::GroupReport {
                 model: group.model,
                 surface: group.surface,
+                segments: group.segments.into_iter().collect(),
                 lists: group.lists,
                 engaged_lists: group.engaged_lists,
                 metrics: group
@@ -129,6 +130,7 @@ fn to_proto(report: Report, window: String) -> proto::Report {
 fn comparison_to_proto(c: Comparison) -> proto::Comparison {
     proto::Comparison {
         surface: c.surface,
+        segments: c.segments.into_iter().collect(),
         model: c.model,
         control: c.control,
         metric: c.metric,

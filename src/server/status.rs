@@ -43,6 +43,9 @@ pub struct StatusSettings {
     max_future_skew: String,
     max_items: usize,
     max_groups: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    segment_labels: Vec<String>,
+    max_segment_values: usize,
     max_open_impressions: usize,
     max_waiting_interactions: usize,
     max_message_size: usize,
@@ -77,6 +80,8 @@ impl StatusSettings {
             max_future_skew: duration(server.max_future_skew),
             max_items: engine.max_items,
             max_groups: engine.max_groups,
+            segment_labels: engine.segments.labels.clone(),
+            max_segment_values: engine.segments.max_values,
             max_open_impressions: engine.max_open_impressions,
             max_waiting_interactions: engine.max_waiting_interactions,
             max_message_size: server.max_message_size,

@@ -107,6 +107,10 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
     for (name, value) in limits {
         metrics::gauge!(LIMIT, "limit" => name).set(value as f64);
     }
+    if !engine.segments.labels.is_empty() {
+        let value = engine.segments.max_values as f64;
+        metrics::gauge!(LIMIT, "limit" => "max_segment_values").set(value);
+    }
 }
 
 /// Folds the histogram samples recorded since the last upkeep into their

@@ -240,6 +240,18 @@ pub fn event_from_json(line: &str) -> Option<proto::Event> {
             time: time(m),
             model: text(m, "model", "model"),
             surface: text(m, "surface", "surface"),
+            labels: m
+                .get("labels")
+                .and_then(Value::as_object)
+                .map(|labels| {
+                    labels
+                        .iter()
+                        .map(|(key, value)| {
+                            (key.clone(), value.as_str().unwrap_or_default().to_owned())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     } else {
         let x = value.get("interaction")?;

@@ -1,13 +1,14 @@
 //! A fast reader for the shape nearly every log line has: one object holding
 //! an `impression` or an `interaction` whose fields are known keys with
-//! plain string values and no `grade`, on a line with no backslash and no
-//! control character (so every string ends at its next quote).
+//! plain string values (or an object of them, for `labels`) and no `grade`,
+//! on a line with no backslash and no control character (so every string
+//! ends at its next quote).
 //! It borrows every string from the line and builds the same [`Line`] that
 //! serde_json would. Anything else, valid or not, makes it return `None`,
 //! and the line goes to serde_json, which stays the reference for every
 //! rule of the format (escapes, `null`, unknown keys, duplicates, errors).
 
-use super::{JsonImpression, JsonInteraction, Line, Text};
+use super::{JsonImpression, JsonInteraction, Labels, Line, Text};
 use std::borrow::Cow;
 
 /// Reads the line's `bytes` into `line`, which starts empty, or returns
@@ -221,6 +222,16 @@ impl<'a> Cursor<'a, '_> {
         Some(strings)
     }
 
+    /// An object of strings, as `labels` is.
+    fn labels(&mut self) -> Option<Labels<'a>> {
+        let mut pairs = Vec::new();
+        self.object(|cursor, key| {
+            pairs.push((Text(Cow::Borrowed(key)), cursor.text()?));
+            Some(())
+        })?;
+        Some(Labels(pairs))
+    }
+
     /// An object, handing each key to `field`, which reads its value.
     fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.sequence(b'{', b'}', |cursor| {
@@ -261,6 +272,7 @@ impl<'a> Cursor<'a, '_> {
             "time" => set(&mut m.time, cursor.text()?),
             "model" => set(&mut m.model, cursor.text()?),
             "surface" => set(&mut m.surface, cursor.text()?),
+            "labels" => set(&mut m.labels, cursor.labels()?),
             _ => None,
         })
     }

@@ -161,7 +161,13 @@ function render() {
   renderSettings();
 }
 
-// The points of every (surface, model) on the chosen metric: {surface: {model: [{t, mean, se}]}}.
+// A surface with its segment values, if any: "home country=de".
+function place(group) {
+  const segments = Object.entries(group.segments || {}).map(([label, value]) => label + "=" + value);
+  return [group.surface].concat(segments).join(" ");
+}
+
+// The points of every (surface and segments, model) on the chosen metric: {place: {model: [{t, mean, se}]}}.
 function series(chosen) {
   const bySurface = {};
   for (const poll of history) {
@@ -171,7 +177,7 @@ function series(chosen) {
       const entry = group.metrics[chosen.key];
       if (!entry) continue;
       const se = entry["se_" + chosen.scope];
-      const models = (bySurface[group.surface] = bySurface[group.surface] || {});
+      const models = (bySurface[place(group)] = bySurface[place(group)] || {});
       (models[group.model] = models[group.model] || []).push({
         t: poll.t,
         mean: entry[chosen.scope],
@@ -311,7 +317,7 @@ function renderComparisons(chosen) {
   const range = (pair) => (Array.isArray(pair) ? "[" + number(pair[0], 4) + ", " + number(pair[1], 4) + "]" : "–");
   for (const c of rows) {
     const row = element("tr", Array.isArray(c.cs95) && c.cs95[1] < 0 ? { class: "worse" } : {});
-    row.append(element("td", {}, c.surface), element("td", {}, c.model), element("td", {}, c.control));
+    row.append(element("td", {}, place(c)), element("td", {}, c.model), element("td", {}, c.control));
     row.append(element("td", { class: "n" }, number(c.diff, 4)));
     row.append(element("td", { class: "n" }, range(c.ci95)), element("td", { class: "n" }, range(c.cs95)));
     table.append(row);

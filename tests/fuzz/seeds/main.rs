@@ -128,6 +128,7 @@ fn event(line: Value) -> proto::Event {
             time: time(m),
             model: text(m, "model", "model"),
             surface: text(m, "surface", "surface"),
+            labels: Default::default(),
         }))
     } else if let Some(x) = line.get("interaction") {
         Some(Kind::Interaction(proto::Interaction {

@@ -83,6 +83,7 @@ def report_dict(report: pb.Report) -> Dict[str, Any]:
             {
                 "model": group.model,
                 "surface": group.surface,
+                **({"segments": dict(sorted(group.segments.items()))} if group.segments else {}),
                 "lists": group.lists,
                 "engaged_lists": group.engaged_lists,
                 "metrics": {
@@ -107,6 +108,7 @@ def comparison_dict(comparison: pb.Comparison) -> Dict[str, Any]:
     """A `Comparison` in the shape of the replay's `comparisons` entries."""
     return {
         "surface": comparison.surface,
+        **({"segments": dict(sorted(comparison.segments.items()))} if comparison.segments else {}),
         "model": comparison.model,
         "control": comparison.control,
         "metric": comparison.metric,

@@ -12,7 +12,7 @@ import datetime
 import math
 import time as clock
 import uuid
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -51,11 +51,14 @@ def impression(
     surface: str = "",
     request_id: Optional[str] = None,
     time: EventTime = None,
+    labels: Optional[Mapping[str, str]] = None,
 ) -> pb.Event:
     """An impression event: the ranked list `items` (rank 1 first) shown to `user_id`.
 
     `request_id` identifies the list; a uuid4 is generated when it is `None`.
     Pass the same id with the interactions on this list for exact attribution.
+    `labels` (such as `{"country": "de"}`) are read by a server whose
+    `segment_labels` names their keys, and ignored otherwise.
     """
     shown = pb.Impression(
         request_id=new_id() if request_id is None else request_id,
@@ -63,6 +66,7 @@ def impression(
         item_ids=list(items),
         model=model,
         surface=surface,
+        labels=dict(labels or {}),
     )
     set_time(shown.time, time)
     return pb.Event(impression=shown)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import abc
 from types import TracebackType
-from typing import Optional, Sequence, Type, TypeVar
+from typing import Mapping, Optional, Sequence, Type, TypeVar
 
 from rankwatch import events
 from rankwatch.events import EventTime
@@ -50,6 +50,7 @@ class EventSink(abc.ABC):
         surface: str = "",
         request_id: Optional[str] = None,
         time: EventTime = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> str:
         """Sends the ranked list `items` (rank 1 first) shown to `user_id`.
 
@@ -57,7 +58,13 @@ class EventSink(abc.ABC):
         pass along with the interactions on this list.
         """
         event = events.impression(
-            user_id=user_id, items=items, model=model, surface=surface, request_id=request_id, time=time
+            user_id=user_id,
+            items=items,
+            model=model,
+            surface=surface,
+            request_id=request_id,
+            time=time,
+            labels=labels,
         )
         self.send(event)
         return event.impression.request_id
