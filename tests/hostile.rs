@@ -320,3 +320,55 @@ async fn half_open_http_connections_are_capped_and_timed_out() {
         8.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_message_gets_resource_exhausted_and_is_counted_on_streams_and_unary_calls() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-message-size",
+        "1024",
+    ]);
+    let big = EventBatch {
+        sequence: 2,
+        events: vec![proto::Event {
+            kind: Some(proto::event::Kind::Impression(proto::Impression {
+                item_ids: (0..200).map(|i| format!("item-{i}")).collect(),
+                ..Default::default()
+            })),
+        }],
+    };
+    let mut client = server.collector().await;
+    let acks = client
+        .ingest(tokio_stream::iter([impression_batch(1), big.clone()]))
+        .await
+        .unwrap()
+        .into_inner();
+    let acks: Vec<_> = tokio_stream::StreamExt::collect::<Vec<_>>(acks).await;
+    assert_eq!(acks.len(), 2, "{acks:?}");
+    assert_eq!(acks[0].as_ref().unwrap().accepted, 1);
+    let status = acks[1].as_ref().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_message_size (1024 bytes)"),
+        "{status:?}"
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_failed_total"], 1.0);
+
+    let status = client.ingest_batch(big).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_message_size (1024 bytes)"),
+        "{status:?}"
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_failed_total"], 2.0);
+    assert_eq!(metrics["rankwatch_events_received_total"], 1.0);
+    let ack = client
+        .ingest_batch(impression_batch(3))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 1);
+}

@@ -8,6 +8,7 @@ mod engine_task;
 mod evaluation;
 mod http;
 mod http_limits;
+mod message_limit;
 mod periodic;
 mod persistence;
 mod process;
@@ -208,7 +209,11 @@ async fn grpc_server(
         .add_service(health_service)
         .add_service(reflection)
         .add_optional_service(serves_collector.then(|| {
-            CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size)
+            message_limit::MessageLimit::new(
+                CollectorServer::new(collector)
+                    .max_decoding_message_size(settings.max_message_size),
+                settings.max_message_size,
+            )
         }))
         .add_service(EvaluationServer::new(evaluation::EvaluationService::new(
             engine,
