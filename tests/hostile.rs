@@ -372,3 +372,98 @@ async fn an_oversize_message_gets_resource_exhausted_and_is_counted_on_streams_a
         .into_inner();
     assert_eq!(ack.accepted, 1);
 }
+
+/// The conformance log gzipped into `dir`, and its lines.
+fn gzipped_log(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>, usize) {
+    use std::io::Write;
+    let log = std::fs::read(common::conformance("replay_small.jsonl")).unwrap();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(&log).unwrap();
+    let path = dir.join("log.jsonl.gz");
+    std::fs::write(&path, gzip.finish().unwrap()).unwrap();
+    let lines = log.iter().filter(|&&b| b == b'\n').count();
+    (path, log, lines)
+}
+
+/// A failed replay's exit code, report and the line number its message gives.
+fn failed_replay(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let output = replay(&[&["--format", "json"], args].concat(), None);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap();
+    let last = stderr.lines().last().unwrap_or_default().to_owned();
+    (output.status.code(), report, last)
+}
+
+/// The report of the first `lines` lines of `log`, replayed from standard input.
+fn report_of_lines(log: &[u8], lines: usize) -> serde_json::Value {
+    let end = log
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'\n')
+        .nth(lines - 1)
+        .map_or(log.len(), |(i, _)| i + 1);
+    common::replay_json(&["--format", "json", "-"], Some(&log[..end]))
+}
+
+#[test]
+fn replay_of_a_truncated_gzip_reports_the_lines_before_the_cut_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, _) = gzipped_log(dir.path());
+    let gzip = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &gzip[..gzip.len() / 2]).unwrap();
+    let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    let prefix = format!("rankwatch: cannot read {} past its line ", path.display());
+    let line: usize = message
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(line > 1000, "{message}");
+    assert!(
+        message.ends_with("; the report covers the lines read before it"),
+        "{message}"
+    );
+    assert_eq!(report, report_of_lines(&log, line));
+}
+
+#[test]
+fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, lines) = gzipped_log(dir.path());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"not gzip at all")
+        .unwrap();
+    let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: cannot read {} past its line {lines}: invalid gzip header; the report covers the lines read before it",
+            path.display()
+        )
+    );
+    assert_eq!(report, report_of_lines(&log, lines));
+}
+
+#[test]
+fn replay_with_a_later_log_missing_reports_the_earlier_ones_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, lines) = gzipped_log(dir.path());
+    let missing = dir.path().join("missing.jsonl");
+    let (code, report, message) =
+        failed_replay(&[path.to_str().unwrap(), missing.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: cannot read {}: No such file or directory (os error 2); the report covers the lines read before it",
+            missing.display()
+        )
+    );
+    assert_eq!(report, report_of_lines(&log, lines));
+}
