@@ -4,6 +4,7 @@
 
 pub mod codec;
 mod collector;
+mod content_type;
 mod engine_task;
 mod evaluation;
 mod http;
@@ -31,6 +32,7 @@ use crate::config::{EngineSettings, ServerSettings};
 use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
 use crate::state::StateFile;
 use anyhow::Context;
+use content_type::GrpcOnly;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use tasks::{Drain, Tasks};
@@ -206,18 +208,17 @@ async fn grpc_server(
         builder = builder.tls_config(tls::config(tls)?)?;
     }
     Ok(builder
-        .add_service(health_service)
-        .add_service(reflection)
+        .add_service(GrpcOnly(health_service))
+        .add_service(GrpcOnly(reflection))
         .add_optional_service(serves_collector.then(|| {
-            message_limit::MessageLimit::new(
+            GrpcOnly(message_limit::MessageLimit::new(
                 CollectorServer::new(collector)
                     .max_decoding_message_size(settings.max_message_size),
                 settings.max_message_size,
-            )
+            ))
         }))
-        .add_service(EvaluationServer::new(evaluation::EvaluationService::new(
-            engine,
-            settings.windows.clone(),
+        .add_service(GrpcOnly(EvaluationServer::new(
+            evaluation::EvaluationService::new(engine, settings.windows.clone()),
         ))))
 }
 
