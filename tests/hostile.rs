@@ -467,3 +467,75 @@ fn replay_with_a_later_log_missing_reports_the_earlier_ones_and_exits_3() {
     );
     assert_eq!(report, report_of_lines(&log, lines));
 }
+
+/// `rankwatch serve ARGS` that fails at start: its exit code and last line.
+fn failed_start(args: &[&str]) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    (
+        output.status.code(),
+        stderr.lines().last().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn an_unusable_state_dir_stops_the_server_at_start_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let (code, message) = failed_start(&["--state-dir", file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: state_dir {} is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away",
+            file.display()
+        )
+    );
+    let below_a_file = file.join("state");
+    let (code, message) = failed_start(&["--state-dir", below_a_file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{message}");
+    assert!(
+        message.starts_with(&format!(
+            "rankwatch: state_dir {} cannot be created (",
+            below_a_file.display()
+        )),
+        "{message}"
+    );
+    assert!(!message.contains("overwritten"), "{message}");
+}
+
+#[test]
+fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let temporary = dir.path().join("rankwatch.state.tmp");
+    std::fs::write(&temporary, b"half a state, from a full disk").unwrap();
+    let mut server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+        "--snapshot-interval",
+        "1h",
+    ]);
+    assert!(!temporary.exists(), "removed at start");
+    // The final save cannot rename its file over a directory that is not empty.
+    std::fs::create_dir_all(dir.path().join("rankwatch.state/in-the-way")).unwrap();
+    assert_eq!(server.terminate(), Some(1));
+    assert!(!temporary.exists(), "removed after the failed save");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["rankwatch.state"]);
+}

@@ -58,6 +58,16 @@ pub async fn serve(
     shutdown: CancellationToken,
     on_bound: impl FnOnce(Bound),
 ) -> anyhow::Result<()> {
+    let state_file = settings
+        .state_dir
+        .as_deref()
+        .filter(|_| settings.fleet.is_none())
+        .map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
+    if let Some(file) = &state_file {
+        if file.prepare()? {
+            tracing::warn!(path = %file.path().display(), "removed the temporary file of a save that was cut short");
+        }
+    }
     process::configure_memory(settings.huge_pages);
     process::raise_file_limit();
     let recorder = telemetry::recorder()?;
@@ -89,11 +99,6 @@ pub async fn serve(
         ),
         None => None,
     };
-    let state_file = settings
-        .state_dir
-        .as_deref()
-        .filter(|_| fleet.is_none())
-        .map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
     let engine = match &fleet {
         Some(fleet) => fleet.engine.clone(),
         None => EngineHandle::start(
