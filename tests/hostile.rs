@@ -539,3 +539,76 @@ fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_non
         .collect();
     assert_eq!(names, ["rankwatch.state"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-groups",
+        "1",
+        "--group-idle-timeout",
+        "1s",
+    ]);
+    let impression = |request: &str, model: &str, time: &str| {
+        event(&format!(
+            r#"{{"impression":{{"requestId":"{request}","userId":"{request}","itemIds":["a"],"model":"{model}","surface":"home","time":"{time}"}}}}"#
+        ))
+    };
+    let mut client = server.collector().await;
+    let mut send = async |sequence, events| {
+        let ack = client
+            .ingest_batch(EventBatch { sequence, events })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(ack.rejections, [], "batch {sequence}");
+    };
+    // The junk group's one list is finalized by the watermark of a later
+    // interaction; the list of "late" folds into the overflow group and stays open.
+    let closing = event(
+        r#"{"interaction":{"userId":"w","itemId":"a","type":"click","time":"2026-11-01T10:20:00Z"}}"#,
+    );
+    send(
+        1,
+        vec![impression("r1", "junk", "2026-11-01T10:00:00Z"), closing],
+    )
+    .await;
+    send(2, vec![impression("r2", "late", "2026-11-01T10:20:00Z")]).await;
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_lists_finalized_total{model=\"junk\",surface=\"home\"}"],
+        1.0
+    );
+    assert_eq!(metrics["rankwatch_impressions_overflowed_total"], 1.0);
+    assert_eq!(metrics["rankwatch_groups"], 1.0);
+    let groups = server.report().await.groups;
+    assert_eq!(
+        groups
+            .iter()
+            .map(|g| (&*g.model, g.lists))
+            .collect::<Vec<_>>(),
+        [("junk", 1)]
+    );
+    let mut polls = 0;
+    while parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"] < 1.0 {
+        polls += 1;
+        assert!(polls < 200, "no group retired within 20 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The freed slot takes a new group instead of the overflow group.
+    send(3, vec![impression("r3", "next", "2026-11-01T10:20:00Z")]).await;
+    let text = server.get("/metrics").1;
+    assert!(
+        !text.contains("model=\"junk\""),
+        "the retired group is gone"
+    );
+    let metrics = parse_metrics(&text);
+    assert_eq!(metrics["rankwatch_groups_retired_total"], 1.0);
+    assert_eq!(metrics["rankwatch_impressions_overflowed_total"], 1.0);
+    assert_eq!(metrics["rankwatch_impressions_total"], 3.0);
+    assert_eq!(metrics["rankwatch_interactions_total"], 1.0);
+    assert_eq!(metrics["rankwatch_groups"], 0.0, "none has finalized lists");
+    // GetMetrics reports groups with finalized lists: the junk group is gone.
+    assert_eq!(server.report().await.groups, []);
+}

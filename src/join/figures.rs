@@ -28,7 +28,7 @@ impl Engine {
         add_counters(&mut self.counters, &other.counters);
         self.groups.overflowed += other.groups.overflowed;
         for (aggregates, (model, surface)) in other.aggregates.iter().zip(other.groups.names()) {
-            let id = self.groups.id(model, surface) as usize;
+            let id = self.groups.id(model, surface, self.received_at) as usize;
             while self.aggregates.len() <= id {
                 self.aggregates.push(GroupAggregates {
                     totals: GroupTotals::new(self.values.len()),

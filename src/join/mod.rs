@@ -124,6 +124,9 @@ pub struct Engine {
     waiting_interactions: usize,
     /// Lists finalized since the last prefetch of those that close next.
     closed_since_prefetch: u32,
+    /// When the events being applied were received (wall clock), for the
+    /// groups' idle times; 0 unless the server sets it.
+    received_at: Nanos,
 }
 
 impl Engine {
@@ -149,7 +152,49 @@ impl Engine {
             open_impressions: 0,
             waiting_interactions: 0,
             closed_since_prefetch: 0,
+            received_at: 0,
         }
+    }
+
+    /// Sets when the events applied next were received (wall clock).
+    pub fn received_at(&mut self, now: Nanos) {
+        self.received_at = now;
+    }
+
+    /// Retires every group that received no impression during `idle` up
+    /// to `now` and has no open impression: its figures go, its slot under
+    /// `max_groups` is freed, the counters since start keep what it counted.
+    /// Returns how many were retired.
+    pub fn retire_idle_groups(&mut self, now: Nanos, idle: Nanos) -> usize {
+        let mut retired = self.groups.idle(now, now.saturating_sub(idle));
+        if !retired.contains(&true) {
+            return 0;
+        }
+        for open in self
+            .shards
+            .iter()
+            .flat_map(|s| s.values())
+            .flat_map(|u| &u.open)
+        {
+            retired[open.group as usize] = false;
+        }
+        let count = retired.iter().filter(|&&gone| gone).count();
+        if count == 0 {
+            return 0;
+        }
+        let new_ids = self.groups.retire(&retired);
+        let mut id = 0;
+        self.aggregates.retain(|_| {
+            id += 1;
+            !retired[id - 1]
+        });
+        for user in self.shards.iter_mut().flat_map(|s| s.values_mut()) {
+            for open in &mut user.open {
+                open.group = new_ids[open.group as usize]
+                    .expect("a group with an open impression is never retired");
+            }
+        }
+        count
     }
 
     /// The watermark `W = T − L`, once an event has been accepted.
@@ -306,7 +351,7 @@ impl Engine {
         engine.max_time = state.max_time;
         engine.next_seq = state.next_seq;
         engine.groups = state.groups;
-        engine.groups.limit(engine.settings.max_groups);
+        engine.groups.restored(engine.settings.max_groups);
         engine.aggregates = state.aggregates;
         engine.counters = state.counters;
         for (id, user) in state.users {
@@ -357,7 +402,9 @@ impl Engine {
             self.counters.shed_impressions += 1;
             return Some(Shed::MaxOpenImpressions);
         }
-        let group = self.groups.id(&impression.model, &impression.surface);
+        let group = self
+            .groups
+            .id(&impression.model, &impression.surface, self.received_at);
         let seq = self.seq();
         let mut open = OpenImpression::new(seq, group, impression);
         let index = shard_index(user_id, self.shards.len());

@@ -162,6 +162,14 @@ pub async fn serve(
     });
     tasks.spawn(telemetry::keep_up(recorder, shutdown.clone()));
     // In fleet mode each partition's watermark follows the wall clock on its own.
+    // In fleet mode groups live in the partitions, handed between instances.
+    if fleet.is_none() {
+        tasks.spawn(periodic::retire_idle_groups(
+            engine.clone(),
+            settings.group_idle_timeout,
+            shutdown.clone(),
+        ));
+    }
     if settings.wall_clock_advance && fleet.is_none() {
         tasks.spawn(periodic::advance_with_wall_clock(engine, shutdown.clone()));
     }
