@@ -553,6 +553,40 @@ mod tests {
         })
     }
 
+    #[test]
+    fn retiring_idle_groups_spares_those_with_open_impressions_and_renumbers_the_rest() {
+        let mut engine = engine(100, 100);
+        let shown = |model: &'static str, user: &str, time: Nanos| {
+            let Event::Impression(mut m) = impression(user, user, &["a"], time) else {
+                unreachable!("an impression")
+            };
+            m.model = Cow::Borrowed(model);
+            Event::Impression(m)
+        };
+        engine.received_at(10);
+        engine.apply(shown("old", "u1", 0));
+        engine.apply(shown("busy", "u2", 0));
+        engine.apply(click("w", "a", None, 400 * S));
+        engine.received_at(20);
+        engine.apply(shown("busy", "u3", 400 * S));
+        engine.apply(shown("new", "u4", 400 * S));
+        engine.apply(click("u3", "a", None, 401 * S));
+        // "old" and "busy" have finalized lists; "busy" still has one open.
+        assert_eq!(engine.retire_idle_groups(100, 85), 1);
+        let names: Vec<&str> = engine.group_names().iter().map(|(m, _)| &**m).collect();
+        assert_eq!(names, ["busy", "new"]);
+        assert_eq!(engine.aggregates().len(), 1);
+        assert_eq!(engine.aggregates()[0].totals.lists, 1);
+        engine.finish();
+        assert_eq!(
+            engine.aggregates()[0].totals.lists,
+            2,
+            "its open list came back to it"
+        );
+        assert_eq!(engine.aggregates()[0].totals.engaged, 1);
+        assert_eq!(engine.counters().impressions, 4, "since start, all of them");
+    }
+
     fn click(user: &str, item: &str, request: Option<&str>, time: Nanos) -> Event<'static> {
         Event::Interaction(Interaction {
             event: None,
