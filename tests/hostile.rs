@@ -529,6 +529,8 @@ fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_non
         "1h",
     ]);
     assert!(!temporary.exists(), "removed at start");
+    // Once the server answers, it has restored (nothing) and only saves are left.
+    assert_eq!(server.get("/readyz").0, 200);
     // The final save cannot rename its file over a directory that is not empty.
     std::fs::create_dir_all(dir.path().join("rankwatch.state/in-the-way")).unwrap();
     assert_eq!(server.terminate(), Some(1));
