@@ -144,6 +144,10 @@ pub mod defaults {
     pub const MAX_STREAMS: usize = 256;
     /// `ingest_idle_timeout`.
     pub const INGEST_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// `group_idle_timeout`: a day, so that a group fed once a day or
+    /// less often, or paused over a night, keeps its since-start figures,
+    /// while junk labels free their slots under `max_groups` within a day.
+    pub const GROUP_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
     /// `http_header_timeout`.
     pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
     /// `http_idle_timeout`.
@@ -164,6 +168,14 @@ fn resolved<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
 fn at_least_one(key: &'static str, value: usize) -> Result<usize, ConfigError> {
     if value == 0 {
         return Err(invalid(key, "must be at least 1"));
+    }
+    Ok(value)
+}
+
+/// A duration that must be longer than zero.
+fn positive(key: &'static str, value: Duration) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(invalid(key, "must be longer than 0s"));
     }
     Ok(value)
 }
@@ -273,6 +285,8 @@ pub struct FileSettings {
     max_inflight_batches: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     ingest_idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    group_idle_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     http_header_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]
@@ -821,6 +835,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_INGEST_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long an Ingest stream may send nothing before it is ended (UNAVAILABLE) and its permit freed", shown_duration(defaults::INGEST_IDLE_TIMEOUT)))]
     pub ingest_idle_timeout: Option<Duration>,
+    /// How long a group may receive no impression before it is retired.
+    #[arg(long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long a (model, surface) group may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
+    pub group_idle_timeout: Option<Duration>,
     /// How long an HTTP client may take to send a request's headers.
     #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
         help = help("How long an HTTP client may take to send a request's headers before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
@@ -886,6 +904,8 @@ pub struct ServerSettings {
     pub max_inflight_batches: usize,
     /// How long an Ingest stream may send nothing.
     pub ingest_idle_timeout: Duration,
+    /// How long a group may receive no impression before it is retired.
+    pub group_idle_timeout: Duration,
     /// How long an HTTP client may take to send a request's headers.
     pub http_header_timeout: Duration,
     /// How long an HTTP connection may stay open.
@@ -965,6 +985,14 @@ impl ServerSettings {
                 file.ingest_idle_timeout,
                 defaults::INGEST_IDLE_TIMEOUT,
             ),
+            group_idle_timeout: positive(
+                "group_idle_timeout",
+                resolved(
+                    args.group_idle_timeout,
+                    file.group_idle_timeout,
+                    defaults::GROUP_IDLE_TIMEOUT,
+                ),
+            )?,
             http_header_timeout: resolved(
                 args.http_header_timeout,
                 file.http_header_timeout,

@@ -60,6 +60,12 @@ struct DemoCommand {
 }
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 every log was read to its end; 1 nothing was replayed \
+(bad settings); 2 the command line could not be parsed; 3 a log could not be read to its end (missing, unreadable, \
+a truncated or corrupt .gz, data after a gzip stream): the report printed covers the lines \
+read before it, and standard error says what failed. Bad lines never change the exit code."
+)]
 struct ReplayArgs {
     /// Logs to replay, in order, as one stream.
     #[arg(required = true)]
@@ -96,6 +102,10 @@ enum Format {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The exit code of a replay that printed the report of the lines read
+/// before a log could not be read to its end.
+const REPLAY_INCOMPLETE: u8 = 3;
+
 /// Bad lines printed before the rest are only counted.
 const BAD_LINES_SHOWN: u64 = 100;
 
@@ -110,6 +120,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.is::<replay::ReplayError>() => {
+            eprintln!("rankwatch: {error:#}; the report covers the lines read before it");
+            ExitCode::from(REPLAY_INCOMPLETE)
+        }
         Err(error) => {
             eprintln!("rankwatch: {error:#}");
             ExitCode::FAILURE
@@ -214,7 +228,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         ProgressBar::hidden()
     };
     let mut bad_lines = 0u64;
-    let report = replay::replay(
+    let replayed = replay::replay(
         &args.files,
         settings.replay_setup(),
         options,
@@ -225,7 +239,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
                 bar.suspend(|| eprintln!("{}:{}: {}", bad.path.display(), bad.line, bad.rejection));
             }
         },
-    )?;
+    );
     bar.finish_and_clear();
     if bad_lines > BAD_LINES_SHOWN {
         eprintln!(
@@ -233,7 +247,13 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             bad_lines - BAD_LINES_SHOWN
         );
     }
-    print_report(&report, args.format)
+    match replayed {
+        Ok(report) => print_report(&report, args.format),
+        Err(unread) => {
+            print_report(&unread.report, args.format)?;
+            Err(unread.into())
+        }
+    }
 }
 
 fn run_query(args: QueryCommand) -> anyhow::Result<()> {

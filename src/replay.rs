@@ -13,11 +13,31 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-/// A log that could not be read at all (a bad line is not an error).
+/// A log that could not be read to its end (a bad line is not an error):
+/// the report of every line before the failure, and what failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read {path}")]
+#[error("cannot read {}{}", path.display(), after_line(*line))]
 pub struct ReplayError {
     path: PathBuf,
+    /// The last line of `path` read whole and evaluated (0: none).
+    line: u64,
+    source: io::Error,
+    /// The report of the lines read before the failure.
+    pub report: Box<Report>,
+}
+
+/// Where in a log reading stopped, for [`ReplayError`]'s message.
+fn after_line(line: u64) -> String {
+    match line {
+        0 => String::new(),
+        line => format!(" past its line {line}"),
+    }
+}
+
+/// A log that could not be read to its end, before the report is made.
+struct Unread {
+    path: PathBuf,
+    line: u64,
     source: io::Error,
 }
 
@@ -79,31 +99,63 @@ pub struct BadLine<'a> {
 
 /// Replays `paths` in order as one stream and reports. `progress` is told
 /// the bytes read from disk so far (compressed bytes for `.gz`), which
-/// [`total_bytes`] totals; `on_bad_line` hears of every rejected line.
+/// [`total_bytes`] totals; `on_bad_line` hears of every rejected line. A log
+/// that cannot be read to its end (missing, a truncated or corrupt `.gz`)
+/// stops the replay there: the error carries the report of the lines before.
 pub fn replay(
     paths: &[PathBuf],
     setup: ReplaySetup,
     options: ReplayOptions,
-    mut progress: impl FnMut(u64),
-    mut on_bad_line: impl FnMut(BadLine<'_>),
+    progress: impl FnMut(u64),
+    on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<Report, ReplayError> {
     let mut engine = Engine::new(setup.join, setup.evaluator);
-    let validator = setup.validator;
+    let read = read_logs(
+        paths,
+        &mut engine,
+        &setup.validator,
+        options,
+        progress,
+        on_bad_line,
+    );
+    engine.finish();
+    let report = Report::since_start(&engine, &setup.report);
+    match read {
+        Ok(()) => Ok(report),
+        Err(unread) => Err(ReplayError {
+            path: unread.path,
+            line: unread.line,
+            source: unread.source,
+            report: Box::new(report),
+        }),
+    }
+}
+
+/// Applies the lines of `paths` to `engine` in order, up to the first read failure.
+fn read_logs(
+    paths: &[PathBuf],
+    engine: &mut Engine,
+    validator: &Validator,
+    options: ReplayOptions,
+    mut progress: impl FnMut(u64),
+    mut on_bad_line: impl FnMut(BadLine<'_>),
+) -> Result<(), Unread> {
     let mut chunk = Chunk::default();
     let mut bytes_done = 0;
     for path in paths {
-        let fail = |source| ReplayError {
+        let mut line_number = 0u64;
+        let fail = |line, source| Unread {
             path: path.clone(),
+            line,
             source,
         };
         let file_bytes = std::rc::Rc::new(std::cell::Cell::new(0));
-        let mut reader = open(path, file_bytes.clone()).map_err(fail)?;
-        let mut line_number = 0u64;
+        let mut reader = open(path, file_bytes.clone()).map_err(|e| fail(0, e))?;
         loop {
-            chunk
-                .fill(&mut reader, options.chunk_lines.max(1))
-                .map_err(fail)?;
+            // The whole lines before a failure are read: they are evaluated first.
+            let filled = chunk.fill(&mut reader, options.chunk_lines.max(1));
             if chunk.is_empty() {
+                filled.map_err(|e| fail(line_number, e))?;
                 break;
             }
             let mut apply =
@@ -125,20 +177,20 @@ pub fn replay(
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             if threads == 1 {
                 for offset in 0..chunk.len() {
-                    apply(offset, chunk.parse_line(offset, &validator));
+                    apply(offset, chunk.parse_line(offset, validator));
                 }
             } else {
-                for (offset, parsed) in chunk.parse(&validator, threads).into_iter().enumerate() {
+                for (offset, parsed) in chunk.parse(validator, threads).into_iter().enumerate() {
                     apply(offset, parsed);
                 }
             }
             line_number += chunk.len() as u64;
             progress(bytes_done + file_bytes.get());
+            filled.map_err(|e| fail(line_number, e))?;
         }
         bytes_done += file_bytes.get();
     }
-    engine.finish();
-    Ok(Report::since_start(&engine, &setup.report))
+    Ok(())
 }
 
 /// Total size of the logs on disk, for a progress bar (0 for standard input).

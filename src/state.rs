@@ -4,7 +4,9 @@
 //! format version, payload length, xxh3 checksum) and the postcard-encoded
 //! state with the fingerprint of the settings it was computed under. A save
 //! writes a temporary file, syncs it and renames it over the old one, so a
-//! crash leaves either the old state or the new one, never half of one.
+//! crash leaves either the old state or the new one, never half of one; a
+//! failed save removes its temporary file, and so does the check of the
+//! directory at start for one a crash left.
 
 use crate::join::{EngineState, EngineStateV2};
 use std::fs::{self, File};
@@ -33,6 +35,14 @@ pub enum StateError {
     Incompatible { path: PathBuf, reason: String },
 }
 
+/// A state directory the server cannot save to, found at start.
+#[derive(Debug, thiserror::Error)]
+#[error("state_dir {} {problem}", dir.display())]
+pub struct UnusableDir {
+    dir: PathBuf,
+    problem: String,
+}
+
 /// The state file of one state directory.
 #[derive(Clone, Debug)]
 pub struct StateFile {
@@ -54,6 +64,42 @@ impl StateFile {
         &self.path
     }
 
+    /// The file a save writes before renaming it over [`Self::path`].
+    fn temporary(&self) -> PathBuf {
+        self.path.with_extension("state.tmp")
+    }
+
+    /// Checks at start that the state directory is usable: a directory
+    /// (created if missing) where a file can be written. Removes the
+    /// temporary file a save cut short left behind; returns whether there was one.
+    pub fn prepare(&self) -> Result<bool, UnusableDir> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let unusable = |problem: String| UnusableDir {
+            dir: dir.to_owned(),
+            problem,
+        };
+        match fs::metadata(dir) {
+            Ok(metadata) if !metadata.is_dir() => {
+                return Err(unusable(
+                    "is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away".to_owned(),
+                ))
+            }
+            Ok(_) => {}
+            Err(_) => fs::create_dir_all(dir).map_err(|error| {
+                unusable(format!("cannot be created ({error}): create it, or point state_dir at a writable directory"))
+            })?,
+        }
+        let temporary = self.temporary();
+        let stale = temporary.exists();
+        File::create(&temporary)
+            .and_then(|mut file| file.write_all(MAGIC))
+            .and_then(|()| fs::remove_file(&temporary))
+            .map_err(|error| {
+                unusable(format!("is not writable ({error}): fix its permissions or free space, or point state_dir at a writable directory"))
+            })?;
+        Ok(stale)
+    }
+
     /// Writes `state` atomically; returns the bytes written.
     pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
         let io_error = |source| StateError::Io {
@@ -71,11 +117,18 @@ impl StateFile {
         if let Some(dir) = self.path.parent() {
             fs::create_dir_all(dir).map_err(io_error)?;
         }
-        let temporary = self.path.with_extension("state.tmp");
-        let mut file = File::create(&temporary).map_err(io_error)?;
-        file.write_all(&bytes).map_err(io_error)?;
-        file.sync_all().map_err(io_error)?;
-        fs::rename(&temporary, &self.path).map_err(io_error)?;
+        let temporary = self.temporary();
+        let written = File::create(&temporary)
+            .and_then(|mut file| {
+                file.write_all(&bytes)?;
+                file.sync_all()
+            })
+            .and_then(|()| fs::rename(&temporary, &self.path));
+        if let Err(error) = written {
+            // A full disk must not also be left holding half a state.
+            let _ = fs::remove_file(&temporary);
+            return Err(io_error(error));
+        }
         if let Some(dir) = self.path.parent() {
             File::open(dir)
                 .and_then(|d| d.sync_all())
@@ -204,6 +257,41 @@ mod tests {
         assert_eq!(
             restored.aggregates()[0].totals,
             engine.aggregates()[0].totals
+        );
+    }
+
+    #[test]
+    fn a_failed_save_leaves_no_temporary_file_and_start_removes_a_stale_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _) = engine_with_traffic();
+        let file = StateFile::new(dir.path(), "fingerprint".into());
+        fs::write(file.temporary(), b"half a state").unwrap();
+        assert!(file.prepare().unwrap(), "a stale temporary file was there");
+        assert!(!file.temporary().exists());
+        // The rename over a directory that is not empty fails.
+        fs::create_dir_all(file.path().join("in-the-way")).unwrap();
+        assert!(matches!(
+            file.save(&engine.to_state()),
+            Err(StateError::Io { .. })
+        ));
+        assert!(!file.temporary().exists());
+        assert!(!file.prepare().unwrap());
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_file_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("state");
+        fs::write(&not_a_dir, b"").unwrap();
+        let error = StateFile::new(&not_a_dir, String::new())
+            .prepare()
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "state_dir {} is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away",
+                not_a_dir.display()
+            )
         );
     }
 

@@ -320,3 +320,297 @@ async fn half_open_http_connections_are_capped_and_timed_out() {
         8.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_message_gets_resource_exhausted_and_is_counted_on_streams_and_unary_calls() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-message-size",
+        "1024",
+    ]);
+    let big = EventBatch {
+        sequence: 2,
+        events: vec![proto::Event {
+            kind: Some(proto::event::Kind::Impression(proto::Impression {
+                item_ids: (0..200).map(|i| format!("item-{i}")).collect(),
+                ..Default::default()
+            })),
+        }],
+    };
+    let mut client = server.collector().await;
+    let acks = client
+        .ingest(tokio_stream::iter([impression_batch(1), big.clone()]))
+        .await
+        .unwrap()
+        .into_inner();
+    let acks: Vec<_> = tokio_stream::StreamExt::collect::<Vec<_>>(acks).await;
+    assert_eq!(acks.len(), 2, "{acks:?}");
+    assert_eq!(acks[0].as_ref().unwrap().accepted, 1);
+    let status = acks[1].as_ref().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_message_size (1024 bytes)"),
+        "{status:?}"
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_failed_total"], 1.0);
+
+    let status = client.ingest_batch(big).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_message_size (1024 bytes)"),
+        "{status:?}"
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_failed_total"], 2.0);
+    assert_eq!(metrics["rankwatch_events_received_total"], 1.0);
+    let ack = client
+        .ingest_batch(impression_batch(3))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 1);
+}
+
+/// The conformance log gzipped into `dir`, and its lines.
+fn gzipped_log(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>, usize) {
+    use std::io::Write;
+    let log = std::fs::read(common::conformance("replay_small.jsonl")).unwrap();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(&log).unwrap();
+    let path = dir.join("log.jsonl.gz");
+    std::fs::write(&path, gzip.finish().unwrap()).unwrap();
+    let lines = log.iter().filter(|&&b| b == b'\n').count();
+    (path, log, lines)
+}
+
+/// A failed replay's exit code, report and the line number its message gives.
+fn failed_replay(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let output = replay(&[&["--format", "json"], args].concat(), None);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap();
+    let last = stderr.lines().last().unwrap_or_default().to_owned();
+    (output.status.code(), report, last)
+}
+
+/// The report of the first `lines` lines of `log`, replayed from standard input.
+fn report_of_lines(log: &[u8], lines: usize) -> serde_json::Value {
+    let end = log
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'\n')
+        .nth(lines - 1)
+        .map_or(log.len(), |(i, _)| i + 1);
+    common::replay_json(&["--format", "json", "-"], Some(&log[..end]))
+}
+
+#[test]
+fn replay_of_a_truncated_gzip_reports_the_lines_before_the_cut_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, _) = gzipped_log(dir.path());
+    let gzip = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &gzip[..gzip.len() / 2]).unwrap();
+    let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    let prefix = format!("rankwatch: cannot read {} past its line ", path.display());
+    let line: usize = message
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(line > 1000, "{message}");
+    assert!(
+        message.ends_with("; the report covers the lines read before it"),
+        "{message}"
+    );
+    assert_eq!(report, report_of_lines(&log, line));
+}
+
+#[test]
+fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, lines) = gzipped_log(dir.path());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"not gzip at all")
+        .unwrap();
+    let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: cannot read {} past its line {lines}: invalid gzip header; the report covers the lines read before it",
+            path.display()
+        )
+    );
+    assert_eq!(report, report_of_lines(&log, lines));
+}
+
+#[test]
+fn replay_with_a_later_log_missing_reports_the_earlier_ones_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, lines) = gzipped_log(dir.path());
+    let missing = dir.path().join("missing.jsonl");
+    let (code, report, message) =
+        failed_replay(&[path.to_str().unwrap(), missing.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: cannot read {}: No such file or directory (os error 2); the report covers the lines read before it",
+            missing.display()
+        )
+    );
+    assert_eq!(report, report_of_lines(&log, lines));
+}
+
+/// `rankwatch serve ARGS` that fails at start: its exit code and last line.
+fn failed_start(args: &[&str]) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    (
+        output.status.code(),
+        stderr.lines().last().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn an_unusable_state_dir_stops_the_server_at_start_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let (code, message) = failed_start(&["--state-dir", file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: state_dir {} is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away",
+            file.display()
+        )
+    );
+    let below_a_file = file.join("state");
+    let (code, message) = failed_start(&["--state-dir", below_a_file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{message}");
+    assert!(
+        message.starts_with(&format!(
+            "rankwatch: state_dir {} cannot be created (",
+            below_a_file.display()
+        )),
+        "{message}"
+    );
+    assert!(!message.contains("overwritten"), "{message}");
+}
+
+#[test]
+fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let temporary = dir.path().join("rankwatch.state.tmp");
+    std::fs::write(&temporary, b"half a state, from a full disk").unwrap();
+    let mut server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+        "--snapshot-interval",
+        "1h",
+    ]);
+    assert!(!temporary.exists(), "removed at start");
+    // Once the server answers, it has restored (nothing) and only saves are left.
+    assert_eq!(server.get("/readyz").0, 200);
+    // The final save cannot rename its file over a directory that is not empty.
+    std::fs::create_dir_all(dir.path().join("rankwatch.state/in-the-way")).unwrap();
+    assert_eq!(server.terminate(), Some(1));
+    assert!(!temporary.exists(), "removed after the failed save");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["rankwatch.state"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-groups",
+        "1",
+        "--group-idle-timeout",
+        "1s",
+    ]);
+    let impression = |request: &str, model: &str, time: &str| {
+        event(&format!(
+            r#"{{"impression":{{"requestId":"{request}","userId":"{request}","itemIds":["a"],"model":"{model}","surface":"home","time":"{time}"}}}}"#
+        ))
+    };
+    let mut client = server.collector().await;
+    let mut send = async |sequence, events| {
+        let ack = client
+            .ingest_batch(EventBatch { sequence, events })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(ack.rejections, [], "batch {sequence}");
+    };
+    // The junk group's one list is finalized by the watermark of a later
+    // interaction; the list of "late" folds into the overflow group and stays open.
+    let closing = event(
+        r#"{"interaction":{"userId":"w","itemId":"a","type":"click","time":"2026-11-01T10:20:00Z"}}"#,
+    );
+    send(
+        1,
+        vec![impression("r1", "junk", "2026-11-01T10:00:00Z"), closing],
+    )
+    .await;
+    send(2, vec![impression("r2", "late", "2026-11-01T10:20:00Z")]).await;
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_lists_finalized_total{model=\"junk\",surface=\"home\"}"],
+        1.0
+    );
+    assert_eq!(metrics["rankwatch_impressions_overflowed_total"], 1.0);
+    assert_eq!(metrics["rankwatch_groups"], 1.0);
+    let groups = server.report().await.groups;
+    assert_eq!(
+        groups
+            .iter()
+            .map(|g| (&*g.model, g.lists))
+            .collect::<Vec<_>>(),
+        [("junk", 1)]
+    );
+    let mut polls = 0;
+    while parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"] < 1.0 {
+        polls += 1;
+        assert!(polls < 200, "no group retired within 20 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The freed slot takes a new group instead of the overflow group.
+    send(3, vec![impression("r3", "next", "2026-11-01T10:20:00Z")]).await;
+    let text = server.get("/metrics").1;
+    assert!(
+        !text.contains("model=\"junk\""),
+        "the retired group is gone"
+    );
+    let metrics = parse_metrics(&text);
+    assert_eq!(metrics["rankwatch_groups_retired_total"], 1.0);
+    assert_eq!(metrics["rankwatch_impressions_overflowed_total"], 1.0);
+    assert_eq!(metrics["rankwatch_impressions_total"], 3.0);
+    assert_eq!(metrics["rankwatch_interactions_total"], 1.0);
+    assert_eq!(metrics["rankwatch_groups"], 0.0, "none has finalized lists");
+    // GetMetrics reports groups with finalized lists: the junk group is gone.
+    assert_eq!(server.report().await.groups, []);
+}

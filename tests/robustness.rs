@@ -5,6 +5,7 @@ mod common;
 
 use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, replay_json};
+use prost::Message;
 use rankwatch::proto::{self, EventBatch};
 use std::collections::BTreeMap;
 
@@ -395,4 +396,112 @@ async fn resending_after_a_broken_stream_gives_the_same_figures() {
         metrics["rankwatch_duplicates_total{kind=\"interaction\"}"] > 64.0,
         "the resent interactions were recognised"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_malformed_message_over_grpc() {
+    use common::server::ingest_raw_bytes;
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--max-message-size",
+        "4096",
+    ]);
+    // An interaction whose grade (field 7, a double) is sent as a varint.
+    let mut grade_as_varint = proto::Event {
+        kind: Some(proto::event::Kind::Interaction(
+            proto::Interaction::default(),
+        )),
+    }
+    .encode_to_vec();
+    grade_as_varint.extend([0x38, 0x02]);
+    grade_as_varint[1] += 2;
+    let mut batch = vec![0x12, grade_as_varint.len() as u8];
+    batch.extend(grade_as_varint);
+    let cases: [(Vec<u8>, tonic::Code, &str); 4] = [
+        (
+            vec![0x12, 0x05, 0x0a],
+            tonic::Code::InvalidArgument,
+            "malformed EventBatch: a field runs past the end of its message",
+        ),
+        (
+            batch,
+            tonic::Code::InvalidArgument,
+            "malformed EventBatch: Interaction.grade is a double (wire type 1)",
+        ),
+        (
+            vec![0x0a, 0x01, 0x01],
+            tonic::Code::InvalidArgument,
+            "malformed EventBatch: EventBatch.sequence is a uint64 (wire type 0)",
+        ),
+        (
+            vec![0x08; 4097],
+            tonic::Code::ResourceExhausted,
+            "a message of 4097 bytes is larger than max_message_size (4096 bytes); send smaller batches",
+        ),
+    ];
+    for (bytes, code, message) in &cases {
+        let status = ingest_raw_bytes(&server, bytes.clone()).await.unwrap_err();
+        assert_eq!((status.code(), status.message()), (*code, *message));
+    }
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_streams_failed_total"],
+        cases.len() as f64
+    );
+    assert_eq!(metrics["rankwatch_events_received_total"], 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_is_not_grpc_gets_http_415() {
+    use tonic::codegen::{http, Service};
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let mut channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    for (path, content_type) in [
+        ("/rankwatch.v1.Collector/IngestBatch", "application/json"),
+        ("/rankwatch.v1.Evaluation/GetMetrics", "text/plain"),
+        (
+            "/rankwatch.v1.Collector/IngestBatch",
+            "application/grpc+json",
+        ),
+    ] {
+        let request = http::Request::post(format!("http://{}{path}", server.grpc))
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header("te", "trailers")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .unwrap();
+        let response = channel.call(request).await.unwrap();
+        assert_eq!(response.status(), http::StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            format!(
+                "content type \"{content_type}\" is not gRPC; send application/grpc or application/grpc+proto"
+            )
+        );
+    }
+    // gRPC itself still works, and nothing was counted as a failed stream.
+    let ack = server
+        .collector()
+        .await
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events: vec![event(
+                r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#,
+            )],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 1);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_failed_total"], 0.0);
 }

@@ -4,7 +4,9 @@
 //!
 //! It reads exactly the fields of `proto/rankwatch/v1/rankwatch.proto` and
 //! skips unknown ones, as any protobuf parser does; a repeated singular field
-//! keeps its last value. Its events are the unchecked views of [`super::raw`],
+//! keeps its last value. A known field sent with another wire type than its
+//! own (a grade as a varint) makes the batch malformed, as it does for prost,
+//! rather than being dropped unseen. Its events are the unchecked views of [`super::raw`],
 //! which validation turns into domain events.
 
 use super::raw::{EventView, ImpressionView, RawInteraction, RawTime};
@@ -57,6 +59,7 @@ pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
                 let event = parse_event(event, &mut batch.items, &mut batch.labels)?;
                 batch.events.push(event);
             }
+            (field @ 1..=2, _) => return Err(wrong_type(&BATCH_FIELDS, field)),
             _ => {}
         }
     }
@@ -90,6 +93,7 @@ fn parse_event<'a>(
                 event = EventView::Impression(parse_impression(m, items, labels)?)
             }
             (2, Value::Bytes(x)) => event = EventView::Interaction(parse_interaction(x)?),
+            (field @ 1..=2, _) => return Err(wrong_type(&EVENT_FIELDS, field)),
             _ => {}
         }
     }
@@ -114,6 +118,7 @@ fn parse_impression<'a>(
             (5, Value::Bytes(b)) => m.model = text(b)?,
             (6, Value::Bytes(b)) => m.surface = text(b)?,
             (7, Value::Bytes(b)) => labels.push(parse_label(b)?),
+            (field @ 1..=7, _) => return Err(wrong_type(&IMPRESSION_FIELDS, field)),
             _ => {}
         }
     }
@@ -130,6 +135,7 @@ fn parse_label(bytes: &[u8]) -> Result<Label<'_>, WireError> {
         match (field, field_value) {
             (1, Value::Bytes(b)) => key = text(b)?,
             (2, Value::Bytes(b)) => value = text(b)?,
+            (field @ 1..=2, _) => return Err(wrong_type(&LABEL_FIELDS, field)),
             _ => {}
         }
     }
@@ -148,6 +154,7 @@ fn parse_interaction(bytes: &[u8]) -> Result<RawInteraction<'_>, WireError> {
             (5, Value::Bytes(b)) => x.kind = text(b)?,
             (6, Value::Bytes(b)) => x.time = parse_timestamp(b)?,
             (7, Value::Fixed64(bits)) => x.grade = Some(f64::from_bits(bits)),
+            (field @ 1..=7, _) => return Err(wrong_type(&INTERACTION_FIELDS, field)),
             _ => {}
         }
     }
@@ -161,10 +168,60 @@ fn parse_timestamp(bytes: &[u8]) -> Result<RawTime, WireError> {
         match (field, value) {
             (1, Value::Varint(v)) => seconds = v as i64,
             (2, Value::Varint(v)) => nanos = v as i32,
+            (field @ 1..=2, _) => return Err(wrong_type(&TIMESTAMP_FIELDS, field)),
             _ => {}
         }
     }
     Ok(from_timestamp(seconds, nanos).map_or(RawTime::Invalid, RawTime::At))
+}
+
+/// What each field of a message must be, by field number.
+const BATCH_FIELDS: [&str; 3] = [
+    "",
+    "EventBatch.sequence is a uint64 (wire type 0)",
+    "EventBatch.events is a message (wire type 2)",
+];
+const EVENT_FIELDS: [&str; 3] = [
+    "",
+    "Event.impression is a message (wire type 2)",
+    "Event.interaction is a message (wire type 2)",
+];
+const IMPRESSION_FIELDS: [&str; 8] = [
+    "",
+    "Impression.request_id is a string (wire type 2)",
+    "Impression.user_id is a string (wire type 2)",
+    "Impression.item_ids is a string (wire type 2)",
+    "Impression.time is a Timestamp (wire type 2)",
+    "Impression.model is a string (wire type 2)",
+    "Impression.surface is a string (wire type 2)",
+    "Impression.labels is a map entry (wire type 2)",
+];
+const LABEL_FIELDS: [&str; 3] = [
+    "",
+    "Impression.labels key is a string (wire type 2)",
+    "Impression.labels value is a string (wire type 2)",
+];
+const INTERACTION_FIELDS: [&str; 8] = [
+    "",
+    "Interaction.event_id is a string (wire type 2)",
+    "Interaction.user_id is a string (wire type 2)",
+    "Interaction.item_id is a string (wire type 2)",
+    "Interaction.request_id is a string (wire type 2)",
+    "Interaction.type is a string (wire type 2)",
+    "Interaction.time is a Timestamp (wire type 2)",
+    "Interaction.grade is a double (wire type 1)",
+];
+const TIMESTAMP_FIELDS: [&str; 3] = [
+    "",
+    "Timestamp.seconds is an int64 (wire type 0)",
+    "Timestamp.nanos is an int32 (wire type 0)",
+];
+
+/// A known field sent with another wire type than its own: `fields` says
+/// what each field of its message must be.
+#[cold]
+fn wrong_type(fields: &[&'static str], field: u64) -> WireError {
+    WireError(fields[field as usize])
 }
 
 fn text(bytes: &[u8]) -> Result<&str, WireError> {
@@ -328,6 +385,32 @@ mod tests {
         assert!(
             parse_batch(&[0x12, 0x04, 0x12, 0x02, 0x12, 0x00]).is_ok(),
             "nested empty messages"
+        );
+        let grade_as_varint = Interaction {
+            grade: None,
+            ..Default::default()
+        };
+        let mut event = Event {
+            kind: Some(Kind::Interaction(grade_as_varint)),
+        }
+        .encode_to_vec();
+        // Field 7, wire type 0, value 2, appended inside the interaction.
+        event.extend([0x38, 0x02]);
+        event[1] += 2;
+        let mut batch = vec![0x12, event.len() as u8];
+        batch.extend(event);
+        assert_eq!(
+            parse_batch(&batch).unwrap_err(),
+            WireError("Interaction.grade is a double (wire type 1)")
+        );
+        assert_eq!(
+            parse_batch(&[0x0a, 0x01, 0x01]).unwrap_err(),
+            WireError("EventBatch.sequence is a uint64 (wire type 0)"),
+            "a sequence as bytes"
+        );
+        assert!(
+            parse_batch(&[0x40, 0x01]).is_ok(),
+            "an unknown field is skipped"
         );
         let bad_utf8 = [0x12, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe];
         assert_eq!(

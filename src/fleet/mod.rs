@@ -182,7 +182,10 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
     while let Some(command) = commands.recv().await {
         match command {
             // The collector is not served in consume mode.
-            Command::Apply { .. } | Command::AdvanceIfIdle { .. } => {}
+            // Groups are not retired in fleet mode: they live in the partitions.
+            Command::Apply { .. }
+            | Command::AdvanceIfIdle { .. }
+            | Command::RetireIdleGroups { .. } => {}
             Command::Snapshot { reply } => {
                 let control = fleet.engine_settings().control_model.clone();
                 let _ = reply.send(Snapshot::of(&fleet.figures(), control));

@@ -76,7 +76,7 @@ impl Relay {
                     stream_failed,
                     done,
                 } => self.relay(batch, stream_failed, done).await,
-                Command::AdvanceIfIdle { .. } => {}
+                Command::AdvanceIfIdle { .. } | Command::RetireIdleGroups { .. } => {}
                 Command::Snapshot { reply } => {
                     let _ = reply.send(Snapshot::of(
                         &self.engine,

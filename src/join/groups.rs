@@ -2,13 +2,20 @@
 //! labels (SPEC §11), with bounds on how many there may be whatever clients
 //! send. Past `max_segment_values` distinct values of a segment label, a new
 //! value folds into `__other__`; past `max_groups`, new groups fold into one
-//! overflow group.
+//! overflow group. It remembers when each group last received an
+//! impression, so that idle groups can be retired and their slots freed;
+//! ids stay dense, in order of registration.
 
+use crate::event::Nanos;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// Index of a group in the registry.
 pub type GroupId = u32;
+
+/// When a group restored from saved state was last seen: unknown, so its
+/// idle time starts at the first sweep after the restart.
+const UNSEEN: Nanos = Nanos::MAX;
 
 /// The model and surface names (and segment values) of the overflow group.
 const OVERFLOW_GROUP_NAME: &str = "__overflow__";
@@ -134,6 +141,10 @@ pub struct Groups {
     /// The value ids of the impression being placed, kept to reuse its room.
     #[serde(skip)]
     scratch: Vec<u32>,
+    /// When each group last received an impression (the engine's receipt
+    /// clock), by id. Not saved: a restart restarts every group's idle time.
+    #[serde(skip)]
+    last_seen: Vec<Nanos>,
 }
 
 impl Groups {
@@ -152,13 +163,32 @@ impl Groups {
             overflow: None,
             overflowed: 0,
             scratch: Vec::new(),
+            last_seen: Vec::new(),
         }
     }
 
     /// The id of the group of an impression of `model` on `surface` with
     /// `segments`, the values of the segment labels in their order:
     /// registered if there is room, with values folded past their bound.
-    pub fn id<S: AsRef<str>>(&mut self, model: &str, surface: &str, segments: &[S]) -> GroupId {
+    /// The group is seen `now`.
+    pub fn id<S: AsRef<str>>(
+        &mut self,
+        model: &str,
+        surface: &str,
+        segments: &[S],
+        now: Nanos,
+    ) -> GroupId {
+        let id = self.find_or_register(model, surface, segments);
+        self.last_seen[id as usize] = now;
+        id
+    }
+
+    fn find_or_register<S: AsRef<str>>(
+        &mut self,
+        model: &str,
+        surface: &str,
+        segments: &[S],
+    ) -> GroupId {
         if segments.is_empty() {
             return match self.find(model, surface, &[]) {
                 Some(id) => id,
@@ -236,6 +266,7 @@ impl Groups {
             surface: surface.to_owned(),
             segments,
         });
+        self.last_seen.push(UNSEEN);
         let groups = self
             .ids
             .entry(model.to_owned())
@@ -250,10 +281,69 @@ impl Groups {
         id
     }
 
-    /// Sets the bounds: a restored registry takes the running limits.
-    pub(super) fn limit(&mut self, max_groups: usize, max_segment_values: usize) {
+    /// Readies a registry restored from saved state: it takes the running
+    /// limits, and its groups' idle times start at the next sweep.
+    pub(super) fn restored(&mut self, max_groups: usize, max_segment_values: usize) {
         self.max_groups = max_groups;
         self.max_segment_values = max_segment_values;
+        self.last_seen = vec![UNSEEN; self.names.len()];
+    }
+
+    /// Whether each group, by id, received no impression after `before`. A
+    /// group restored unseen counts as seen `now`, and is not idle.
+    pub(super) fn idle(&mut self, now: Nanos, before: Nanos) -> Vec<bool> {
+        self.last_seen
+            .iter_mut()
+            .map(|seen| {
+                if *seen == UNSEEN {
+                    *seen = now;
+                }
+                *seen <= before
+            })
+            .collect()
+    }
+
+    /// Removes the groups marked in `retired` (by id); the others keep their
+    /// order. Returns the new id of each old one (`None`: retired). The
+    /// segment values of a retired group stay known.
+    pub(super) fn retire(&mut self, retired: &[bool]) -> Vec<Option<GroupId>> {
+        let mut next = 0;
+        let new_ids: Vec<Option<GroupId>> = retired
+            .iter()
+            .map(|&gone| {
+                (!gone).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        let kept = |index: &mut usize| {
+            *index += 1;
+            !retired[*index - 1]
+        };
+        let mut index = 0;
+        self.names.retain(|_| kept(&mut index));
+        let mut index = 0;
+        self.last_seen.retain(|_| kept(&mut index));
+        let renumber = |id: &mut GroupId| match new_ids[*id as usize] {
+            Some(new) => {
+                *id = new;
+                true
+            }
+            None => false,
+        };
+        for surfaces in self.ids.values_mut() {
+            for groups in surfaces.values_mut() {
+                groups.plain = groups
+                    .plain
+                    .and_then(|mut id| renumber(&mut id).then_some(id));
+                groups.by_values.retain(|_, id| renumber(id));
+            }
+            surfaces.retain(|_, groups| groups.plain.is_some() || !groups.by_values.is_empty());
+        }
+        self.ids.retain(|_, surfaces| !surfaces.is_empty());
+        self.overflow = self.overflow.and_then(|id| new_ids[id as usize]);
+        new_ids
     }
 
     /// The name of every group, indexed by id.
@@ -298,11 +388,11 @@ mod tests {
     fn folds_groups_past_the_limit_into_overflow() {
         let mut groups = Groups::new(2, &no_segments());
         let none: [&str; 0] = [];
-        assert_eq!(groups.id("a", "home", &none), 0);
-        assert_eq!(groups.id("b", "home", &none), 1);
-        assert_eq!(groups.id("a", "home", &none), 0);
-        let overflow = groups.id("c", "home", &none);
-        assert_eq!(groups.id("d", "x", &none), overflow);
+        assert_eq!(groups.id("a", "home", &none, 0), 0);
+        assert_eq!(groups.id("b", "home", &none, 0), 1);
+        assert_eq!(groups.id("a", "home", &none, 0), 0);
+        let overflow = groups.id("c", "home", &none, 0);
+        assert_eq!(groups.id("d", "x", &none, 0), overflow);
         assert_eq!(groups.names()[overflow as usize].model, OVERFLOW_GROUP_NAME);
         assert_eq!(groups.overflowed, 2);
     }
@@ -314,11 +404,11 @@ mod tests {
             max_values: 2,
         };
         let mut groups = Groups::new(100, &settings);
-        let de = groups.id("a", "home", &["de", "ios"]);
-        assert_eq!(groups.id("a", "home", &["fr", "ios"]), de + 1);
-        let other = groups.id("a", "home", &["it", "ios"]);
-        assert_eq!(groups.id("a", "home", &["es", "ios"]), other);
-        assert_eq!(groups.id("a", "home", &["de", "ios"]), de);
+        let de = groups.id("a", "home", &["de", "ios"], 0);
+        assert_eq!(groups.id("a", "home", &["fr", "ios"], 0), de + 1);
+        let other = groups.id("a", "home", &["it", "ios"], 0);
+        assert_eq!(groups.id("a", "home", &["es", "ios"], 0), other);
+        assert_eq!(groups.id("a", "home", &["de", "ios"], 0), de);
         assert_eq!(
             groups.names()[other as usize].segments,
             [
@@ -342,7 +432,7 @@ mod tests {
         };
         let mut groups = Groups::new(3, &settings);
         for country in ["de", "fr", "it", "es", "pt"] {
-            groups.id("a", "home", &[country]);
+            groups.id("a", "home", &[country], 0);
         }
         assert_eq!(groups.names().len(), 4);
         let overflow = &groups.names()[3];
@@ -352,5 +442,51 @@ mod tests {
         );
         assert_eq!(groups.overflowed, 2);
         assert_eq!(groups.folded().next(), Some(("country", 0)));
+    }
+
+    #[test]
+    fn retiring_a_group_frees_its_slot_and_keeps_the_others_in_order() {
+        let mut groups = Groups::new(2, &no_segments());
+        let none: [&str; 0] = [];
+        assert_eq!(groups.id("a", "home", &none, 10), 0);
+        assert_eq!(groups.id("b", "home", &none, 20), 1);
+        assert_eq!(groups.id("c", "home", &none, 30), 2, "the overflow group");
+        assert_eq!(groups.idle(40, 15), [true, false, false]);
+        assert_eq!(
+            groups.retire(&[true, false, false]),
+            [None, Some(0), Some(1)]
+        );
+        assert_eq!(groups.id("b", "home", &none, 50), 0);
+        assert_eq!(groups.id("c", "home", &none, 50), 2, "a slot is free again");
+        assert_eq!(
+            groups.id("d", "home", &none, 50),
+            1,
+            "the overflow group kept its place"
+        );
+        let names: Vec<&str> = groups.names().iter().map(|n| n.model.as_str()).collect();
+        assert_eq!(names, ["b", OVERFLOW_GROUP_NAME, "c"]);
+    }
+
+    #[test]
+    fn retiring_a_segmented_group_keeps_its_siblings() {
+        let settings = SegmentSettings {
+            labels: vec!["country".to_owned()],
+            max_values: 20,
+        };
+        let mut groups = Groups::new(10, &settings);
+        assert_eq!(groups.id("a", "home", &["de"], 10), 0);
+        assert_eq!(groups.id("a", "home", &["fr"], 20), 1);
+        assert_eq!(groups.retire(&[true, false]), [None, Some(0)]);
+        assert_eq!(groups.id("a", "home", &["fr"], 30), 0);
+        assert_eq!(groups.id("a", "home", &["de"], 30), 1, "registered anew");
+    }
+
+    #[test]
+    fn a_restored_group_is_idle_only_after_a_full_timeout_from_the_first_sweep() {
+        let mut groups = Groups::new(4, &no_segments());
+        groups.id("a", "home", &[] as &[&str], 10);
+        groups.restored(4, 20);
+        assert_eq!(groups.idle(1_000, 900), [false]);
+        assert_eq!(groups.idle(2_000, 1_000), [true]);
     }
 }

@@ -127,6 +127,9 @@ pub struct Engine {
     waiting_interactions: usize,
     /// Lists finalized since the last prefetch of those that close next.
     closed_since_prefetch: u32,
+    /// When the events being applied were received (wall clock), for the
+    /// groups' idle times; 0 unless the server sets it.
+    received_at: Nanos,
 }
 
 impl Engine {
@@ -152,7 +155,49 @@ impl Engine {
             open_impressions: 0,
             waiting_interactions: 0,
             closed_since_prefetch: 0,
+            received_at: 0,
         }
+    }
+
+    /// Sets when the events applied next were received (wall clock).
+    pub fn received_at(&mut self, now: Nanos) {
+        self.received_at = now;
+    }
+
+    /// Retires every group that received no impression during `idle` up
+    /// to `now` and has no open impression: its figures go, its slot under
+    /// `max_groups` is freed, the counters since start keep what it counted.
+    /// Returns how many were retired.
+    pub fn retire_idle_groups(&mut self, now: Nanos, idle: Nanos) -> usize {
+        let mut retired = self.groups.idle(now, now.saturating_sub(idle));
+        if !retired.contains(&true) {
+            return 0;
+        }
+        for open in self
+            .shards
+            .iter()
+            .flat_map(|s| s.values())
+            .flat_map(|u| &u.open)
+        {
+            retired[open.group as usize] = false;
+        }
+        let count = retired.iter().filter(|&&gone| gone).count();
+        if count == 0 {
+            return 0;
+        }
+        let new_ids = self.groups.retire(&retired);
+        let mut id = 0;
+        self.aggregates.retain(|_| {
+            id += 1;
+            !retired[id - 1]
+        });
+        for user in self.shards.iter_mut().flat_map(|s| s.values_mut()) {
+            for open in &mut user.open {
+                open.group = new_ids[open.group as usize]
+                    .expect("a group with an open impression is never retired");
+            }
+        }
+        count
     }
 
     /// The watermark `W = T − L`, once an event has been accepted.
@@ -315,7 +360,7 @@ impl Engine {
         engine.max_time = state.max_time;
         engine.next_seq = state.next_seq;
         engine.groups = state.groups;
-        engine.groups.limit(
+        engine.groups.restored(
             engine.settings.max_groups,
             engine.settings.segments.max_values,
         );
@@ -369,9 +414,12 @@ impl Engine {
             self.counters.shed_impressions += 1;
             return Some(Shed::MaxOpenImpressions);
         }
-        let group = self
-            .groups
-            .id(&impression.model, &impression.surface, &impression.segments);
+        let group = self.groups.id(
+            &impression.model,
+            &impression.surface,
+            &impression.segments,
+            self.received_at,
+        );
         let seq = self.seq();
         let mut open = OpenImpression::new(seq, group, impression);
         let index = shard_index(user_id, self.shards.len());
@@ -520,6 +568,44 @@ mod tests {
             surface: Cow::Borrowed("s"),
             segments: Vec::new(),
         })
+    }
+
+    #[test]
+    fn retiring_idle_groups_spares_those_with_open_impressions_and_renumbers_the_rest() {
+        let mut engine = engine(100, 100);
+        let shown = |model: &'static str, user: &str, time: Nanos| {
+            let Event::Impression(mut m) = impression(user, user, &["a"], time) else {
+                unreachable!("an impression")
+            };
+            m.model = Cow::Borrowed(model);
+            Event::Impression(m)
+        };
+        engine.received_at(10);
+        engine.apply(shown("old", "u1", 0));
+        engine.apply(shown("busy", "u2", 0));
+        engine.apply(click("w", "a", None, 400 * S));
+        engine.received_at(20);
+        engine.apply(shown("busy", "u3", 400 * S));
+        engine.apply(shown("new", "u4", 400 * S));
+        engine.apply(click("u3", "a", None, 401 * S));
+        // "old" and "busy" have finalized lists; "busy" still has one open.
+        assert_eq!(engine.retire_idle_groups(100, 85), 1);
+        let names: Vec<&str> = engine
+            .group_names()
+            .iter()
+            .map(|name| name.model.as_str())
+            .collect();
+        assert_eq!(names, ["busy", "new"]);
+        assert_eq!(engine.aggregates().len(), 1);
+        assert_eq!(engine.aggregates()[0].totals.lists, 1);
+        engine.finish();
+        assert_eq!(
+            engine.aggregates()[0].totals.lists,
+            2,
+            "its open list came back to it"
+        );
+        assert_eq!(engine.aggregates()[0].totals.engaged, 1);
+        assert_eq!(engine.counters().impressions, 4, "since start, all of them");
     }
 
     fn click(user: &str, item: &str, request: Option<&str>, time: Nanos) -> Event<'static> {

@@ -146,8 +146,12 @@ impl Collector for CollectorService {
                     Ok(Some(batch)) => batch,
                     Ok(None) => break,
                     Err(status) => {
-                        metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
-                        let _ = failures.send(Err(status)).await;
+                        // An oversize message was counted where it was found.
+                        if status.code() != tonic::Code::ResourceExhausted {
+                            metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
+                        }
+                        // After the acks of the batches before it.
+                        let _ = pending.send(Pending::End(status)).await;
                         break;
                     }
                 };

@@ -8,6 +8,7 @@
 //! threads cost 17% more CPU per event on a one-core sidecar.
 
 use super::codec::RawBatch;
+use super::telemetry::GROUPS_RETIRED_TOTAL;
 use crate::config::EngineSettings;
 use crate::event::wire::{parse_batch, WireError};
 use crate::event::{Nanos, Validator};
@@ -31,6 +32,10 @@ pub(crate) enum Command {
     },
     AdvanceIfIdle {
         now: Nanos,
+    },
+    RetireIdleGroups {
+        now: Nanos,
+        idle: Nanos,
     },
     Snapshot {
         reply: oneshot::Sender<Snapshot>,
@@ -134,6 +139,14 @@ impl EngineHandle {
             .map_err(|_| EngineStopped)
     }
 
+    /// Retires the groups that received no impression during `idle` up to `now`.
+    pub async fn retire_idle_groups(&self, now: Nanos, idle: Nanos) -> Result<(), EngineStopped> {
+        self.commands
+            .send(Command::RetireIdleGroups { now, idle })
+            .await
+            .map_err(|_| EngineStopped)
+    }
+
     /// The engine's figures now.
     pub async fn snapshot(&self) -> Result<Snapshot, EngineStopped> {
         self.ask(|reply| Command::Snapshot { reply }).await
@@ -202,6 +215,10 @@ async fn run(
                 }
                 idle = true;
             }
+            Command::RetireIdleGroups { now, idle } => {
+                let retired = engine.retire_idle_groups(now, idle);
+                metrics::counter!(GROUPS_RETIRED_TOTAL).increment(retired as u64);
+            }
             Command::Snapshot { reply } => {
                 let _ = reply.send(Snapshot::of(&engine, report_config.control_model.clone()));
             }
@@ -224,6 +241,7 @@ async fn run(
 fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
     let view = parse_batch(&batch.0)?;
     let now = crate::clock::wall_clock();
+    engine.received_at(now);
     let mut ack = IngestAck {
         sequence: view.sequence,
         accepted: 0,

@@ -4,10 +4,12 @@
 
 pub mod codec;
 mod collector;
+mod content_type;
 mod engine_task;
 mod evaluation;
 mod http;
 mod http_limits;
+mod message_limit;
 mod periodic;
 mod persistence;
 mod process;
@@ -30,6 +32,7 @@ use crate::config::{EngineSettings, ServerSettings};
 use crate::proto::{evaluation_server::EvaluationServer, FILE_DESCRIPTOR_SET};
 use crate::state::StateFile;
 use anyhow::Context;
+use content_type::GrpcOnly;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use tasks::{Drain, Tasks};
@@ -55,6 +58,16 @@ pub async fn serve(
     shutdown: CancellationToken,
     on_bound: impl FnOnce(Bound),
 ) -> anyhow::Result<()> {
+    let state_file = settings
+        .state_dir
+        .as_deref()
+        .filter(|_| settings.fleet.is_none())
+        .map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
+    if let Some(file) = &state_file {
+        if file.prepare()? {
+            tracing::warn!(path = %file.path().display(), "removed the temporary file of a save that was cut short");
+        }
+    }
     process::configure_memory(settings.huge_pages);
     process::raise_file_limit();
     let recorder = telemetry::recorder()?;
@@ -86,11 +99,6 @@ pub async fn serve(
         ),
         None => None,
     };
-    let state_file = settings
-        .state_dir
-        .as_deref()
-        .filter(|_| fleet.is_none())
-        .map(|dir| StateFile::new(dir, engine_settings.fingerprint(&settings.windows)));
     let engine = match &fleet {
         Some(fleet) => fleet.engine.clone(),
         None => EngineHandle::start(
@@ -154,6 +162,14 @@ pub async fn serve(
     });
     tasks.spawn(telemetry::keep_up(recorder, shutdown.clone()));
     // In fleet mode each partition's watermark follows the wall clock on its own.
+    // In fleet mode groups live in the partitions, handed between instances.
+    if fleet.is_none() {
+        tasks.spawn(periodic::retire_idle_groups(
+            engine.clone(),
+            settings.group_idle_timeout,
+            shutdown.clone(),
+        ));
+    }
     if settings.wall_clock_advance && fleet.is_none() {
         tasks.spawn(periodic::advance_with_wall_clock(engine, shutdown.clone()));
     }
@@ -205,14 +221,17 @@ async fn grpc_server(
         builder = builder.tls_config(tls::config(tls)?)?;
     }
     Ok(builder
-        .add_service(health_service)
-        .add_service(reflection)
+        .add_service(GrpcOnly(health_service))
+        .add_service(GrpcOnly(reflection))
         .add_optional_service(serves_collector.then(|| {
-            CollectorServer::new(collector).max_decoding_message_size(settings.max_message_size)
+            GrpcOnly(message_limit::MessageLimit::new(
+                CollectorServer::new(collector)
+                    .max_decoding_message_size(settings.max_message_size),
+                settings.max_message_size,
+            ))
         }))
-        .add_service(EvaluationServer::new(evaluation::EvaluationService::new(
-            engine,
-            settings.windows.clone(),
+        .add_service(GrpcOnly(EvaluationServer::new(
+            evaluation::EvaluationService::new(engine, settings.windows.clone()),
         ))))
 }
 

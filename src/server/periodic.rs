@@ -1,5 +1,6 @@
-//! The clock of the server's periodic tasks, and the one of them that
-//! belongs to no other room: the watermark's advance with the wall clock.
+//! The clock of the server's periodic tasks, and the two of them that
+//! belong to no other room: the watermark's advance with the wall clock,
+//! and the retirement of idle groups.
 
 use super::engine_task::EngineHandle;
 use crate::clock::wall_clock;
@@ -33,6 +34,23 @@ impl Every {
         tokio::select! {
             _ = self.shutdown.cancelled() => false,
             _ = self.ticks.tick() => true,
+        }
+    }
+}
+
+/// Most time between two sweeps for idle groups.
+const LONGEST_SWEEP_PERIOD: Duration = Duration::from_secs(60);
+
+/// Retires the groups that received no impression for `idle`, sweeping a
+/// tenth as often (at most every minute), so that a group goes at most a
+/// tenth of `idle` late.
+pub async fn retire_idle_groups(engine: EngineHandle, idle: Duration, shutdown: CancellationToken) {
+    let period = (idle / 10).clamp(Duration::from_millis(1), LONGEST_SWEEP_PERIOD);
+    let idle = crate::event::Nanos::try_from(idle.as_nanos()).unwrap_or(crate::event::Nanos::MAX);
+    let mut every = Every::after_one(period, shutdown);
+    while every.tick().await {
+        if engine.retire_idle_groups(wall_clock(), idle).await.is_err() {
+            return;
         }
     }
 }

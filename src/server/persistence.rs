@@ -48,7 +48,7 @@ pub fn restore(
                 }
                 Err(move_error) => {
                     let move_error = format!("{:#}", anyhow::Error::new(move_error));
-                    tracing::error!(%error, %move_error, "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside and will be overwritten")
+                    tracing::error!(%error, %move_error, path = %file.path().display(), "STATE NOT RESTORED: starting empty; the unusable file could not be moved aside: move it out of state_dir to keep it, since the next save replaces it")
                 }
             }
             fresh()

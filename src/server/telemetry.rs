@@ -17,6 +17,8 @@ pub const INGEST_STREAMS: &str = "rankwatch_ingest_streams";
 pub const STREAMS_REFUSED_TOTAL: &str = "rankwatch_streams_refused_total";
 /// Counter: Ingest RPCs ended by a malformed or oversize message.
 pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
+/// Counter: groups retired after `group_idle_timeout` without an impression.
+pub const GROUPS_RETIRED_TOTAL: &str = "rankwatch_groups_retired_total";
 /// Gauge: configured limits, by the label `limit`.
 pub const LIMIT: &str = "rankwatch_limit";
 /// Counter: state snapshots written.
@@ -67,6 +69,10 @@ fn describe_health_series() {
         STREAMS_FAILED_TOTAL,
         "Ingest RPCs ended by a malformed or oversize message."
     );
+    metrics::describe_counter!(
+        GROUPS_RETIRED_TOTAL,
+        "Groups retired after group_idle_timeout without an impression (gone from the list metrics, their slots under max_groups freed)."
+    );
     metrics::describe_gauge!(LIMIT, "Configured limits, by name.");
     metrics::describe_counter!(
         STATE_SAVES_TOTAL,
@@ -88,6 +94,7 @@ fn describe_health_series() {
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!(STREAMS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_FAILED_TOTAL).absolute(0);
+    metrics::counter!(GROUPS_RETIRED_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
 }
 

@@ -1,0 +1,229 @@
+//! The bound on a gRPC message's size (`max_message_size`), read from the
+//! 5-byte frame header as the request body streams in, before any of the
+//! message is buffered. An oversize message ends its RPC with
+//! `RESOURCE_EXHAUSTED` and is counted in [`STREAMS_FAILED_TOTAL`], for
+//! `Ingest` streams and unary `IngestBatch` calls alike. It knows nothing of
+//! what a message holds; tonic's own limit stays set to the same size behind
+//! it, as a second guard it never reaches.
+
+use super::telemetry::STREAMS_FAILED_TOTAL;
+use bytes::Bytes;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tonic::codegen::{http, Body, Service, StdError};
+use tonic::server::NamedService;
+use tonic::Status;
+
+/// Bytes in a gRPC frame header: a compression flag and a big-endian length.
+const HEADER_BYTES: usize = 5;
+
+/// A gRPC service whose request messages may be at most `max_message_size` bytes.
+#[derive(Clone, Debug)]
+pub struct MessageLimit<S> {
+    inner: S,
+    max_message_size: usize,
+}
+
+impl<S> MessageLimit<S> {
+    /// `inner`, with its request bodies read through a [`LimitedBody`].
+    pub fn new(inner: S, max_message_size: usize) -> Self {
+        Self {
+            inner,
+            max_message_size,
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for MessageLimit<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for MessageLimit<S>
+where
+    S: Service<http::Request<LimitedBody<B>>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let max = self.max_message_size;
+        self.inner
+            .call(request.map(|body| LimitedBody::new(body, max)))
+    }
+}
+
+/// Where the reader is in the stream of frames.
+#[derive(Clone, Copy, Debug)]
+enum Position {
+    /// Inside a header, with these of its bytes read so far.
+    Header {
+        read: usize,
+        bytes: [u8; HEADER_BYTES],
+    },
+    /// Inside a message, with this many of its bytes still to come.
+    Message { left: usize },
+}
+
+/// A request body that fails with `RESOURCE_EXHAUSTED` at the header of a
+/// message larger than its limit, having passed on every byte before it.
+#[derive(Debug)]
+pub struct LimitedBody<B> {
+    inner: B,
+    max_message_size: usize,
+    position: Position,
+    /// The failure to report once the bytes before the oversize header are passed on.
+    failed: Option<Status>,
+}
+
+impl<B> LimitedBody<B> {
+    fn new(inner: B, max_message_size: usize) -> Self {
+        Self {
+            inner,
+            max_message_size,
+            position: Position::Header {
+                read: 0,
+                bytes: [0; HEADER_BYTES],
+            },
+            failed: None,
+        }
+    }
+
+    /// Follows the frames through `chunk`; returns the offset of the first
+    /// oversize header's start in it, if there is one (0 when it began in an
+    /// earlier chunk).
+    fn scan(&mut self, chunk: &[u8]) -> Option<(usize, usize)> {
+        let mut offset = 0;
+        while offset < chunk.len() {
+            match &mut self.position {
+                Position::Message { left } => {
+                    let step = (*left).min(chunk.len() - offset);
+                    *left -= step;
+                    offset += step;
+                    if *left == 0 {
+                        self.position = Position::Header {
+                            read: 0,
+                            bytes: [0; HEADER_BYTES],
+                        };
+                    }
+                }
+                Position::Header { read, bytes } => {
+                    let start = offset.saturating_sub(*read);
+                    let step = (HEADER_BYTES - *read).min(chunk.len() - offset);
+                    bytes[*read..*read + step].copy_from_slice(&chunk[offset..offset + step]);
+                    *read += step;
+                    offset += step;
+                    if *read < HEADER_BYTES {
+                        continue;
+                    }
+                    let length = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+                    let length = length as usize;
+                    if length > self.max_message_size {
+                        return Some((start, length));
+                    }
+                    self.position = match length {
+                        0 => Position::Header {
+                            read: 0,
+                            bytes: [0; HEADER_BYTES],
+                        },
+                        left => Position::Message { left },
+                    };
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The status of a message of `length` bytes past `max_message_size`.
+fn oversize(length: usize, max_message_size: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "a message of {length} bytes is larger than max_message_size ({max_message_size} bytes); send smaller batches"
+    ))
+}
+
+impl<B> Body for LimitedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<StdError>,
+{
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+        if let Some(status) = self.failed.take() {
+            return Poll::Ready(Some(Err(status)));
+        }
+        let frame = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            None => return Poll::Ready(None),
+            Some(Err(error)) => return Poll::Ready(Some(Err(Status::from_error(error.into())))),
+            Some(Ok(frame)) => frame,
+        };
+        let Some(mut data) = frame.data_ref().cloned() else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
+        let Some((start, length)) = self.scan(&data) else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
+        metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
+        let status = oversize(length, self.max_message_size);
+        if start == 0 {
+            return Poll::Ready(Some(Err(status)));
+        }
+        self.failed = Some(status);
+        data.truncate(start);
+        Poll::Ready(Some(Ok(http_body::Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.failed.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(length: u32) -> Vec<u8> {
+        let mut header = vec![0];
+        header.extend(length.to_be_bytes());
+        header
+    }
+
+    #[test]
+    fn finds_an_oversize_header_after_whole_messages_and_across_chunks() {
+        let mut body = LimitedBody::new((), 4);
+        let mut chunk = header(3);
+        chunk.extend([1, 2, 3]);
+        chunk.extend(header(0));
+        chunk.extend(&header(5)[..2]);
+        assert_eq!(body.scan(&chunk), None);
+        assert_eq!(body.scan(&header(5)[2..]), Some((0, 5)));
+
+        let mut body = LimitedBody::new((), 4);
+        let mut chunk = header(4);
+        chunk.extend([1, 2, 3, 4]);
+        chunk.extend(header(9));
+        assert_eq!(body.scan(&chunk), Some((9, 9)));
+    }
+
+    #[test]
+    fn follows_a_message_split_over_many_chunks() {
+        let mut body = LimitedBody::new((), 4);
+        assert_eq!(body.scan(&header(4)), None);
+        assert_eq!(body.scan(&[1, 2]), None);
+        assert_eq!(body.scan(&[3, 4, 0, 0]), None);
+        assert_eq!(body.scan(&[0, 0, 5]), Some((0, 5)));
+    }
+}
