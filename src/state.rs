@@ -12,8 +12,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"RNKWATCH";
-/// Version 2 adds the sums of squares of per-list values (SPEC §9).
-const FORMAT_VERSION: u32 = 2;
+/// Version 2 adds the sums of squares of per-list values (SPEC §9);
+/// version 3 each group's coverage and exposure (SPEC §11).
+const FORMAT_VERSION: u32 = 3;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 

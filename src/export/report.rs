@@ -4,7 +4,9 @@
 use super::comparison::{compare, Comparison, NamedTotals};
 use super::Snapshot;
 use crate::join::{Counters, Engine, Unattributed};
-use crate::metrics::{GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION};
+use crate::metrics::{
+    CoverageFigures, CoverageMode, GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -60,6 +62,9 @@ pub struct GroupReport {
     /// The position curve since start, rank 1 first; left out of window reports.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<PositionPoint>,
+    /// Coverage and exposure of the same lists (SPEC §11); left out when coverage is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<CoverageFigures>,
 }
 
 /// One rank of a position curve: CTR at the rank is `interactions["click"] / lists`.
@@ -155,8 +160,15 @@ impl Report {
             .iter()
             .zip(engine.group_names())
             .map(|(aggregates, (model, surface))| (model, surface, &aggregates.positions));
+        let coverage = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .filter(|_| engine.coverage_mode() != CoverageMode::Off)
+            .map(|(aggregates, (model, surface))| (model, surface, aggregates.coverage.figures()));
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
+            .with_coverage(coverage)
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
@@ -167,7 +179,17 @@ impl Report {
                 (model, surface, aggregates.windows.totals(index, frontier))
             },
         );
+        let coverage = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .filter(|_| engine.coverage_mode() != CoverageMode::Off)
+            .map(|(aggregates, (model, surface))| {
+                let figures = aggregates.coverage_windows.figures(index, frontier);
+                (model, surface, figures)
+            });
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
+            .with_coverage(coverage)
     }
 
     /// The report of `snapshot`: since start (`None`) or of rolling window `index`.
@@ -179,7 +201,15 @@ impl Report {
             };
             (&group.model, &group.surface, totals)
         });
-        let report = Self::build(config, &snapshot.counters, &snapshot.ks, groups);
+        let coverage = snapshot.groups.iter().filter_map(|group| {
+            let figures = match window {
+                None => group.coverage?,
+                Some(index) => *group.window_coverage.get(index)?,
+            };
+            Some((&group.model, &group.surface, figures))
+        });
+        let report =
+            Self::build(config, &snapshot.counters, &snapshot.ks, groups).with_coverage(coverage);
         if window.is_some() {
             return report;
         }
@@ -203,6 +233,22 @@ impl Report {
             if let Some(curve) = curves.get(&(group.model.as_str(), group.surface.as_str())) {
                 group.positions = position_points(curve, types);
             }
+        }
+        self
+    }
+
+    /// The report with each group's coverage, matched by name.
+    fn with_coverage<'a>(
+        mut self,
+        figures: impl Iterator<Item = (&'a String, &'a String, CoverageFigures)>,
+    ) -> Self {
+        let figures: BTreeMap<(&str, &str), CoverageFigures> = figures
+            .map(|(model, surface, f)| ((model.as_str(), surface.as_str()), f))
+            .collect();
+        for group in &mut self.groups {
+            group.coverage = figures
+                .get(&(group.model.as_str(), group.surface.as_str()))
+                .copied();
         }
         self
     }
@@ -297,11 +343,41 @@ impl Report {
             }
         }
         out.push_str("\nmeans over all finalized lists ± 1.96 standard errors; `--format json` gives every metric in both scopes.\n");
+        write_coverage(&mut out, &self.groups);
         if let Some(comparisons) = &self.comparisons {
             write_comparisons(&mut out, comparisons);
         }
         out
     }
+}
+
+/// Each group's coverage and exposure, one row each, when coverage is kept.
+fn write_coverage(out: &mut String, groups: &[GroupReport]) {
+    if groups.iter().all(|group| group.coverage.is_none()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<14} {:<14} {:>12} {:>13} {:>13} {:>16}",
+        "model", "surface", "items shown", "items engaged", "exposure gini", "exposure entropy"
+    );
+    for group in groups {
+        let Some(c) = &group.coverage else {
+            continue;
+        };
+        let estimated = if c.exact { "" } else { " (estimated)" };
+        let _ = writeln!(
+            out,
+            "{:<14} {:<14} {:>12} {:>13} {:>13.4} {:>16.4}{estimated}",
+            group.model,
+            group.surface,
+            c.items_shown,
+            c.items_engaged,
+            c.exposure_gini,
+            c.exposure_entropy
+        );
+    }
+    out.push_str("\nexposure of an item: the sum of 1 / discount(rank) over the lists that showed it; entropy over ln(items shown).\n");
 }
 
 /// The comparisons against the control, one row each.
@@ -357,5 +433,6 @@ fn group_report(model: &str, surface: &str, totals: &GroupTotals, ks: &[usize]) 
         engaged_lists: totals.engaged,
         metrics,
         positions: Vec::new(),
+        coverage: None,
     }
 }

@@ -4,8 +4,6 @@
 //! and each event is counted by exactly one instance.
 
 use super::{Counters, Engine, EngineState, GroupAggregates};
-use crate::metrics::{GroupTotals, PositionCurve};
-use crate::window::RollingWindows;
 
 impl Engine {
     /// Adds the finalized figures of `other` (counters, group aggregates
@@ -30,19 +28,17 @@ impl Engine {
         for (aggregates, (model, surface)) in other.aggregates.iter().zip(other.groups.names()) {
             let id = self.groups.id(model, surface) as usize;
             while self.aggregates.len() <= id {
-                self.aggregates.push(GroupAggregates {
-                    totals: GroupTotals::new(self.values.len()),
-                    windows: RollingWindows::new(&self.settings.windows),
-                    positions: PositionCurve::new(
-                        self.settings.position_curve_depth,
-                        self.settings.interaction_types.len(),
-                    ),
-                });
+                self.aggregates
+                    .push(GroupAggregates::new(&self.settings, self.values.len()));
             }
+            let cap = self.settings.coverage.cap();
             let mine = &mut self.aggregates[id];
             mine.totals.merge(&aggregates.totals);
             mine.windows.merge(&aggregates.windows);
             mine.positions.merge(&aggregates.positions);
+            mine.coverage.merge(&aggregates.coverage, cap);
+            mine.coverage_windows
+                .merge(&aggregates.coverage_windows, cap);
         }
     }
 
@@ -100,6 +96,7 @@ mod tests {
             windows: vec![3600 * S],
             position_curve_depth: 20,
             interaction_types: vec!["click".to_owned()],
+            coverage: crate::metrics::CoverageMode::Exact,
         };
         Engine::new(
             settings,

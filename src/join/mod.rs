@@ -18,8 +18,8 @@ pub use counters::{Counters, Unattributed};
 pub use persist::EngineState;
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
-use crate::metrics::{GroupTotals, ListEvaluator, PositionCurve};
-use crate::window::RollingWindows;
+use crate::metrics::{Coverage, CoverageMode, GroupTotals, ListEvaluator, PositionCurve};
+use crate::window::{CoverageWindows, RollingWindows};
 use due::DueQueue;
 use groups::{GroupId, Groups};
 use std::collections::HashMap;
@@ -46,6 +46,8 @@ pub struct JoinSettings {
     pub position_curve_depth: usize,
     /// Interaction type names, sorted: an interaction's `kind` indexes them.
     pub interaction_types: Vec<String>,
+    /// How coverage and exposure are kept (SPEC §11).
+    pub coverage: CoverageMode,
 }
 
 /// The limit under which a valid event was shed: counted, not evaluated.
@@ -85,6 +87,29 @@ pub struct GroupAggregates {
     /// Lists and credited interactions by rank, since start.
     #[serde(default)]
     pub positions: PositionCurve,
+    /// Items shown and engaged and their exposure, since start.
+    pub coverage: Coverage,
+    /// The same per configured window.
+    pub coverage_windows: CoverageWindows,
+}
+
+impl GroupAggregates {
+    /// Empty aggregates for rows of `width` values.
+    fn new(settings: &JoinSettings, width: usize) -> Self {
+        Self {
+            totals: GroupTotals::new(width),
+            windows: RollingWindows::new(&settings.windows),
+            positions: PositionCurve::new(
+                settings.position_curve_depth,
+                settings.interaction_types.len(),
+            ),
+            coverage: Coverage::default(),
+            coverage_windows: match settings.coverage {
+                CoverageMode::Off => CoverageWindows::default(),
+                _ => CoverageWindows::new(&settings.windows),
+            },
+        }
+    }
 }
 
 /// The shard of a user. It takes the hash's high bits: the maps inside a
@@ -119,6 +144,8 @@ pub struct Engine {
     evaluator: ListEvaluator,
     grades: Vec<f64>,
     values: Vec<f64>,
+    /// `1 / discount(j)` for rank `j + 1`, as deep as the longest list finalized.
+    exposure_weights: Vec<f64>,
     counters: Counters,
     open_impressions: usize,
     waiting_interactions: usize,
@@ -145,6 +172,7 @@ impl Engine {
             evaluator,
             grades: Vec::new(),
             values: vec![0.0; width],
+            exposure_weights: Vec::new(),
             counters: Counters::default(),
             open_impressions: 0,
             waiting_interactions: 0,
@@ -446,20 +474,41 @@ impl Engine {
         self.evaluator.evaluate(&self.grades, &mut self.values);
         let group = list.group as usize;
         while self.aggregates.len() <= group {
-            self.aggregates.push(GroupAggregates {
-                totals: GroupTotals::new(self.values.len()),
-                windows: RollingWindows::new(&self.settings.windows),
-                positions: PositionCurve::new(
-                    self.settings.position_curve_depth,
-                    self.settings.interaction_types.len(),
-                ),
-            });
+            self.aggregates
+                .push(GroupAggregates::new(&self.settings, self.values.len()));
         }
         let engaged = list.is_engaged();
         let aggregates = &mut self.aggregates[group];
         aggregates.totals.add(&self.values, engaged);
         aggregates.windows.add(list.time, &self.values, engaged);
         aggregates.positions.add(list.shown(), list.credited());
+        self.add_coverage(group, &list);
+    }
+
+    /// Adds a finalized list's items to its group's coverage, since start and per window.
+    fn add_coverage(&mut self, group: usize, list: &OpenImpression) {
+        let cap = match self.settings.coverage {
+            CoverageMode::Off => return,
+            mode => mode.cap(),
+        };
+        let discount = self.evaluator.discount();
+        while self.exposure_weights.len() < list.shown() {
+            let rank = self.exposure_weights.len() + 1;
+            self.exposure_weights.push(1.0 / discount.at_rank(rank));
+        }
+        let aggregates = &mut self.aggregates[group];
+        let (items, weights) = (list.items(), &self.exposure_weights[..]);
+        aggregates
+            .coverage
+            .add_list(items, weights, list.engaged_items(), cap);
+        for pane in aggregates.coverage_windows.panes_at(list.time) {
+            pane.add_list(items, weights, list.engaged_items(), cap);
+        }
+    }
+
+    /// How coverage is kept.
+    pub fn coverage_mode(&self) -> CoverageMode {
+        self.settings.coverage
     }
 }
 
@@ -483,6 +532,7 @@ mod tests {
             windows: vec![],
             position_curve_depth: 20,
             interaction_types: vec!["click".to_owned()],
+            coverage: CoverageMode::Exact,
         };
         Engine::new(
             settings,
