@@ -170,6 +170,7 @@ impl CoverageWindows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::{ShownList, Slot};
 
     #[test]
     fn counts_only_lists_inside_the_window() {
@@ -188,8 +189,15 @@ mod tests {
     fn coverage_windows_count_the_items_of_their_panes() {
         let mut windows = CoverageWindows::new(&[60]);
         let show = |windows: &mut CoverageWindows, time, item| {
+            let list = ShownList {
+                items: &[item],
+                slots: &[Slot::of(item)],
+                weights: &[1.0],
+                exposure: 1.0,
+                engaged: &[],
+            };
             for pane in windows.panes_at(time) {
-                pane.add_list(&[item], &[1.0], std::iter::empty(), None);
+                pane.add(&list, None);
             }
         };
         for (time, item) in [(0, 1u64), (15, 2), (30, 1), (59, 3)] {

@@ -18,7 +18,9 @@ pub use counters::{Counters, Unattributed};
 pub use persist::EngineState;
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
-use crate::metrics::{Coverage, CoverageMode, GroupTotals, ListEvaluator, PositionCurve};
+use crate::metrics::{
+    Coverage, CoverageMode, GroupTotals, ListEvaluator, PositionCurve, ShownList, Slot,
+};
 use crate::window::{CoverageWindows, RollingWindows};
 use due::DueQueue;
 use groups::{GroupId, Groups};
@@ -146,6 +148,12 @@ pub struct Engine {
     values: Vec<f64>,
     /// `1 / discount(j)` for rank `j + 1`, as deep as the longest list finalized.
     exposure_weights: Vec<f64>,
+    /// `exposure_sums[n]`: the first `n` weights summed, a list of `n` items' exposure.
+    exposure_sums: Vec<f64>,
+    /// The items engaged in the list being finalized.
+    engaged_items: Vec<u64>,
+    /// The sketch slots of the list being finalized.
+    slots: Vec<Slot>,
     counters: Counters,
     open_impressions: usize,
     waiting_interactions: usize,
@@ -173,6 +181,9 @@ impl Engine {
             grades: Vec::new(),
             values: vec![0.0; width],
             exposure_weights: Vec::new(),
+            exposure_sums: vec![0.0],
+            engaged_items: Vec::new(),
+            slots: Vec::new(),
             counters: Counters::default(),
             open_impressions: 0,
             waiting_interactions: 0,
@@ -494,15 +505,25 @@ impl Engine {
         let discount = self.evaluator.discount();
         while self.exposure_weights.len() < list.shown() {
             let rank = self.exposure_weights.len() + 1;
-            self.exposure_weights.push(1.0 / discount.at_rank(rank));
+            let weight = 1.0 / discount.at_rank(rank);
+            self.exposure_weights.push(weight);
+            self.exposure_sums
+                .push(self.exposure_sums[rank - 1] + weight);
         }
+        self.engaged_items.clear();
+        self.engaged_items.extend(list.engaged_items());
+        ShownList::slots_into(list.items(), &mut self.slots);
+        let shown = ShownList {
+            items: list.items(),
+            slots: &self.slots,
+            weights: &self.exposure_weights,
+            exposure: self.exposure_sums[list.shown()],
+            engaged: &self.engaged_items,
+        };
         let aggregates = &mut self.aggregates[group];
-        let (items, weights) = (list.items(), &self.exposure_weights[..]);
-        aggregates
-            .coverage
-            .add_list(items, weights, list.engaged_items(), cap);
+        aggregates.coverage.add(&shown, cap);
         for pane in aggregates.coverage_windows.panes_at(list.time) {
-            pane.add_list(items, weights, list.engaged_items(), cap);
+            pane.add(&shown, cap);
         }
     }
 

@@ -14,9 +14,9 @@
 //! sample's `Σ x ln x` scaled by `2^level`, and the estimated item count.
 //! Counts only: it knows nothing of events, time or transport.
 
-use super::HyperLogLog;
+use super::hyperloglog::{HyperLogLog, Slot};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// How coverage is kept.
@@ -58,6 +58,31 @@ pub struct CoverageFigures {
     pub exact: bool,
 }
 
+/// One finalized list, as every coverage it goes into (since start and one
+/// pane per window) reads it: item hashes and their slots, their exposures,
+/// their sum, and the items engaged.
+#[derive(Clone, Copy, Debug)]
+pub struct ShownList<'a> {
+    /// Item hashes in rank order.
+    pub items: &'a [u64],
+    /// Their slots in the sketches, as [`ShownList::slots_into`] writes them.
+    pub slots: &'a [Slot],
+    /// `weights[j]`, the exposure of rank `j + 1`, for at least as many ranks as items.
+    pub weights: &'a [f64],
+    /// The exposures of the items summed.
+    pub exposure: f64,
+    /// The items with a credited interaction of grade > 0 (repeats allowed).
+    pub engaged: &'a [u64],
+}
+
+impl ShownList<'_> {
+    /// Writes the slots of `items` into `slots`, once per list.
+    pub fn slots_into(items: &[u64], slots: &mut Vec<Slot>) {
+        slots.clear();
+        slots.extend(items.iter().map(|&item| Slot::of(item)));
+    }
+}
+
 /// The distinct-count sketches of a coverage past its cap.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Sketches {
@@ -70,7 +95,7 @@ struct Sketches {
 #[serde(from = "CoverageState", into = "CoverageState")]
 pub struct Coverage {
     /// Exposure by item hash: every item while exact, the sampled ones once sketched.
-    exposure: HashMap<u64, f64, ItemHash>,
+    exposure: ExposureTable,
     /// Items engaged, while exact.
     engaged: HashSet<u64, ItemHash>,
     /// The counts once past the cap.
@@ -82,29 +107,29 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// Adds one finalized list: `items` in rank order with their exposure
-    /// `weights` (`weights[j]` for rank `j + 1`, at least as many as items),
-    /// and the items engaged in it; keeps at most `cap` items' exposures.
-    pub fn add_list(
-        &mut self,
-        items: &[u64],
-        weights: &[f64],
-        engaged: impl Iterator<Item = u64>,
-        cap: Option<usize>,
-    ) {
-        let mask = (1u64 << self.level) - 1;
-        for (&item, &weight) in items.iter().zip(weights) {
-            self.total_exposure += weight;
-            if let Some(sketches) = &mut self.sketches {
-                sketches.shown.insert(item);
+    /// Adds one finalized list, keeping at most `cap` items' exposures.
+    pub fn add(&mut self, list: &ShownList<'_>, cap: Option<usize>) {
+        self.total_exposure += list.exposure;
+        let weights = &list.weights[..list.items.len()];
+        let Some(sketches) = &mut self.sketches else {
+            self.engaged.extend(list.engaged);
+            for (&item, &weight) in list.items.iter().zip(weights) {
+                self.exposure.add(item, weight);
             }
-            if item & mask == 0 {
-                *self.exposure.entry(item).or_default() += weight;
-            }
+            self.enforce(cap);
+            return;
+        };
+        for &item in list.engaged {
+            sketches.engaged.insert(item);
         }
-        match &mut self.sketches {
-            Some(sketches) => engaged.for_each(|item| sketches.engaged.insert(item)),
-            None => self.engaged.extend(engaged),
+        // Only one item in 2^level is sampled: most items cost a register and a test.
+        let level = self.level as u8;
+        let slots = &list.slots[..list.items.len()];
+        for (index, &slot) in slots.iter().enumerate() {
+            sketches.shown.insert_slot(slot);
+            if slot.zeros >= level {
+                self.exposure.add(list.items[index], weights[index]);
+            }
         }
         self.enforce(cap);
     }
@@ -124,8 +149,8 @@ impl Coverage {
                 None => {
                     other
                         .exposure
-                        .keys()
-                        .for_each(|&i| sketches.shown.insert(i));
+                        .iter()
+                        .for_each(|(item, _)| sketches.shown.insert(item));
                     other
                         .engaged
                         .iter()
@@ -137,9 +162,9 @@ impl Coverage {
         }
         self.raise_level(self.level.max(other.level));
         let mask = (1u64 << self.level) - 1;
-        for (&item, &exposure) in &other.exposure {
+        for (item, exposure) in other.exposure.iter() {
             if item & mask == 0 {
-                *self.exposure.entry(item).or_default() += exposure;
+                self.exposure.add(item, exposure);
             }
         }
         self.enforce(cap);
@@ -166,7 +191,9 @@ impl Coverage {
     /// Counts every item held so far in new sketches; the engaged set goes.
     fn start_sketches(&mut self) {
         let mut sketches = Box::<Sketches>::default();
-        self.exposure.keys().for_each(|&i| sketches.shown.insert(i));
+        self.exposure
+            .iter()
+            .for_each(|(item, _)| sketches.shown.insert(item));
         self.engaged
             .iter()
             .for_each(|&i| sketches.engaged.insert(i));
@@ -181,12 +208,12 @@ impl Coverage {
         }
         self.level = level;
         let mask = (1u64 << level) - 1;
-        self.exposure.retain(|&item, _| item & mask == 0);
+        self.exposure.retain(|item| item & mask == 0);
     }
 
     /// The figures of the lists added so far.
     pub fn figures(&self) -> CoverageFigures {
-        let mut exposures: Vec<f64> = self.exposure.values().copied().collect();
+        let mut exposures: Vec<f64> = self.exposure.iter().map(|(_, x)| x).collect();
         exposures.sort_unstable_by(f64::total_cmp);
         let gini = gini(&exposures);
         let Some(sketches) = &self.sketches else {
@@ -249,6 +276,117 @@ fn entropy_from_sums(total: f64, x_ln_x: f64, items: f64) -> f64 {
     (entropy / items.ln()).clamp(0.0, 1.0)
 }
 
+/// Exposure by item hash, in one open-addressed table (linear probing, about
+/// half full at most): adding to an item is a few instructions, which every
+/// sampled item of every list pays in each coverage it goes into.
+#[derive(Clone, Debug, Default)]
+struct ExposureTable {
+    /// Item hashes; 0 marks an empty slot.
+    keys: Vec<u64>,
+    values: Vec<f64>,
+    /// Occupied slots.
+    len: usize,
+    /// The exposure of the item whose hash is 0, which no slot can hold.
+    zero: Option<f64>,
+}
+
+impl ExposureTable {
+    /// Items held.
+    fn len(&self) -> usize {
+        self.len + usize::from(self.zero.is_some())
+    }
+
+    /// Adds `weight` to the exposure of `item`.
+    #[inline(always)]
+    fn add(&mut self, item: u64, weight: f64) {
+        // Grown once more than half full: a table of `2n` slots holds up to
+        // `n + 1` items, so a coverage capped at `n` items never needs `4n`.
+        if item == 0 || self.keys.is_empty() || 2 * self.len > self.keys.len() {
+            self.add_rarely(item, weight);
+            return;
+        }
+        let mask = self.keys.len() - 1;
+        // The middle bits: the top ones pick HyperLogLog registers, the low
+        // ones are zero in every sampled item.
+        let mut slot = (item >> 24) as usize & mask;
+        loop {
+            let key = self.keys[slot];
+            if key == item {
+                self.values[slot] += weight;
+                return;
+            }
+            if key == 0 {
+                self.keys[slot] = item;
+                self.values[slot] = weight;
+                self.len += 1;
+                return;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Adds to the item whose hash is 0, or grows the table first.
+    #[cold]
+    fn add_rarely(&mut self, item: u64, weight: f64) {
+        if item == 0 {
+            *self.zero.get_or_insert(0.0) += weight;
+            return;
+        }
+        self.rebuild(2 * self.keys.len());
+        self.add(item, weight);
+    }
+
+    /// Puts every item back into `slots` slots (at least 16, and twice the items).
+    fn rebuild(&mut self, slots: usize) {
+        let slots = slots.max(16).max(2 * self.len).next_power_of_two();
+        let keys = std::mem::replace(&mut self.keys, vec![0; slots]);
+        let values = std::mem::replace(&mut self.values, vec![0.0; slots]);
+        self.len = 0;
+        for (item, exposure) in keys.into_iter().zip(values).filter(|(k, _)| *k != 0) {
+            self.add(item, exposure);
+        }
+    }
+
+    /// Every item and its exposure, in no particular order.
+    fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
+        let zero = self.zero.map(|exposure| (0, exposure));
+        self.keys
+            .iter()
+            .zip(&self.values)
+            .filter(|(k, _)| **k != 0)
+            .map(|(&k, &v)| (k, v))
+            .chain(zero)
+    }
+
+    /// Keeps the items that `keep` accepts, in a table rebuilt to fit them.
+    fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        for (key, value) in self.keys.iter_mut().zip(&mut self.values) {
+            if *key != 0 && !keep(*key) {
+                (*key, *value) = (0, 0.0);
+                self.len -= 1;
+            }
+        }
+        if self.zero.is_some() && !keep(0) {
+            self.zero = None;
+        }
+        // Emptied slots break the probe runs: put the rest back, in a table
+        // of the same size, which they will fill again.
+        self.rebuild(self.keys.len());
+    }
+}
+
+/// Two tables are equal when they hold the same exposures, wherever their slots.
+impl PartialEq for ExposureTable {
+    fn eq(&self, other: &Self) -> bool {
+        let sorted = |table: &ExposureTable| {
+            let mut items: Vec<(u64, f64)> = table.iter().collect();
+            items.sort_unstable_by_key(|(item, _)| *item);
+            items
+        };
+        self.len() == other.len() && sorted(self) == sorted(other)
+    }
+}
+
 /// Item hashes are well mixed, but the sample keeps only those whose low
 /// bits are zero, which are the bits a map picks its slot by: the map takes
 /// the hash's two halves swapped.
@@ -287,7 +425,7 @@ struct CoverageState {
 
 impl From<Coverage> for CoverageState {
     fn from(coverage: Coverage) -> Self {
-        let mut exposure: Vec<(u64, f64)> = coverage.exposure.into_iter().collect();
+        let mut exposure: Vec<(u64, f64)> = coverage.exposure.iter().collect();
         exposure.sort_unstable_by_key(|(item, _)| *item);
         let mut engaged: Vec<u64> = coverage.engaged.into_iter().collect();
         engaged.sort_unstable();
@@ -304,7 +442,13 @@ impl From<Coverage> for CoverageState {
 impl From<CoverageState> for Coverage {
     fn from(state: CoverageState) -> Self {
         Self {
-            exposure: state.exposure.into_iter().collect(),
+            exposure: state.exposure.into_iter().fold(
+                ExposureTable::default(),
+                |mut table, (item, exposure)| {
+                    table.add(item, exposure);
+                    table
+                },
+            ),
             engaged: state.engaged.into_iter().collect(),
             sketches: state.sketches,
             level: state.level.min(63),
@@ -358,13 +502,42 @@ mod tests {
             .collect()
     }
 
+    /// One list of one item at rank 1, engaged when `engaged`.
+    fn single<'a>(item: &'a u64, slot: &'a Slot, engaged: bool) -> ShownList<'a> {
+        ShownList {
+            items: std::slice::from_ref(item),
+            slots: std::slice::from_ref(slot),
+            weights: &[1.0],
+            exposure: 1.0,
+            engaged: if engaged {
+                std::slice::from_ref(item)
+            } else {
+                &[]
+            },
+        }
+    }
+
     fn coverage_of(items: &[u64], cap: Option<usize>) -> Coverage {
         let mut coverage = Coverage::default();
-        for &item in items {
-            let engaged = (item % 10 == 0).then_some(item);
-            coverage.add_list(&[item], &[1.0], engaged.into_iter(), cap);
+        for item in items {
+            coverage.add(&single(item, &Slot::of(*item), item % 10 == 0), cap);
         }
         coverage
+    }
+
+    fn ranked<'a>(
+        items: &'a [u64],
+        slots: &'a [Slot],
+        weights: &'a [f64],
+        engaged: &'a [u64],
+    ) -> ShownList<'a> {
+        ShownList {
+            items,
+            slots,
+            weights,
+            exposure: weights[..items.len()].iter().sum(),
+            engaged,
+        }
     }
 
     #[test]
@@ -373,8 +546,11 @@ mod tests {
         let [a, b, c] = ["a", "b", "c"].map(id_hash);
         // Weights of ranks 1, 2, 3 under log2(j + 1).
         let weights = [1.0, 1.0 / 3f64.log2(), 0.5];
-        coverage.add_list(&[a, b, c], &weights, [b].into_iter(), Some(3));
-        coverage.add_list(&[c, a], &weights, [c, a].into_iter(), Some(3));
+        let (first, second) = ([a, b, c], [c, a]);
+        let slots = |items: &[u64]| items.iter().map(|&i| Slot::of(i)).collect::<Vec<_>>();
+        let (first_slots, second_slots) = (slots(&first), slots(&second));
+        coverage.add(&ranked(&first, &first_slots, &weights, &[b]), Some(3));
+        coverage.add(&ranked(&second, &second_slots, &weights, &[c, a]), Some(3));
         let figures = coverage.figures();
         assert!(figures.exact);
         assert_eq!((figures.items_shown, figures.items_engaged), (3, 3));

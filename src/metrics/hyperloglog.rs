@@ -18,27 +18,55 @@ const RANK_BITS: u32 = 64 - PRECISION;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HyperLogLog {
     /// One byte per register: the longest run of leading zeros seen, plus one.
-    registers: Box<[u8]>,
+    #[serde(with = "registers")]
+    registers: Box<[u8; REGISTERS]>,
 }
 
 impl Default for HyperLogLog {
     fn default() -> Self {
         Self {
-            registers: vec![0; REGISTERS].into_boxed_slice(),
+            registers: Box::new([0; REGISTERS]),
+        }
+    }
+}
+
+/// Where a hash lands in every sketch: worked out once per item, it serves
+/// each sketch the item goes into (since start, and a pane per window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    register: u16,
+    rank: u8,
+    /// Trailing zero bits of the hash, for the samples of [`super::Coverage`].
+    pub zeros: u8,
+}
+
+impl Slot {
+    /// The slot of a well-mixed hash (the item hashes of the edge are xxh3):
+    /// its top bits pick the register, the run of zeros after them the rank.
+    #[inline]
+    pub fn of(hash: u64) -> Self {
+        // The bit set below the shifted hash bounds the run at `q`.
+        let rest = (hash << PRECISION) | (1 << (PRECISION - 1));
+        Self {
+            register: (hash >> RANK_BITS) as u16,
+            rank: rest.leading_zeros() as u8 + 1,
+            zeros: (hash | 1 << 63).trailing_zeros() as u8,
         }
     }
 }
 
 impl HyperLogLog {
-    /// Adds a well-mixed hash (the item hashes of the edge are xxh3).
-    #[inline]
+    /// Adds a well-mixed hash.
     pub fn insert(&mut self, hash: u64) {
-        let index = (hash >> RANK_BITS) as usize;
-        let rest = hash << PRECISION;
-        let rank = (rest.leading_zeros().min(RANK_BITS) + 1) as u8;
-        let register = &mut self.registers[index];
-        if rank > *register {
-            *register = rank;
+        self.insert_slot(Slot::of(hash));
+    }
+
+    /// Adds a hash by its slot.
+    #[inline]
+    pub fn insert_slot(&mut self, slot: Slot) {
+        let register = &mut self.registers[usize::from(slot.register) % REGISTERS];
+        if slot.rank > *register {
+            *register = slot.rank;
         }
     }
 
@@ -64,6 +92,53 @@ impl HyperLogLog {
         z += m * sigma(f64::from(histogram[0]) / m);
         let alpha_infinity = 0.5 / std::f64::consts::LN_2;
         alpha_infinity * m * m / z
+    }
+}
+
+/// The registers saved as bytes; a saved sketch of another size is refused.
+mod registers {
+    use super::REGISTERS;
+    use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+    use serde::Serializer;
+    use std::fmt;
+
+    pub fn serialize<S: Serializer>(
+        registers: &[u8; REGISTERS],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(registers)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Box<[u8; REGISTERS]>, D::Error> {
+        let bytes = deserializer.deserialize_bytes(RegisterBytes)?;
+        bytes
+            .into_boxed_slice()
+            .try_into()
+            .map_err(|_| D::Error::custom("a HyperLogLog of another size"))
+    }
+
+    struct RegisterBytes;
+
+    impl<'de> Visitor<'de> for RegisterBytes {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "{REGISTERS} register bytes")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(bytes.to_vec())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut bytes = Vec::with_capacity(REGISTERS);
+            while let Some(byte) = seq.next_element()? {
+                bytes.push(byte);
+            }
+            Ok(bytes)
+        }
     }
 }
 
