@@ -4,7 +4,7 @@
 //! far more than a row of sums, is kept in 6 panes of `w / 6` per window.
 
 use crate::event::Nanos;
-use crate::metrics::{Coverage, CoverageFigures, GroupTotals};
+use crate::metrics::{Coverage, CoverageFigures, GroupTotals, ShownList};
 
 /// Buckets per window.
 const BUCKETS: i64 = 60;
@@ -116,37 +116,90 @@ impl CoverageWindows {
         Self { windows }
     }
 
-    /// The coverage of the pane of every window that a list shown at `time`
-    /// falls in, or `None` for windows it is already too old for; a pane
-    /// that comes round again starts empty.
-    pub fn panes_at(&mut self, time: Nanos) -> impl Iterator<Item = &mut Coverage> {
-        self.windows.iter_mut().filter_map(move |window| {
+    /// The window of the longest span, whose panes also hold the newest
+    /// lists of the figures since start.
+    fn longest(&self) -> Option<usize> {
+        (0..self.windows.len()).max_by_key(|&index| (self.windows[index].pane_span, index))
+    }
+
+    /// Adds a finalized list shown at `time` to the pane of every window it
+    /// falls in; a pane that comes round again starts empty. The figures
+    /// since start are `since_start` with the panes of the longest window: a
+    /// list too old for those panes, and a pane of it that comes round, go
+    /// into `since_start`, so that each list is added to one coverage fewer.
+    pub fn add(
+        &mut self,
+        time: Nanos,
+        list: &ShownList<'_>,
+        cap: Option<usize>,
+        since_start: &mut Coverage,
+    ) {
+        let longest = self.longest();
+        let mut in_a_longest_pane = false;
+        for (index, window) in self.windows.iter_mut().enumerate() {
             let id = time.div_euclid(window.pane_span);
             let slot = &mut window.panes[id.rem_euclid(PANES) as usize];
             match slot {
-                Some((held, _)) if *held > id => return None,
+                Some((held, _)) if *held > id => continue,
                 Some((held, _)) if *held == id => {}
-                _ => *slot = Some((id, Coverage::default())),
+                _ => {
+                    let passed = slot.replace((id, Coverage::default()));
+                    if let (Some((_, passed)), true) = (passed, Some(index) == longest) {
+                        since_start.merge(&passed, cap);
+                    }
+                }
             }
-            slot.as_mut().map(|(_, coverage)| coverage)
-        })
+            if let Some((_, pane)) = slot {
+                pane.add(list, cap);
+                in_a_longest_pane |= Some(index) == longest;
+            }
+        }
+        if !in_a_longest_pane {
+            since_start.add(list, cap);
+        }
     }
 
     /// Adds the panes of `other`, whose spans are the same as these,
-    /// keeping at most `cap` items' exposures in each.
-    pub fn merge(&mut self, other: &CoverageWindows, cap: Option<usize>) {
-        for (window, theirs) in self.windows.iter_mut().zip(&other.windows) {
+    /// keeping at most `cap` items' exposures in each; a pane of the longest
+    /// window that no slot keeps goes into `since_start`.
+    pub fn merge(
+        &mut self,
+        other: &CoverageWindows,
+        cap: Option<usize>,
+        since_start: &mut Coverage,
+    ) {
+        let longest = self.longest();
+        for (index, (window, theirs)) in self.windows.iter_mut().zip(&other.windows).enumerate() {
+            let keeps_since_start = Some(index) == longest;
             for (slot, their_slot) in window.panes.iter_mut().zip(&theirs.panes) {
                 let Some((id, coverage)) = their_slot else {
                     continue;
                 };
-                match slot {
-                    Some((held, mine)) if held == id => mine.merge(coverage, cap),
-                    Some((held, _)) if *held > *id => {}
-                    _ => *slot = Some((*id, coverage.clone())),
+                let passed = match slot {
+                    Some((held, mine)) if held == id => {
+                        mine.merge(coverage, cap);
+                        None
+                    }
+                    Some((held, _)) if *held > *id => Some(coverage.clone()),
+                    _ => slot.replace((*id, coverage.clone())).map(|(_, mine)| mine),
+                };
+                if let (Some(passed), true) = (passed, keeps_since_start) {
+                    since_start.merge(&passed, cap);
                 }
             }
         }
+    }
+
+    /// The figures since start: `since_start` with every pane of the longest window.
+    pub fn since_start(&self, since_start: &Coverage) -> CoverageFigures {
+        let Some(longest) = self.longest() else {
+            return since_start.figures();
+        };
+        let mut union = since_start.clone();
+        for (_, pane) in self.windows[longest].panes.iter().flatten() {
+            union.merge(pane, None);
+        }
+        union.figures()
     }
 
     /// The figures of window `index` over lists with time in the panes
@@ -170,7 +223,7 @@ impl CoverageWindows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{ShownList, Slot};
+    use crate::metrics::Slot;
 
     #[test]
     fn counts_only_lists_inside_the_window() {
@@ -188,7 +241,8 @@ mod tests {
     #[test]
     fn coverage_windows_count_the_items_of_their_panes() {
         let mut windows = CoverageWindows::new(&[60]);
-        let show = |windows: &mut CoverageWindows, time, item| {
+        let mut since_start = Coverage::default();
+        let mut show = |windows: &mut CoverageWindows, time, item| {
             let list = ShownList {
                 items: &[item],
                 slots: &[Slot::of(item)],
@@ -196,9 +250,7 @@ mod tests {
                 exposure: 1.0,
                 engaged: &[],
             };
-            for pane in windows.panes_at(time) {
-                pane.add(&list, None);
-            }
+            windows.add(time, &list, None, &mut since_start);
         };
         for (time, item) in [(0, 1u64), (15, 2), (30, 1), (59, 3)] {
             show(&mut windows, time, item);
@@ -215,9 +267,37 @@ mod tests {
             "panes [20, 80): items 1 (at 30), 3, 4"
         );
         assert_eq!(windows.figures(0, 1_000).items_shown, 0);
-        assert!(
-            windows.panes_at(10).next().is_none(),
+        show(&mut windows, 10, 5);
+        assert_eq!(
+            windows.figures(0, 75).items_shown,
+            3,
             "older than every pane"
         );
+        assert_eq!(windows.since_start(&since_start).items_shown, 5);
+    }
+
+    #[test]
+    fn since_start_is_every_list_wherever_it_went() {
+        let mut windows = CoverageWindows::new(&[60, 600]);
+        let (mut since_start, mut whole) = (Coverage::default(), Coverage::default());
+        for i in 0..5_000u64 {
+            let item = crate::event::id_hash(&format!("item-{}", i % 1_700));
+            let weight = 1.0 + (i % 3) as f64;
+            let list = ShownList {
+                items: &[item],
+                slots: &[Slot::of(item)],
+                weights: &[weight],
+                exposure: weight,
+                engaged: &[],
+            };
+            // Mostly in time order, some late, some far too old.
+            let late = (i % 7) as i64 * 30 + if i % 500 == 0 { 5_000 } else { 0 };
+            windows.add(i as i64 * 2 - late, &list, Some(512), &mut since_start);
+            whole.add(&list, Some(512));
+        }
+        let (got, want) = (windows.since_start(&since_start), whole.figures());
+        assert_eq!(got.items_shown, want.items_shown);
+        assert!((got.exposure_gini - want.exposure_gini).abs() < 1e-9);
+        assert!((got.exposure_entropy - want.exposure_entropy).abs() < 1e-9);
     }
 }

@@ -165,7 +165,12 @@ impl Report {
             .iter()
             .zip(engine.group_names())
             .filter(|_| engine.coverage_mode() != CoverageMode::Off)
-            .map(|(aggregates, (model, surface))| (model, surface, aggregates.coverage.figures()));
+            .map(|(aggregates, (model, surface))| {
+                let figures = aggregates
+                    .coverage_windows
+                    .since_start(&aggregates.coverage);
+                (model, surface, figures)
+            });
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
             .with_coverage(coverage)

@@ -70,7 +70,11 @@ impl Snapshot {
                     })
                     .collect(),
                 positions: aggregates.positions.clone(),
-                coverage: coverage_on.then(|| aggregates.coverage.figures()),
+                coverage: coverage_on.then(|| {
+                    aggregates
+                        .coverage_windows
+                        .since_start(&aggregates.coverage)
+                }),
                 window_coverage: match (coverage_on, frontier) {
                     (true, Some(f)) => (0..window_count)
                         .map(|index| aggregates.coverage_windows.figures(index, f))

@@ -38,7 +38,7 @@ impl Engine {
             mine.positions.merge(&aggregates.positions);
             mine.coverage.merge(&aggregates.coverage, cap);
             mine.coverage_windows
-                .merge(&aggregates.coverage_windows, cap);
+                .merge(&aggregates.coverage_windows, cap, &mut mine.coverage);
         }
     }
 

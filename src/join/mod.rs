@@ -89,7 +89,8 @@ pub struct GroupAggregates {
     /// Lists and credited interactions by rank, since start.
     #[serde(default)]
     pub positions: PositionCurve,
-    /// Items shown and engaged and their exposure, since start.
+    /// Items shown and engaged and their exposure, since start, but for the
+    /// lists that the panes of the longest window still hold.
     pub coverage: Coverage,
     /// The same per configured window.
     pub coverage_windows: CoverageWindows,
@@ -521,10 +522,9 @@ impl Engine {
             engaged: &self.engaged_items,
         };
         let aggregates = &mut self.aggregates[group];
-        aggregates.coverage.add(&shown, cap);
-        for pane in aggregates.coverage_windows.panes_at(list.time) {
-            pane.add(&shown, cap);
-        }
+        aggregates
+            .coverage_windows
+            .add(list.time, &shown, cap, &mut aggregates.coverage);
     }
 
     /// How coverage is kept.
