@@ -6,7 +6,7 @@ use crate::event::{GradeTable, Validator};
 use crate::export::ReportConfig;
 use crate::fleet::{FleetArgs, FleetFile, FleetSettings};
 use crate::join::{JoinSettings, SegmentSettings};
-use crate::metrics::{Discount, Gain, ListEvaluator, MetricSettings};
+use crate::metrics::{CoverageMode, Discount, Gain, ListEvaluator, MetricSettings};
 use crate::replay::ReplaySetup;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
@@ -106,6 +106,8 @@ pub mod defaults {
     pub const RBP_P: f64 = 0.8;
     /// `max_items`.
     pub const MAX_ITEMS: usize = 1000;
+    /// `max_exposure_items`.
+    pub const MAX_EXPOSURE_ITEMS: usize = 4096;
     /// `max_label_bytes`.
     pub const MAX_LABEL_BYTES: usize = 256;
     /// `max_groups`.
@@ -261,6 +263,7 @@ pub struct FileSettings {
     g_max: Option<f64>,
     rbp_p: Option<f64>,
     position_curve_depth: Option<usize>,
+    max_exposure_items: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::many")]
     windows: Option<Vec<Duration>>,
     grades: Option<BTreeMap<String, f64>>,
@@ -372,6 +375,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_POSITION_CURVE_DEPTH",
         help = help("Deepest rank of the position curves (lists and interactions by rank); 0 turns them off", defaults::POSITION_CURVE_DEPTH))]
     pub position_curve_depth: Option<usize>,
+    /// Most items whose exposure one coverage sketch keeps.
+    #[arg(long, env = "RANKWATCH_MAX_EXPOSURE_ITEMS",
+        help = help("Most items whose exposure each group's coverage keeps per window pane and since start: exact up to it, estimated from sketches past it (replay is always exact); 0 turns coverage off", defaults::MAX_EXPOSURE_ITEMS))]
+    pub max_exposure_items: Option<usize>,
     /// Grade of an interaction type, TYPE=GRADE, repeatable.
     #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
         help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
@@ -425,6 +432,8 @@ pub struct EngineSettings {
     pub grades: GradeTable,
     /// Deepest rank of the position curves; 0 keeps none.
     pub position_curve_depth: usize,
+    /// Most items whose exposure one coverage keeps; 0 keeps no coverage.
+    pub max_exposure_items: usize,
     /// Most items in one impression.
     pub max_items: usize,
     /// Longest model or surface name, in bytes.
@@ -646,6 +655,11 @@ impl EngineSettings {
                 ),
                 MAX_POSITION_CURVE_DEPTH,
             )?,
+            max_exposure_items: resolved(
+                args.max_exposure_items,
+                file.max_exposure_items,
+                defaults::MAX_EXPOSURE_ITEMS,
+            ),
             max_items: at_least_one(
                 "max_items",
                 resolved(args.max_items, file.max_items, defaults::MAX_ITEMS),
@@ -706,6 +720,15 @@ impl EngineSettings {
             windows: windows.iter().map(|&w| nanos(w)).collect(),
             position_curve_depth: self.position_curve_depth,
             interaction_types: self.grades.types(),
+            coverage: self.coverage_mode(),
+        }
+    }
+
+    /// How `serve` keeps coverage: from sketches past `max_exposure_items`.
+    pub fn coverage_mode(&self) -> CoverageMode {
+        match self.max_exposure_items {
+            0 => CoverageMode::Off,
+            max_items => CoverageMode::Sketch { max_items },
         }
     }
 
@@ -731,11 +754,12 @@ impl EngineSettings {
     /// segment labels (written only when there are some).
     pub fn fingerprint(&self, windows: &[Duration]) -> String {
         let mut fingerprint = format!(
-            "k={:?} metrics={:?} windows={windows:?} positions={} types={:?}",
+            "k={:?} metrics={:?} windows={windows:?} positions={} types={:?} coverage={}",
             self.evaluator().ks(),
             self.metrics,
             self.position_curve_depth,
-            self.grades.types()
+            self.grades.types(),
+            self.max_exposure_items > 0
         );
         if !self.segments.labels.is_empty() {
             fingerprint.push_str(&format!(" segments={:?}", self.segments.labels));
@@ -759,10 +783,15 @@ impl EngineSettings {
         }
     }
 
-    /// What `replay` evaluates with: no rolling windows, no wall clock.
+    /// What `replay` evaluates with: no rolling windows, no wall clock,
+    /// exact coverage.
     pub fn replay_setup(&self) -> ReplaySetup {
+        let mut join = self.join(&[]);
+        if join.coverage != CoverageMode::Off {
+            join.coverage = CoverageMode::Exact;
+        }
         ReplaySetup {
-            join: self.join(&[]),
+            join,
             evaluator: self.evaluator(),
             validator: self.validator(None),
             report: self.report_config(),

@@ -76,6 +76,10 @@ struct ReplayArgs {
     /// Threads that parse lines [default: the number of cores].
     #[arg(long, env = "RANKWATCH_THREADS")]
     threads: Option<usize>,
+    /// Estimate coverage from sketches past max_exposure_items, as serve
+    /// does, instead of exactly: to see the sketches' error on a log.
+    #[arg(long)]
+    sketch_coverage: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -227,10 +231,14 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     } else {
         ProgressBar::hidden()
     };
+    let mut setup = settings.replay_setup();
+    if args.sketch_coverage {
+        setup.join.coverage = settings.coverage_mode();
+    }
     let mut bad_lines = 0u64;
     let replayed = replay::replay(
         &args.files,
-        settings.replay_setup(),
+        setup,
         options,
         |bytes| bar.set_position(bytes),
         |bad| {

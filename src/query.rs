@@ -7,7 +7,7 @@ use crate::config::parse_duration;
 use crate::export::{
     Comparison, GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters,
 };
-use crate::metrics::Metric;
+use crate::metrics::{CoverageFigures, Metric};
 use crate::proto::{self, evaluation_client::EvaluationClient};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -197,6 +197,13 @@ fn group_report(group: proto::GroupReport) -> GroupReport {
                 interactions: point.interactions.into_iter().collect(),
             })
             .collect(),
+        coverage: group.coverage.map(|c| CoverageFigures {
+            items_shown: c.items_shown,
+            items_engaged: c.items_engaged,
+            exposure_gini: c.exposure_gini,
+            exposure_entropy: c.exposure_entropy,
+            exact: c.exact,
+        }),
     }
 }
 

@@ -8,16 +8,17 @@
 //! failed save removes its temporary file, and so does the check of the
 //! directory at start for one a crash left.
 
-use crate::join::{EngineState, EngineStateV2};
+use crate::join::EngineState;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"RNKWATCH";
 /// Version 2 adds the sums of squares of per-list values (SPEC §9);
-/// version 3, the segment values of each group and their registries (SPEC §11).
-/// Version 2 files are read too, as states without segment labels.
-const FORMAT_VERSION: u32 = 3;
+/// version 4, the segment values of each group and their registries, and
+/// each group's coverage and exposure (SPEC §11). Files of another version
+/// are set aside.
+const FORMAT_VERSION: u32 = 4;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 
@@ -163,7 +164,7 @@ impl StateFile {
                 .fold(0u64, |acc, b| acc << 8 | u64::from(*b))
         };
         let version = word(8..12) as u32;
-        if version != FORMAT_VERSION && version != 2 {
+        if version != FORMAT_VERSION {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),
                 reason: format!(
@@ -178,12 +179,8 @@ impl StateFile {
         if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
             return Err(corrupt("checksum mismatch"));
         }
-        let decoded = match version {
-            2 => postcard::from_bytes::<(String, EngineStateV2)>(payload)
-                .map(|(fingerprint, state)| (fingerprint, state.into())),
-            _ => postcard::from_bytes::<(String, EngineState)>(payload),
-        };
-        let (fingerprint, state) = decoded.map_err(|e| corrupt(&format!("undecodable: {e}")))?;
+        let (fingerprint, state) = postcard::from_bytes::<(String, EngineState)>(payload)
+            .map_err(|e| corrupt(&format!("undecodable: {e}")))?;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),

@@ -1,9 +1,10 @@
 //! Rolling time windows of finalized lists, per group, bucketed by impression
 //! time. A window of span `w` is 60 buckets of `w / 60`, so its edge blurs by
-//! at most 1/60 of the window (SPEC §5).
+//! at most 1/60 of the window (SPEC §5). Coverage, whose sets of items weigh
+//! far more than a row of sums, is kept in 6 panes of `w / 6` per window.
 
 use crate::event::Nanos;
-use crate::metrics::GroupTotals;
+use crate::metrics::{Coverage, CoverageFigures, GroupTotals, ShownList};
 
 /// Buckets per window.
 const BUCKETS: i64 = 60;
@@ -84,9 +85,145 @@ impl RollingWindows {
     }
 }
 
+/// Panes per window of the coverage windows.
+const PANES: i64 = 6;
+
+/// The rolling coverage of one group (SPEC §11): per window, 6 panes of
+/// `w / 6` by impression time, so that a window's figure covers between
+/// 5/6 of it and all of it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CoverageWindows {
+    windows: Vec<CoverageWindow>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct CoverageWindow {
+    pane_span: Nanos,
+    /// Slot `id % PANES` holds pane `id` (lists with `time / pane_span == id`).
+    panes: Vec<Option<(i64, Coverage)>>,
+}
+
+impl CoverageWindows {
+    /// Windows of the given spans.
+    pub fn new(spans: &[Nanos]) -> Self {
+        let windows = spans
+            .iter()
+            .map(|&span| CoverageWindow {
+                pane_span: (span / PANES).max(1),
+                panes: vec![None; PANES as usize],
+            })
+            .collect();
+        Self { windows }
+    }
+
+    /// The window of the longest span, whose panes also hold the newest
+    /// lists of the figures since start.
+    fn longest(&self) -> Option<usize> {
+        (0..self.windows.len()).max_by_key(|&index| (self.windows[index].pane_span, index))
+    }
+
+    /// Adds a finalized list shown at `time` to the pane of every window it
+    /// falls in; a pane that comes round again starts empty. The figures
+    /// since start are `since_start` with the panes of the longest window: a
+    /// list too old for those panes, and a pane of it that comes round, go
+    /// into `since_start`, so that each list is added to one coverage fewer.
+    pub fn add(
+        &mut self,
+        time: Nanos,
+        list: &ShownList<'_>,
+        cap: Option<usize>,
+        since_start: &mut Coverage,
+    ) {
+        let longest = self.longest();
+        let mut in_a_longest_pane = false;
+        for (index, window) in self.windows.iter_mut().enumerate() {
+            let id = time.div_euclid(window.pane_span);
+            let slot = &mut window.panes[id.rem_euclid(PANES) as usize];
+            match slot {
+                Some((held, _)) if *held > id => continue,
+                Some((held, _)) if *held == id => {}
+                _ => {
+                    let passed = slot.replace((id, Coverage::default()));
+                    if let (Some((_, passed)), true) = (passed, Some(index) == longest) {
+                        since_start.merge(&passed, cap);
+                    }
+                }
+            }
+            if let Some((_, pane)) = slot {
+                pane.add(list, cap);
+                in_a_longest_pane |= Some(index) == longest;
+            }
+        }
+        if !in_a_longest_pane {
+            since_start.add(list, cap);
+        }
+    }
+
+    /// Adds the panes of `other`, whose spans are the same as these,
+    /// keeping at most `cap` items' exposures in each; a pane of the longest
+    /// window that no slot keeps goes into `since_start`.
+    pub fn merge(
+        &mut self,
+        other: &CoverageWindows,
+        cap: Option<usize>,
+        since_start: &mut Coverage,
+    ) {
+        let longest = self.longest();
+        for (index, (window, theirs)) in self.windows.iter_mut().zip(&other.windows).enumerate() {
+            let keeps_since_start = Some(index) == longest;
+            for (slot, their_slot) in window.panes.iter_mut().zip(&theirs.panes) {
+                let Some((id, coverage)) = their_slot else {
+                    continue;
+                };
+                let passed = match slot {
+                    Some((held, mine)) if held == id => {
+                        mine.merge(coverage, cap);
+                        None
+                    }
+                    Some((held, _)) if *held > *id => Some(coverage.clone()),
+                    _ => slot.replace((*id, coverage.clone())).map(|(_, mine)| mine),
+                };
+                if let (Some(passed), true) = (passed, keeps_since_start) {
+                    since_start.merge(&passed, cap);
+                }
+            }
+        }
+    }
+
+    /// The figures since start: `since_start` with every pane of the longest window.
+    pub fn since_start(&self, since_start: &Coverage) -> CoverageFigures {
+        let Some(longest) = self.longest() else {
+            return since_start.figures();
+        };
+        let mut union = since_start.clone();
+        for (_, pane) in self.windows[longest].panes.iter().flatten() {
+            union.merge(pane, None);
+        }
+        union.figures()
+    }
+
+    /// The figures of window `index` over lists with time in the panes
+    /// from `frontier`'s back to the 5 before it.
+    pub fn figures(&self, index: usize, frontier: Nanos) -> CoverageFigures {
+        let Some(window) = self.windows.get(index) else {
+            return CoverageFigures::default();
+        };
+        let newest = frontier.div_euclid(window.pane_span);
+        let oldest = newest - PANES + 1;
+        let mut union = Coverage::default();
+        for (id, coverage) in window.panes.iter().flatten() {
+            if (oldest..=newest).contains(id) {
+                union.merge(coverage, None);
+            }
+        }
+        union.figures()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Slot;
 
     #[test]
     fn counts_only_lists_inside_the_window() {
@@ -99,5 +236,68 @@ mod tests {
         assert_eq!(windows.totals(1, 130).lists, 5);
         assert_eq!(windows.totals(0, 1_000).lists, 0);
         assert_eq!(windows.totals(0, 130).sums, vec![2.0]);
+    }
+
+    #[test]
+    fn coverage_windows_count_the_items_of_their_panes() {
+        let mut windows = CoverageWindows::new(&[60]);
+        let mut since_start = Coverage::default();
+        let mut show = |windows: &mut CoverageWindows, time, item| {
+            let list = ShownList {
+                items: &[item],
+                slots: &[Slot::of(item)],
+                weights: &[1.0],
+                exposure: 1.0,
+                engaged: &[],
+            };
+            windows.add(time, &list, None, &mut since_start);
+        };
+        for (time, item) in [(0, 1u64), (15, 2), (30, 1), (59, 3)] {
+            show(&mut windows, time, item);
+        }
+        assert_eq!(
+            windows.figures(0, 59).items_shown,
+            3,
+            "panes [0, 60): items 1, 2, 3"
+        );
+        show(&mut windows, 75, 4);
+        assert_eq!(
+            windows.figures(0, 75).items_shown,
+            3,
+            "panes [20, 80): items 1 (at 30), 3, 4"
+        );
+        assert_eq!(windows.figures(0, 1_000).items_shown, 0);
+        show(&mut windows, 10, 5);
+        assert_eq!(
+            windows.figures(0, 75).items_shown,
+            3,
+            "older than every pane"
+        );
+        assert_eq!(windows.since_start(&since_start).items_shown, 5);
+    }
+
+    #[test]
+    fn since_start_is_every_list_wherever_it_went() {
+        let mut windows = CoverageWindows::new(&[60, 600]);
+        let (mut since_start, mut whole) = (Coverage::default(), Coverage::default());
+        for i in 0..5_000u64 {
+            let item = crate::event::id_hash(&format!("item-{}", i % 1_700));
+            let weight = 1.0 + (i % 3) as f64;
+            let list = ShownList {
+                items: &[item],
+                slots: &[Slot::of(item)],
+                weights: &[weight],
+                exposure: weight,
+                engaged: &[],
+            };
+            // Mostly in time order, some late, some far too old.
+            let late = (i % 7) as i64 * 30 + if i % 500 == 0 { 5_000 } else { 0 };
+            windows.add(i as i64 * 2 - late, &list, Some(512), &mut since_start);
+            whole.add(&list, Some(512));
+        }
+        let (got, want) = (windows.since_start(&since_start), whole.figures());
+        assert_eq!(got.items_shown, want.items_shown);
+        assert!((got.exposure_gini - want.exposure_gini).abs() < 1e-9);
+        assert!((got.exposure_entropy - want.exposure_entropy).abs() < 1e-9);
     }
 }

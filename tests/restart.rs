@@ -50,7 +50,12 @@ fn as_replay_json(report: &proto::Report) -> Value {
                 .iter()
                 .map(|p| json!({"rank": p.rank, "lists": p.lists, "interactions": p.interactions}))
                 .collect();
-            json!({"model": g.model, "surface": g.surface, "lists": g.lists, "engaged_lists": g.engaged_lists, "metrics": metrics, "positions": positions})
+            let mut group = json!({"model": g.model, "surface": g.surface, "lists": g.lists, "engaged_lists": g.engaged_lists, "metrics": metrics, "positions": positions});
+            if let Some(c) = &g.coverage {
+                group["coverage"] = json!({"items_shown": c.items_shown, "items_engaged": c.items_engaged,
+                    "exposure_gini": c.exposure_gini, "exposure_entropy": c.exposure_entropy, "exact": c.exact});
+            }
+            group
         })
         .collect();
     json!({

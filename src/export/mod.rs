@@ -2,6 +2,7 @@
 //! Prometheus text of `/metrics`.
 
 mod comparison;
+pub mod coverage;
 pub mod positions;
 pub mod prometheus;
 mod report;

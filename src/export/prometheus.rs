@@ -94,6 +94,7 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
     );
     window_lists(&mut writer, &groups, &window_names);
     super::positions::render(&mut writer, &groups, &snapshot.interaction_types);
+    super::coverage::render(&mut writer, &groups, &window_names);
     if let Some(control) = &snapshot.control_model {
         comparison_gauges(&mut writer, snapshot, control, &window_names);
     }

@@ -4,7 +4,9 @@
 use super::comparison::{compare, Comparison, NamedTotals};
 use super::Snapshot;
 use crate::join::{Counters, Engine, Unattributed};
-use crate::metrics::{GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION};
+use crate::metrics::{
+    CoverageFigures, CoverageMode, GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -63,6 +65,9 @@ pub struct GroupReport {
     /// The position curve since start, rank 1 first; left out of window reports.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<PositionPoint>,
+    /// Coverage and exposure of the same lists (SPEC §11); left out when coverage is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<CoverageFigures>,
 }
 
 /// One rank of a position curve: CTR at the rank is `interactions["click"] / lists`.
@@ -161,8 +166,20 @@ impl Report {
             .iter()
             .zip(engine.group_names())
             .map(|(aggregates, name)| (named(name), &aggregates.positions));
+        let coverage = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .filter(|_| engine.coverage_mode() != CoverageMode::Off)
+            .map(|(aggregates, name)| {
+                let figures = aggregates
+                    .coverage_windows
+                    .since_start(&aggregates.coverage);
+                (named(name), figures)
+            });
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
+            .with_coverage(coverage)
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
@@ -173,7 +190,17 @@ impl Report {
             .iter()
             .zip(engine.group_names())
             .map(|(aggregates, name)| (named(name), aggregates.windows.totals(index, frontier)));
+        let coverage = engine
+            .aggregates()
+            .iter()
+            .zip(engine.group_names())
+            .filter(|_| engine.coverage_mode() != CoverageMode::Off)
+            .map(|(aggregates, name)| {
+                let figures = aggregates.coverage_windows.figures(index, frontier);
+                (named(name), figures)
+            });
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
+            .with_coverage(coverage)
     }
 
     /// The report of `snapshot`: since start (`None`) or of rolling window `index`.
@@ -185,7 +212,15 @@ impl Report {
             };
             (snapshot_named(group), totals)
         });
-        let report = Self::build(config, &snapshot.counters, &snapshot.ks, groups);
+        let coverage = snapshot.groups.iter().filter_map(|group| {
+            let figures = match window {
+                None => group.coverage?,
+                Some(index) => *group.window_coverage.get(index)?,
+            };
+            Some((snapshot_named(group), figures))
+        });
+        let report =
+            Self::build(config, &snapshot.counters, &snapshot.ks, groups).with_coverage(coverage);
         if window.is_some() {
             return report;
         }
@@ -202,25 +237,25 @@ impl Report {
         curves: impl Iterator<Item = (Named<'a>, &'a PositionCurve)>,
         types: &[String],
     ) -> Self {
-        let curves: BTreeMap<(&str, &str, BTreeMap<&str, &str>), &PositionCurve> = curves
-            .map(|((model, surface, segments), curve)| {
-                let segments = segments
-                    .iter()
-                    .map(|(label, value)| (label.as_str(), value.as_str()))
-                    .collect();
-                ((model, surface, segments), curve)
-            })
-            .collect();
+        let curves: BTreeMap<GroupKey<'_>, &PositionCurve> =
+            curves.map(|(name, curve)| (key_of(name), curve)).collect();
         for group in &mut self.groups {
-            let segments = group
-                .segments
-                .iter()
-                .map(|(label, value)| (label.as_str(), value.as_str()))
-                .collect();
-            let key = (group.model.as_str(), group.surface.as_str(), segments);
-            if let Some(curve) = curves.get(&key) {
+            if let Some(curve) = curves.get(&group_key(group)) {
                 group.positions = position_points(curve, types);
             }
+        }
+        self
+    }
+
+    /// Fills in each group's coverage and exposure.
+    fn with_coverage<'a>(
+        mut self,
+        figures: impl Iterator<Item = (Named<'a>, CoverageFigures)>,
+    ) -> Self {
+        let figures: BTreeMap<GroupKey<'_>, CoverageFigures> =
+            figures.map(|(name, f)| (key_of(name), f)).collect();
+        for group in &mut self.groups {
+            group.coverage = figures.get(&group_key(group)).copied();
         }
         self
     }
@@ -328,11 +363,41 @@ impl Report {
             }
         }
         out.push_str("\nmeans over all finalized lists ± 1.96 standard errors; `--format json` gives every metric in both scopes.\n");
+        write_coverage(&mut out, &self.groups);
         if let Some(comparisons) = &self.comparisons {
             write_comparisons(&mut out, comparisons);
         }
         out
     }
+}
+
+/// Each group's coverage and exposure, one row each, when coverage is kept.
+fn write_coverage(out: &mut String, groups: &[GroupReport]) {
+    if groups.iter().all(|group| group.coverage.is_none()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<14} {:<14} {:>12} {:>13} {:>13} {:>16}",
+        "model", "surface", "items shown", "items engaged", "exposure gini", "exposure entropy"
+    );
+    for group in groups {
+        let Some(c) = &group.coverage else {
+            continue;
+        };
+        let estimated = if c.exact { "" } else { " (estimated)" };
+        let _ = writeln!(
+            out,
+            "{:<14} {:<14} {:>12} {:>13} {:>13.4} {:>16.4}{estimated}",
+            group.model,
+            group.surface,
+            c.items_shown,
+            c.items_engaged,
+            c.exposure_gini,
+            c.exposure_entropy
+        );
+    }
+    out.push_str("\nexposure of an item: the sum of 1 / discount(rank) over the lists that showed it; entropy over ln(items shown).\n");
 }
 
 /// The comparisons against the control, one row each.
@@ -396,6 +461,27 @@ fn named(name: &crate::join::GroupName) -> Named<'_> {
     (&name.model, &name.surface, &name.segments)
 }
 
+/// A group's name as a map key: model, surface and segment values.
+type GroupKey<'a> = (&'a str, &'a str, BTreeMap<&'a str, &'a str>);
+
+fn key_of(name: Named<'_>) -> GroupKey<'_> {
+    let (model, surface, segments) = name;
+    let segments = segments
+        .iter()
+        .map(|(label, value)| (label.as_str(), value.as_str()))
+        .collect();
+    (model, surface, segments)
+}
+
+fn group_key(group: &GroupReport) -> GroupKey<'_> {
+    let segments = group
+        .segments
+        .iter()
+        .map(|(label, value)| (label.as_str(), value.as_str()))
+        .collect();
+    (group.model.as_str(), group.surface.as_str(), segments)
+}
+
 /// How the report names a snapshot's group.
 fn snapshot_named(group: &super::GroupSnapshot) -> Named<'_> {
     (&group.model, &group.surface, &group.segments)
@@ -423,5 +509,6 @@ fn group_report(group: &NamedTotals<'_>, ks: &[usize]) -> GroupReport {
         engaged_lists: totals.engaged,
         metrics,
         positions: Vec::new(),
+        coverage: None,
     }
 }

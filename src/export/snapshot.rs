@@ -2,7 +2,7 @@
 
 use crate::event::Nanos;
 use crate::join::{Counters, Engine};
-use crate::metrics::{GroupTotals, PositionCurve};
+use crate::metrics::{CoverageFigures, CoverageMode, GroupTotals, PositionCurve};
 
 /// One group's figures at a moment.
 #[derive(Clone, Debug)]
@@ -19,6 +19,10 @@ pub struct GroupSnapshot {
     pub windows: Vec<GroupTotals>,
     /// Lists and credited interactions by rank, since start.
     pub positions: PositionCurve,
+    /// Coverage and exposure since start; `None` when coverage is off.
+    pub coverage: Option<CoverageFigures>,
+    /// The same per configured window (empty when coverage is off).
+    pub window_coverage: Vec<CoverageFigures>,
 }
 
 /// Everything `/metrics` shows of the engine, taken at one moment.
@@ -53,6 +57,7 @@ impl Snapshot {
     pub fn of(engine: &Engine, control_model: Option<String>) -> Self {
         let frontier = engine.frontier();
         let window_count = engine.window_count();
+        let coverage_on = engine.coverage_mode() != CoverageMode::Off;
         let groups = engine
             .aggregates()
             .iter()
@@ -70,6 +75,18 @@ impl Snapshot {
                     })
                     .collect(),
                 positions: aggregates.positions.clone(),
+                coverage: coverage_on.then(|| {
+                    aggregates
+                        .coverage_windows
+                        .since_start(&aggregates.coverage)
+                }),
+                window_coverage: match (coverage_on, frontier) {
+                    (true, Some(f)) => (0..window_count)
+                        .map(|index| aggregates.coverage_windows.figures(index, f))
+                        .collect(),
+                    (true, None) => vec![CoverageFigures::default(); window_count],
+                    (false, _) => Vec::new(),
+                },
             })
             .collect();
         Snapshot {

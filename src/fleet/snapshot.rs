@@ -15,7 +15,7 @@
 //! manifest is what a new owner reads (the offset commit's metadata would
 //! do, but not every broker returns it).
 
-use crate::join::{EngineState, EngineStateV2};
+use crate::join::EngineState;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -35,9 +35,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 const MANIFEST_KEY: &str = "manifest";
 /// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9);
-/// version 3, the segment values of each group and their registries (SPEC §11).
-/// Version 2 snapshots are read too, as states without segment labels.
-const FORMAT_VERSION: u32 = 3;
+/// version 4, the segment values of each group and their registries, and
+/// each group's coverage and exposure (SPEC §11). Snapshots of another
+/// version are not restored (the partition starts empty, loudly).
+const FORMAT_VERSION: u32 = 4;
 
 /// What a snapshot is and where its chunks are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -335,7 +336,7 @@ impl StateTopic {
         if manifest.chunks == 0 {
             return Ok(None);
         }
-        if manifest.version != FORMAT_VERSION && manifest.version != 2 {
+        if manifest.version != FORMAT_VERSION {
             return Err(self.corrupt(
                 partition,
                 format!(
@@ -374,11 +375,7 @@ impl StateTopic {
         if xxhash_rust::xxh3::xxh3_64(&payload) != manifest.checksum {
             return Err(self.corrupt(partition, "checksum mismatch"));
         }
-        let state = match manifest.version {
-            2 => postcard::from_bytes::<EngineStateV2>(&payload).map(EngineState::from),
-            _ => postcard::from_bytes::<EngineState>(&payload),
-        };
-        state
+        postcard::from_bytes::<EngineState>(&payload)
             .map(Some)
             .map_err(|e| self.corrupt(partition, format!("state: {e}")))
     }

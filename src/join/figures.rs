@@ -5,8 +5,6 @@
 
 use super::persist::{sorted_user_refs, OpenState};
 use super::{Counters, Engine, GroupAggregates};
-use crate::metrics::{GroupTotals, PositionCurve};
-use crate::window::RollingWindows;
 
 impl Engine {
     /// Adds the finalized figures of `other` (counters, group aggregates
@@ -32,19 +30,17 @@ impl Engine {
         for (aggregates, name) in other.aggregates.iter().zip(other.groups.names()) {
             let id = self.groups.id_of_name(name) as usize;
             while self.aggregates.len() <= id {
-                self.aggregates.push(GroupAggregates {
-                    totals: GroupTotals::new(self.values.len()),
-                    windows: RollingWindows::new(&self.settings.windows),
-                    positions: PositionCurve::new(
-                        self.settings.position_curve_depth,
-                        self.settings.interaction_types.len(),
-                    ),
-                });
+                self.aggregates
+                    .push(GroupAggregates::new(&self.settings, self.values.len()));
             }
+            let cap = self.settings.coverage.cap();
             let mine = &mut self.aggregates[id];
             mine.totals.merge(&aggregates.totals);
             mine.windows.merge(&aggregates.windows);
             mine.positions.merge(&aggregates.positions);
+            mine.coverage.merge(&aggregates.coverage, cap);
+            mine.coverage_windows
+                .merge(&aggregates.coverage_windows, cap, &mut mine.coverage);
         }
     }
 
@@ -106,6 +102,7 @@ mod tests {
             windows: vec![3600 * S],
             position_curve_depth: 20,
             interaction_types: vec!["click".to_owned()],
+            coverage: crate::metrics::CoverageMode::Exact,
         };
         Engine::new(
             settings,

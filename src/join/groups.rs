@@ -105,28 +105,6 @@ struct SurfaceGroups {
     by_values: HashMap<Box<[u32]>, GroupId>,
 }
 
-/// A registry as state format 2 saved it, before groups had segments.
-#[derive(Deserialize)]
-pub(super) struct GroupsV2 {
-    names: Vec<(String, String)>,
-    _ids: HashMap<String, HashMap<String, GroupId>>,
-    max_groups: usize,
-    overflow: Option<GroupId>,
-    overflowed: u64,
-}
-
-impl From<GroupsV2> for Groups {
-    fn from(old: GroupsV2) -> Self {
-        let mut groups = Groups::new(old.max_groups, &SegmentSettings::default());
-        for (model, surface) in &old.names {
-            groups.register(model, surface, &[]);
-        }
-        groups.overflow = old.overflow;
-        groups.overflowed = old.overflowed;
-        groups
-    }
-}
-
 /// Interns group names to dense ids.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Groups {

@@ -16,11 +16,13 @@ mod user;
 
 pub use counters::{Counters, Unattributed};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
-pub use persist::{EngineState, EngineStateV2};
+pub use persist::EngineState;
 
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
-use crate::metrics::{GroupTotals, ListEvaluator, PositionCurve};
-use crate::window::RollingWindows;
+use crate::metrics::{
+    Coverage, CoverageMode, GroupTotals, ListEvaluator, PositionCurve, ShownList, Slot,
+};
+use crate::window::{CoverageWindows, RollingWindows};
 use due::DueQueue;
 use groups::{GroupId, Groups};
 use std::collections::HashMap;
@@ -49,6 +51,8 @@ pub struct JoinSettings {
     pub position_curve_depth: usize,
     /// Interaction type names, sorted: an interaction's `kind` indexes them.
     pub interaction_types: Vec<String>,
+    /// How coverage and exposure are kept (SPEC §11).
+    pub coverage: CoverageMode,
 }
 
 /// The limit under which a valid event was shed: counted, not evaluated.
@@ -88,6 +92,30 @@ pub struct GroupAggregates {
     /// Lists and credited interactions by rank, since start.
     #[serde(default)]
     pub positions: PositionCurve,
+    /// Items shown and engaged and their exposure, since start, but for the
+    /// lists that the panes of the longest window still hold.
+    pub coverage: Coverage,
+    /// The same per configured window.
+    pub coverage_windows: CoverageWindows,
+}
+
+impl GroupAggregates {
+    /// Empty aggregates for rows of `width` values.
+    fn new(settings: &JoinSettings, width: usize) -> Self {
+        Self {
+            totals: GroupTotals::new(width),
+            windows: RollingWindows::new(&settings.windows),
+            positions: PositionCurve::new(
+                settings.position_curve_depth,
+                settings.interaction_types.len(),
+            ),
+            coverage: Coverage::default(),
+            coverage_windows: match settings.coverage {
+                CoverageMode::Off => CoverageWindows::default(),
+                _ => CoverageWindows::new(&settings.windows),
+            },
+        }
+    }
 }
 
 /// The shard of a user. It takes the hash's high bits: the maps inside a
@@ -122,6 +150,14 @@ pub struct Engine {
     evaluator: ListEvaluator,
     grades: Vec<f64>,
     values: Vec<f64>,
+    /// `1 / discount(j)` for rank `j + 1`, as deep as the longest list finalized.
+    exposure_weights: Vec<f64>,
+    /// `exposure_sums[n]`: the first `n` weights summed, a list of `n` items' exposure.
+    exposure_sums: Vec<f64>,
+    /// The items engaged in the list being finalized.
+    engaged_items: Vec<u64>,
+    /// The sketch slots of the list being finalized.
+    slots: Vec<Slot>,
     counters: Counters,
     open_impressions: usize,
     waiting_interactions: usize,
@@ -151,6 +187,10 @@ impl Engine {
             evaluator,
             grades: Vec::new(),
             values: vec![0.0; width],
+            exposure_weights: Vec::new(),
+            exposure_sums: vec![0.0],
+            engaged_items: Vec::new(),
+            slots: Vec::new(),
             counters: Counters::default(),
             open_impressions: 0,
             waiting_interactions: 0,
@@ -508,20 +548,50 @@ impl Engine {
         self.evaluator.evaluate(&self.grades, &mut self.values);
         let group = list.group as usize;
         while self.aggregates.len() <= group {
-            self.aggregates.push(GroupAggregates {
-                totals: GroupTotals::new(self.values.len()),
-                windows: RollingWindows::new(&self.settings.windows),
-                positions: PositionCurve::new(
-                    self.settings.position_curve_depth,
-                    self.settings.interaction_types.len(),
-                ),
-            });
+            self.aggregates
+                .push(GroupAggregates::new(&self.settings, self.values.len()));
         }
         let engaged = list.is_engaged();
         let aggregates = &mut self.aggregates[group];
         aggregates.totals.add(&self.values, engaged);
         aggregates.windows.add(list.time, &self.values, engaged);
         aggregates.positions.add(list.shown(), list.credited());
+        self.add_coverage(group, &list);
+    }
+
+    /// Adds a finalized list's items to its group's coverage, since start and per window.
+    fn add_coverage(&mut self, group: usize, list: &OpenImpression) {
+        let cap = match self.settings.coverage {
+            CoverageMode::Off => return,
+            mode => mode.cap(),
+        };
+        let discount = self.evaluator.discount();
+        while self.exposure_weights.len() < list.shown() {
+            let rank = self.exposure_weights.len() + 1;
+            let weight = 1.0 / discount.at_rank(rank);
+            self.exposure_weights.push(weight);
+            self.exposure_sums
+                .push(self.exposure_sums[rank - 1] + weight);
+        }
+        self.engaged_items.clear();
+        self.engaged_items.extend(list.engaged_items());
+        ShownList::slots_into(list.items(), &mut self.slots);
+        let shown = ShownList {
+            items: list.items(),
+            slots: &self.slots,
+            weights: &self.exposure_weights,
+            exposure: self.exposure_sums[list.shown()],
+            engaged: &self.engaged_items,
+        };
+        let aggregates = &mut self.aggregates[group];
+        aggregates
+            .coverage_windows
+            .add(list.time, &shown, cap, &mut aggregates.coverage);
+    }
+
+    /// How coverage is kept.
+    pub fn coverage_mode(&self) -> CoverageMode {
+        self.settings.coverage
     }
 }
 
@@ -546,6 +616,7 @@ mod tests {
             windows: vec![],
             position_curve_depth: 20,
             interaction_types: vec!["click".to_owned()],
+            coverage: CoverageMode::Exact,
         };
         Engine::new(
             settings,

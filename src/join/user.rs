@@ -103,6 +103,19 @@ impl OpenImpression {
         self.items.len()
     }
 
+    /// The item hashes shown, rank order.
+    pub fn items(&self) -> &[u64] {
+        &self.items
+    }
+
+    /// The items with a credited interaction of grade > 0 (an item once per credit).
+    pub fn engaged_items(&self) -> impl Iterator<Item = u64> + '_ {
+        self.credits
+            .iter()
+            .filter(|c| c.grade > 0.0)
+            .map(|c| self.items[c.rank as usize])
+    }
+
     /// `(rank index, type index)` of every credited interaction.
     pub fn credited(&self) -> impl Iterator<Item = (usize, u16)> + '_ {
         self.credits.iter().map(|c| (c.rank as usize, c.kind))

@@ -43,7 +43,8 @@ pub enum Discount {
 }
 
 impl Discount {
-    fn at_rank(self, rank: usize) -> f64 {
+    /// The discount of 1-based `rank`.
+    pub fn at_rank(self, rank: usize) -> f64 {
         let rank = rank as f64;
         match self {
             Discount::Log2 => (rank + 1.0).log2(),
@@ -180,6 +181,11 @@ impl ListEvaluator {
             ideal: Vec::new(),
             seen_positive: Vec::new(),
         }
+    }
+
+    /// The position discount of DCG, which also weighs exposure (SPEC §11).
+    pub fn discount(&self) -> Discount {
+        self.settings.discount
     }
 
     /// The cutoffs, ascending: row `i` of [`evaluate`](Self::evaluate)'s output is `ks()[i]`.

@@ -2,10 +2,14 @@
 //! are aggregated into. Knows nothing of events, time or transport.
 
 mod aggregate;
+mod coverage;
+mod hyperloglog;
 mod list;
 mod position;
 pub mod uncertainty;
 
 pub use aggregate::{GroupTotals, MetricMeans};
+pub use coverage::{gini, normalized_entropy, Coverage, CoverageFigures, CoverageMode, ShownList};
+pub use hyperloglog::{HyperLogLog, Slot};
 pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings, R_PRECISION};
 pub use position::PositionCurve;

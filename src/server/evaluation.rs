@@ -115,6 +115,13 @@ fn to_proto(report: Report, window: String) -> proto::Report {
                         interactions: point.interactions.into_iter().collect(),
                     })
                     .collect(),
+                coverage: group.coverage.map(|c| proto::Coverage {
+                    items_shown: c.items_shown,
+                    items_engaged: c.items_engaged,
+                    exposure_gini: c.exposure_gini,
+                    exposure_entropy: c.exposure_entropy,
+                    exact: c.exact,
+                }),
             })
             .collect(),
         comparisons: report

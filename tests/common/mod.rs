@@ -64,8 +64,15 @@ pub fn assert_reports_match(got: &Value, expected: &Value) {
 }
 
 /// Report keys added after the conformance expectations were written: the
-/// standard errors and comparisons of SPEC §9 and the position curves of §11.
-const ADDED_KEYS: [&str; 4] = ["se_all", "se_engaged", "comparisons", "positions"];
+/// standard errors and comparisons of SPEC §9, and the position curves and
+/// coverage of §11.
+const ADDED_KEYS: [&str; 5] = [
+    "se_all",
+    "se_engaged",
+    "comparisons",
+    "positions",
+    "coverage",
+];
 
 fn assert_close(got: &Value, expected: &Value, path: &str) {
     match (got, expected) {

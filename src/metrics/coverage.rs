@@ -1,0 +1,600 @@
+//! Coverage and exposure concentration (SPEC §11): over a set of finalized
+//! lists, the distinct items shown, the distinct items engaged (with a
+//! credited interaction of grade > 0), and the Gini coefficient and
+//! normalized entropy of each shown item's position-weighted exposure (the
+//! sum, over the lists that showed it, of `1 / discount(rank)`).
+//!
+//! A [`Coverage`] is exact while it holds at most its cap of distinct items:
+//! every item's exposure, every engaged item. Past the cap it turns into
+//! sketches: two [`HyperLogLog`]s count the items shown and engaged, and the
+//! exposures are kept for a sample of the items, those whose hash ends in
+//! `level` zero bits (a uniform sample of `2^−level` of the items, the level
+//! raised whenever the sample outgrows the cap). The sample's Gini estimates
+//! the items' Gini; the entropy comes from the exact total exposure, the
+//! sample's `Σ x ln x` scaled by `2^level`, and the estimated item count.
+//! Counts only: it knows nothing of events, time or transport.
+
+use super::hyperloglog::{HyperLogLog, Slot};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// How coverage is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoverageMode {
+    /// Not kept.
+    Off,
+    /// Exact, whatever the number of items (replay).
+    Exact,
+    /// Exact up to `max_items` distinct items, then from sketches (serve).
+    Sketch {
+        /// Most items whose exposure is kept.
+        max_items: usize,
+    },
+}
+
+impl CoverageMode {
+    /// The cap on the items one [`Coverage`] keeps, `None` for no cap.
+    pub fn cap(self) -> Option<usize> {
+        match self {
+            CoverageMode::Sketch { max_items } => Some(max_items),
+            CoverageMode::Off | CoverageMode::Exact => None,
+        }
+    }
+}
+
+/// The figures of one set of lists, as the report gives them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CoverageFigures {
+    /// Distinct items shown.
+    pub items_shown: u64,
+    /// Distinct items with a credited interaction of grade > 0.
+    pub items_engaged: u64,
+    /// Gini coefficient of the items' exposures: 0 when even, towards 1 when concentrated.
+    pub exposure_gini: f64,
+    /// Entropy of the exposure shares over `ln(items shown)`: 1 when even, 0 for one item.
+    pub exposure_entropy: f64,
+    /// Whether the figures are exact (no sketch was needed).
+    pub exact: bool,
+}
+
+/// One finalized list, as every coverage it goes into (since start and one
+/// pane per window) reads it: item hashes and their slots, their exposures,
+/// their sum, and the items engaged.
+#[derive(Clone, Copy, Debug)]
+pub struct ShownList<'a> {
+    /// Item hashes in rank order.
+    pub items: &'a [u64],
+    /// Their slots in the sketches, as [`ShownList::slots_into`] writes them.
+    pub slots: &'a [Slot],
+    /// `weights[j]`, the exposure of rank `j + 1`, for at least as many ranks as items.
+    pub weights: &'a [f64],
+    /// The exposures of the items summed.
+    pub exposure: f64,
+    /// The items with a credited interaction of grade > 0 (repeats allowed).
+    pub engaged: &'a [u64],
+}
+
+impl ShownList<'_> {
+    /// Writes the slots of `items` into `slots`, once per list.
+    pub fn slots_into(items: &[u64], slots: &mut Vec<Slot>) {
+        slots.clear();
+        slots.extend(items.iter().map(|&item| Slot::of(item)));
+    }
+}
+
+/// The distinct-count sketches of a coverage past its cap.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Sketches {
+    shown: HyperLogLog,
+    engaged: HyperLogLog,
+}
+
+/// Items shown and engaged, and their exposures, over a set of lists.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "CoverageState", into = "CoverageState")]
+pub struct Coverage {
+    /// Exposure by item hash: every item while exact, the sampled ones once sketched.
+    exposure: ExposureTable,
+    /// Items engaged, while exact.
+    engaged: HashSet<u64, ItemHash>,
+    /// The counts once past the cap.
+    sketches: Option<Box<Sketches>>,
+    /// The sample keeps items whose hash ends in this many zero bits.
+    level: u32,
+    /// Exposure summed over every item shown, sampled or not.
+    total_exposure: f64,
+}
+
+impl Coverage {
+    /// Adds one finalized list, keeping at most `cap` items' exposures.
+    pub fn add(&mut self, list: &ShownList<'_>, cap: Option<usize>) {
+        self.total_exposure += list.exposure;
+        let weights = &list.weights[..list.items.len()];
+        let Some(sketches) = &mut self.sketches else {
+            self.engaged.extend(list.engaged);
+            for (&item, &weight) in list.items.iter().zip(weights) {
+                self.exposure.add(item, weight);
+            }
+            self.enforce(cap);
+            return;
+        };
+        for &item in list.engaged {
+            sketches.engaged.insert(item);
+        }
+        // Only one item in 2^level is sampled: most items cost a register and a test.
+        let level = self.level as u8;
+        let slots = &list.slots[..list.items.len()];
+        for (index, &slot) in slots.iter().enumerate() {
+            sketches.shown.insert_slot(slot);
+            if slot.zeros >= level {
+                self.exposure.add(list.items[index], weights[index]);
+            }
+        }
+        self.enforce(cap);
+    }
+
+    /// Adds the lists of `other`, then keeps at most `cap` items' exposures.
+    pub fn merge(&mut self, other: &Coverage, cap: Option<usize>) {
+        self.total_exposure += other.total_exposure;
+        if other.sketches.is_some() && self.sketches.is_none() {
+            self.start_sketches();
+        }
+        if let Some(sketches) = &mut self.sketches {
+            match &other.sketches {
+                Some(theirs) => {
+                    sketches.shown.merge(&theirs.shown);
+                    sketches.engaged.merge(&theirs.engaged);
+                }
+                None => {
+                    other
+                        .exposure
+                        .iter()
+                        .for_each(|(item, _)| sketches.shown.insert(item));
+                    other
+                        .engaged
+                        .iter()
+                        .for_each(|&i| sketches.engaged.insert(i));
+                }
+            }
+        } else {
+            self.engaged.extend(other.engaged.iter().copied());
+        }
+        self.raise_level(self.level.max(other.level));
+        let mask = (1u64 << self.level) - 1;
+        for (item, exposure) in other.exposure.iter() {
+            if item & mask == 0 {
+                self.exposure.add(item, exposure);
+            }
+        }
+        self.enforce(cap);
+    }
+
+    /// Turns to sketches, then samples, until at most `cap` exposures are kept.
+    fn enforce(&mut self, cap: Option<usize>) {
+        let Some(cap) = cap else {
+            return;
+        };
+        if self.exposure.len() <= cap {
+            return;
+        }
+        if self.sketches.is_none() {
+            self.start_sketches();
+        }
+        let mut level = self.level;
+        while self.exposure.len() > cap && level < 63 {
+            level += 1;
+            self.raise_level(level);
+        }
+    }
+
+    /// Counts every item held so far in new sketches; the engaged set goes.
+    fn start_sketches(&mut self) {
+        let mut sketches = Box::<Sketches>::default();
+        self.exposure
+            .iter()
+            .for_each(|(item, _)| sketches.shown.insert(item));
+        self.engaged
+            .iter()
+            .for_each(|&i| sketches.engaged.insert(i));
+        self.engaged = HashSet::default();
+        self.sketches = Some(sketches);
+    }
+
+    /// Keeps only the items of sample level `level` (no lower than the current one).
+    fn raise_level(&mut self, level: u32) {
+        if level <= self.level {
+            return;
+        }
+        self.level = level;
+        let mask = (1u64 << level) - 1;
+        self.exposure.retain(|item| item & mask == 0);
+    }
+
+    /// The figures of the lists added so far.
+    pub fn figures(&self) -> CoverageFigures {
+        let mut exposures: Vec<f64> = self.exposure.iter().map(|(_, x)| x).collect();
+        exposures.sort_unstable_by(f64::total_cmp);
+        let gini = gini(&exposures);
+        let Some(sketches) = &self.sketches else {
+            return CoverageFigures {
+                items_shown: exposures.len() as u64,
+                items_engaged: self.engaged.len() as u64,
+                exposure_gini: gini,
+                exposure_entropy: normalized_entropy(&exposures),
+                exact: true,
+            };
+        };
+        let items = sketches.shown.estimate();
+        let scale = (self.level as f64).exp2();
+        let x_ln_x: f64 = exposures.iter().map(|&x| x * x.ln()).sum::<f64>() * scale;
+        CoverageFigures {
+            items_shown: items.round() as u64,
+            items_engaged: sketches.engaged.estimate().round() as u64,
+            exposure_gini: gini,
+            exposure_entropy: entropy_from_sums(self.total_exposure, x_ln_x, items),
+            exact: false,
+        }
+    }
+}
+
+/// The Gini coefficient of `values`, sorted ascending and non-negative:
+/// `Σ_i (2i − n − 1) x_i / (n Σ x)` with `i` from 1. 0 for fewer than two
+/// values or a zero sum.
+pub fn gini(sorted: &[f64]) -> f64 {
+    let n = sorted.len() as f64;
+    let total: f64 = sorted.iter().sum();
+    if sorted.len() < 2 || total <= 0.0 {
+        return 0.0;
+    }
+    let weighted: f64 = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (2.0 * (i as f64 + 1.0) - n - 1.0) * x)
+        .sum();
+    weighted / (n * total)
+}
+
+/// The entropy of the shares `x / Σx` of `values` divided by `ln n`, its
+/// largest value: 1 when all are equal, 0 for one value or none.
+pub fn normalized_entropy(values: &[f64]) -> f64 {
+    let total: f64 = values.iter().sum();
+    let x_ln_x: f64 = values
+        .iter()
+        .filter(|&&x| x > 0.0)
+        .map(|&x| x * x.ln())
+        .sum();
+    entropy_from_sums(total, x_ln_x, values.len() as f64)
+}
+
+/// `(ln X − Σ x ln x / X) / ln n` for `X = Σ x`, within `[0, 1]`.
+fn entropy_from_sums(total: f64, x_ln_x: f64, items: f64) -> f64 {
+    if items <= 1.0 || total <= 0.0 {
+        return 0.0;
+    }
+    let entropy = total.ln() - x_ln_x / total;
+    (entropy / items.ln()).clamp(0.0, 1.0)
+}
+
+/// Exposure by item hash, in one open-addressed table (linear probing, about
+/// half full at most): adding to an item is a few instructions, which every
+/// sampled item of every list pays in each coverage it goes into.
+#[derive(Clone, Debug, Default)]
+struct ExposureTable {
+    /// Item hashes; 0 marks an empty slot.
+    keys: Vec<u64>,
+    values: Vec<f64>,
+    /// Occupied slots.
+    len: usize,
+    /// The exposure of the item whose hash is 0, which no slot can hold.
+    zero: Option<f64>,
+}
+
+impl ExposureTable {
+    /// Items held.
+    fn len(&self) -> usize {
+        self.len + usize::from(self.zero.is_some())
+    }
+
+    /// Adds `weight` to the exposure of `item`.
+    #[inline(always)]
+    fn add(&mut self, item: u64, weight: f64) {
+        // Grown once more than half full: a table of `2n` slots holds up to
+        // `n + 1` items, so a coverage capped at `n` items never needs `4n`.
+        if item == 0 || self.keys.is_empty() || 2 * self.len > self.keys.len() {
+            self.add_rarely(item, weight);
+            return;
+        }
+        let mask = self.keys.len() - 1;
+        // The middle bits: the top ones pick HyperLogLog registers, the low
+        // ones are zero in every sampled item.
+        let mut slot = (item >> 24) as usize & mask;
+        loop {
+            let key = self.keys[slot];
+            if key == item {
+                self.values[slot] += weight;
+                return;
+            }
+            if key == 0 {
+                self.keys[slot] = item;
+                self.values[slot] = weight;
+                self.len += 1;
+                return;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Adds to the item whose hash is 0, or grows the table first.
+    #[cold]
+    fn add_rarely(&mut self, item: u64, weight: f64) {
+        if item == 0 {
+            *self.zero.get_or_insert(0.0) += weight;
+            return;
+        }
+        self.rebuild(2 * self.keys.len());
+        self.add(item, weight);
+    }
+
+    /// Puts every item back into `slots` slots (at least 16, and twice the items).
+    fn rebuild(&mut self, slots: usize) {
+        let slots = slots.max(16).max(2 * self.len).next_power_of_two();
+        let keys = std::mem::replace(&mut self.keys, vec![0; slots]);
+        let values = std::mem::replace(&mut self.values, vec![0.0; slots]);
+        self.len = 0;
+        for (item, exposure) in keys.into_iter().zip(values).filter(|(k, _)| *k != 0) {
+            self.add(item, exposure);
+        }
+    }
+
+    /// Every item and its exposure, in no particular order.
+    fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
+        let zero = self.zero.map(|exposure| (0, exposure));
+        self.keys
+            .iter()
+            .zip(&self.values)
+            .filter(|(k, _)| **k != 0)
+            .map(|(&k, &v)| (k, v))
+            .chain(zero)
+    }
+
+    /// Keeps the items that `keep` accepts, in a table rebuilt to fit them.
+    fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        for (key, value) in self.keys.iter_mut().zip(&mut self.values) {
+            if *key != 0 && !keep(*key) {
+                (*key, *value) = (0, 0.0);
+                self.len -= 1;
+            }
+        }
+        if self.zero.is_some() && !keep(0) {
+            self.zero = None;
+        }
+        // Emptied slots break the probe runs: put the rest back, in a table
+        // of the same size, which they will fill again.
+        self.rebuild(self.keys.len());
+    }
+}
+
+/// Two tables are equal when they hold the same exposures, wherever their slots.
+impl PartialEq for ExposureTable {
+    fn eq(&self, other: &Self) -> bool {
+        let sorted = |table: &ExposureTable| {
+            let mut items: Vec<(u64, f64)> = table.iter().collect();
+            items.sort_unstable_by_key(|(item, _)| *item);
+            items
+        };
+        self.len() == other.len() && sorted(self) == sorted(other)
+    }
+}
+
+/// Item hashes are well mixed, but the sample keeps only those whose low
+/// bits are zero, which are the bits a map picks its slot by: the map takes
+/// the hash's two halves swapped.
+type ItemHash = BuildHasherDefault<ItemHasher>;
+
+/// A hasher of item hashes that swaps their halves.
+#[derive(Default)]
+struct ItemHasher(u64);
+
+impl Hasher for ItemHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value.rotate_left(32);
+    }
+}
+
+/// The saved form of a [`Coverage`]: maps as sorted lists, so that the same
+/// coverage always saves as the same bytes.
+#[derive(Serialize, Deserialize)]
+struct CoverageState {
+    exposure: Vec<(u64, f64)>,
+    engaged: Vec<u64>,
+    sketches: Option<Box<Sketches>>,
+    level: u32,
+    total_exposure: f64,
+}
+
+impl From<Coverage> for CoverageState {
+    fn from(coverage: Coverage) -> Self {
+        let mut exposure: Vec<(u64, f64)> = coverage.exposure.iter().collect();
+        exposure.sort_unstable_by_key(|(item, _)| *item);
+        let mut engaged: Vec<u64> = coverage.engaged.into_iter().collect();
+        engaged.sort_unstable();
+        Self {
+            exposure,
+            engaged,
+            sketches: coverage.sketches,
+            level: coverage.level,
+            total_exposure: coverage.total_exposure,
+        }
+    }
+}
+
+impl From<CoverageState> for Coverage {
+    fn from(state: CoverageState) -> Self {
+        Self {
+            exposure: state.exposure.into_iter().fold(
+                ExposureTable::default(),
+                |mut table, (item, exposure)| {
+                    table.add(item, exposure);
+                    table
+                },
+            ),
+            engaged: state.engaged.into_iter().collect(),
+            sketches: state.sketches,
+            level: state.level.min(63),
+            total_exposure: state.total_exposure,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::id_hash;
+
+    const EPSILON: f64 = 1e-12;
+
+    #[test]
+    fn even_exposure_has_gini_0_and_entropy_1() {
+        let even = [2.5; 4];
+        assert!(gini(&even).abs() < EPSILON);
+        assert!((normalized_entropy(&even) - 1.0).abs() < EPSILON);
+    }
+
+    #[test]
+    fn one_item_has_entropy_0_and_gini_0() {
+        assert_eq!(normalized_entropy(&[3.0]), 0.0);
+        assert_eq!(gini(&[3.0]), 0.0);
+        assert_eq!((gini(&[]), normalized_entropy(&[])), (0.0, 0.0));
+    }
+
+    #[test]
+    fn a_worked_three_item_case() {
+        // Exposures 1, 2, 3 (sum 6): Gini = ((−2)·1 + 0·2 + 2·3) / (3·6) = 4/18;
+        // entropy = −(1/6 ln 1/6 + 2/6 ln 2/6 + 3/6 ln 3/6) = 1.0114042647…,
+        // over ln 3 = 1.0986122886… gives 0.9206198357….
+        let values = [1.0, 2.0, 3.0];
+        assert!((gini(&values) - 4.0 / 18.0).abs() < EPSILON);
+        assert!((normalized_entropy(&values) - 0.920_619_835_714_305_4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn all_exposure_on_one_of_many_items_nears_gini_1() {
+        let mut values = vec![0.0; 99];
+        values.push(10.0);
+        assert!((gini(&values) - 0.99).abs() < EPSILON, "(n − 1) / n");
+    }
+
+    /// Items `0..n`, item `i` shown in `1 + i % 7` lists at rank 1.
+    fn lists(n: u32) -> Vec<u64> {
+        (0..n)
+            .flat_map(|i| std::iter::repeat_n(id_hash(&format!("item-{i}")), 1 + i as usize % 7))
+            .collect()
+    }
+
+    /// One list of one item at rank 1, engaged when `engaged`.
+    fn single<'a>(item: &'a u64, slot: &'a Slot, engaged: bool) -> ShownList<'a> {
+        ShownList {
+            items: std::slice::from_ref(item),
+            slots: std::slice::from_ref(slot),
+            weights: &[1.0],
+            exposure: 1.0,
+            engaged: if engaged {
+                std::slice::from_ref(item)
+            } else {
+                &[]
+            },
+        }
+    }
+
+    fn coverage_of(items: &[u64], cap: Option<usize>) -> Coverage {
+        let mut coverage = Coverage::default();
+        for item in items {
+            coverage.add(&single(item, &Slot::of(*item), item % 10 == 0), cap);
+        }
+        coverage
+    }
+
+    fn ranked<'a>(
+        items: &'a [u64],
+        slots: &'a [Slot],
+        weights: &'a [f64],
+        engaged: &'a [u64],
+    ) -> ShownList<'a> {
+        ShownList {
+            items,
+            slots,
+            weights,
+            exposure: weights[..items.len()].iter().sum(),
+            engaged,
+        }
+    }
+
+    #[test]
+    fn exact_under_the_cap() {
+        let mut coverage = Coverage::default();
+        let [a, b, c] = ["a", "b", "c"].map(id_hash);
+        // Weights of ranks 1, 2, 3 under log2(j + 1).
+        let weights = [1.0, 1.0 / 3f64.log2(), 0.5];
+        let (first, second) = ([a, b, c], [c, a]);
+        let slots = |items: &[u64]| items.iter().map(|&i| Slot::of(i)).collect::<Vec<_>>();
+        let (first_slots, second_slots) = (slots(&first), slots(&second));
+        coverage.add(&ranked(&first, &first_slots, &weights, &[b]), Some(3));
+        coverage.add(&ranked(&second, &second_slots, &weights, &[c, a]), Some(3));
+        let figures = coverage.figures();
+        assert!(figures.exact);
+        assert_eq!((figures.items_shown, figures.items_engaged), (3, 3));
+        // a: ranks 1 and 2; b: rank 2; c: ranks 3 and 1.
+        let mut exposures = vec![1.0 + weights[1], weights[1], 1.5];
+        exposures.sort_unstable_by(f64::total_cmp);
+        assert!((figures.exposure_gini - gini(&exposures)).abs() < EPSILON);
+    }
+
+    #[test]
+    fn past_the_cap_estimates_stay_close_to_the_exact_figures() {
+        let items = lists(50_000);
+        let exact = coverage_of(&items, None).figures();
+        let sketched = coverage_of(&items, Some(4096)).figures();
+        assert!(exact.exact && !sketched.exact);
+        assert_eq!(exact.items_shown, 50_000);
+        let relative = |a: u64, b: u64| (a as f64 / b as f64 - 1.0).abs();
+        assert!(relative(sketched.items_shown, exact.items_shown) < 0.02);
+        assert!(relative(sketched.items_engaged, exact.items_engaged) < 0.02);
+        assert!((sketched.exposure_gini - exact.exposure_gini).abs() < 0.02);
+        assert!((sketched.exposure_entropy - exact.exposure_entropy).abs() < 0.02);
+    }
+
+    #[test]
+    fn merging_parts_gives_the_whole() {
+        let items = lists(20_000);
+        let (first, second) = items.split_at(items.len() / 3);
+        for cap in [None, Some(2048)] {
+            let mut merged = coverage_of(first, cap);
+            merged.merge(&coverage_of(second, cap), cap);
+            let whole = coverage_of(&items, cap);
+            assert_eq!(merged.figures().items_shown, whole.figures().items_shown);
+            assert_eq!(merged.sketches, whole.sketches);
+            assert_eq!(merged.level, whole.level);
+            assert!((merged.figures().exposure_gini - whole.figures().exposure_gini).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn saves_and_restores_the_same_figures() {
+        let coverage = coverage_of(&lists(10_000), Some(1024));
+        let bytes = postcard::to_stdvec(&coverage).unwrap();
+        let restored: Coverage = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(restored, coverage);
+        assert_eq!(postcard::to_stdvec(&restored).unwrap(), bytes);
+    }
+}
