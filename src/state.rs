@@ -134,6 +134,9 @@ impl StateFile {
                 ),
             });
         }
+        if let Some(inconsistency) = state.inconsistency() {
+            return Err(corrupt(&format!("inconsistent: {inconsistency}")));
+        }
         Ok(Some(state))
     }
 

@@ -34,6 +34,15 @@ impl RollingWindows {
         Self { windows }
     }
 
+    /// Whether every window has a bucket span and its 60 slots, as
+    /// [`RollingWindows::new`] makes them: `add` divides by the one and
+    /// indexes the other.
+    pub fn is_well_formed(&self) -> bool {
+        self.windows
+            .iter()
+            .all(|w| w.bucket_span > 0 && w.slots.len() == BUCKETS as usize)
+    }
+
     /// Adds a finalized list whose impression time is `time`.
     pub fn add(&mut self, time: Nanos, values: &[f64], engaged: bool) {
         for window in &mut self.windows {

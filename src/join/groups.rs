@@ -74,6 +74,13 @@ impl Groups {
     pub fn names(&self) -> &[(String, String)] {
         &self.names
     }
+
+    /// Whether every id it hands out names a registered group.
+    pub(super) fn is_well_formed(&self) -> bool {
+        let registered = |id: &GroupId| (*id as usize) < self.names.len();
+        self.overflow.as_ref().is_none_or(registered)
+            && self.ids.values().flat_map(|s| s.values()).all(registered)
+    }
 }
 
 #[cfg(test)]
