@@ -77,7 +77,9 @@ fn write_state_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std:
         );
         for line in lines.iter().take(prefix) {
             match parse_line(line, &validator) {
-                Ok(event) => engine.apply(event),
+                Ok(event) => {
+                    engine.apply(event);
+                }
                 Err(rejection) => engine.reject(rejection.reason),
             }
         }
