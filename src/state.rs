@@ -190,6 +190,9 @@ impl StateFile {
                 ),
             });
         }
+        if let Some(inconsistency) = state.inconsistency() {
+            return Err(corrupt(&format!("inconsistent: {inconsistency}")));
+        }
         Ok(Some(state))
     }
 

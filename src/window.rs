@@ -35,6 +35,15 @@ impl RollingWindows {
         Self { windows }
     }
 
+    /// Whether every window has a bucket span and its 60 slots, as
+    /// [`RollingWindows::new`] makes them: `add` divides by the one and
+    /// indexes the other.
+    pub fn is_well_formed(&self) -> bool {
+        self.windows
+            .iter()
+            .all(|w| w.bucket_span > 0 && w.slots.len() == BUCKETS as usize)
+    }
+
     /// Adds a finalized list whose impression time is `time`.
     pub fn add(&mut self, time: Nanos, values: &[f64], engaged: bool) {
         for window in &mut self.windows {
@@ -114,6 +123,15 @@ impl CoverageWindows {
             })
             .collect();
         Self { windows }
+    }
+
+    /// Whether every window has a pane span and its panes, as
+    /// [`CoverageWindows::new`] makes them: `add` divides by the one and
+    /// indexes the other.
+    pub fn is_well_formed(&self) -> bool {
+        self.windows
+            .iter()
+            .all(|w| w.pane_span > 0 && w.panes.len() == PANES as usize)
     }
 
     /// The window of the longest span, whose panes also hold the newest

@@ -251,3 +251,67 @@ async fn the_drain_ends_at_its_deadline_and_the_state_is_saved() {
     let server = Server::start(&args);
     assert_eq!(server.report().await, before);
 }
+
+/// A protobuf varint, as postcard writes integers.
+fn varint(mut value: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    while value >= 0x80 {
+        bytes.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    bytes.push(value as u8);
+    bytes
+}
+
+/// A state file whose checksum is right but whose open impression names a
+/// group that does not exist (found by fuzzing: restored, it made the
+/// server allocate aggregates for four billion groups at finalization) is
+/// set aside and counted like a damaged one, and the server starts empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inconsistent_state_file_is_set_aside_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    // Without the wall clock's advance, the impression stays open until the save.
+    let args = [
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+    ];
+    let mut server = Server::start(&args);
+    let impression = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["item-a"],"time":"2026-11-01T10:00:00Z"}}"#;
+    send(&server, &[impression.to_owned()]).await;
+    assert_eq!(server.terminate(), Some(0));
+
+    // The saved state ends with its one user's open impression: group 0,
+    // one item, no credits, then no waiting interactions.
+    let path = dir.path().join("rankwatch.state");
+    let saved = std::fs::read(&path).unwrap();
+    let (header, payload) = saved.split_at(28);
+    let mut tail = vec![0x00, 0x01];
+    tail.extend(varint(rankwatch::event::id_hash("item-a")));
+    tail.extend([0x00, 0x00]);
+    assert!(payload.ends_with(&tail), "the state file format changed");
+    let mut payload = payload.to_vec();
+    let group = payload.len() - tail.len();
+    payload.splice(group..=group, varint(u64::from(u32::MAX)));
+    let mut forged = header[..12].to_vec();
+    forged.extend((payload.len() as u64).to_le_bytes());
+    forged.extend(xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
+    forged.extend(&payload);
+    std::fs::write(&path, forged).unwrap();
+
+    let server = Server::start(&args);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_state_restore_failures_total"], 1.0);
+    assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("rankwatch.state.rejected-")),
+        "{names:?}"
+    );
+}

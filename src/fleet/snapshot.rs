@@ -375,9 +375,12 @@ impl StateTopic {
         if xxhash_rust::xxh3::xxh3_64(&payload) != manifest.checksum {
             return Err(self.corrupt(partition, "checksum mismatch"));
         }
-        postcard::from_bytes::<EngineState>(&payload)
-            .map(Some)
-            .map_err(|e| self.corrupt(partition, format!("state: {e}")))
+        let state: EngineState = postcard::from_bytes(&payload)
+            .map_err(|e| self.corrupt(partition, format!("state: {e}")))?;
+        if let Some(inconsistency) = state.inconsistency() {
+            return Err(self.corrupt(partition, format!("state: inconsistent: {inconsistency}")));
+        }
+        Ok(Some(state))
     }
 
     /// Reads records `[from, to)` of `partition` (compaction may have left

@@ -352,6 +352,25 @@ impl Groups {
             segment.folded = 0;
         }
     }
+
+    /// Whether every id it hands out names a registered group, and every
+    /// group's segment values a registered value.
+    pub(super) fn is_well_formed(&self) -> bool {
+        let registered = |id: &GroupId| (*id as usize) < self.names.len();
+        let known_values = |values: &[u32]| {
+            values.len() == self.segments.len()
+                && values
+                    .iter()
+                    .zip(&self.segments)
+                    .all(|(&value, registry)| (value as usize) < registry.names.len())
+        };
+        let surfaces = || self.ids.values().flat_map(|s| s.values());
+        self.overflow.as_ref().is_none_or(registered)
+            && surfaces().all(|groups| groups.plain.as_ref().is_none_or(registered))
+            && surfaces()
+                .flat_map(|groups| &groups.by_values)
+                .all(|(values, id)| registered(id) && known_values(values))
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,42 @@ pub(super) struct OpenState<'a> {
     pub(super) users: Vec<(u64, &'a UserState)>,
 }
 
+impl EngineState {
+    /// Why no engine could have saved this state, if it could not: a group
+    /// id, credit rank, window or position curve out of shape, or a user
+    /// listed twice. The engine indexes by these without checking, so a
+    /// state file that passes its checksum but breaks them (written by
+    /// hand, or by a faulty build) would crash or exhaust a server long
+    /// after the restore instead of being set aside at once.
+    pub fn inconsistency(&self) -> Option<&'static str> {
+        let groups = self.groups.names().len();
+        if !self.groups.is_well_formed() {
+            return Some("the group registry names a group it does not hold");
+        }
+        if self.aggregates.len() > groups {
+            return Some("more aggregates than groups");
+        }
+        if !self.aggregates.iter().all(|a| {
+            a.windows.is_well_formed()
+                && a.positions.is_well_formed()
+                && a.coverage_windows.is_well_formed()
+        }) {
+            return Some("a rolling window, position curve or coverage pane is out of shape");
+        }
+        if !self.users.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+            return Some("users are not listed once each, by id");
+        }
+        let opens = || self.users.iter().flat_map(|(_, user)| &user.open);
+        if !opens().all(|open| (open.group as usize) < groups) {
+            return Some("an open impression names an unknown group");
+        }
+        if !opens().all(|open| open.is_well_formed()) {
+            return Some("an open impression credits a rank it does not show");
+        }
+        None
+    }
+}
+
 /// A copy of every user of `shards`, sorted by id, so that the same state
 /// always saves as the same bytes.
 pub(super) fn sorted_users(shards: &[Shard]) -> Vec<(u64, UserState)> {
@@ -50,4 +86,53 @@ pub(super) fn sorted_user_refs(shards: &[Shard]) -> Vec<(u64, &UserState)> {
         .collect();
     users.sort_unstable_by_key(|(id, _)| *id);
     users
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{EngineArgs, EngineSettings, FileSettings};
+    use crate::event::json::parse_line;
+    use crate::join::Engine;
+
+    /// The state of an engine holding one open impression.
+    fn saved() -> EngineState {
+        let settings =
+            EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
+        let mut engine = Engine::new(
+            settings.join(&[std::time::Duration::from_secs(60)]),
+            settings.evaluator(),
+        );
+        let line = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#;
+        engine.apply(parse_line(line, &settings.validator(None)).unwrap());
+        engine.to_state()
+    }
+
+    #[test]
+    fn a_saved_state_is_consistent_and_an_unknown_group_is_not() {
+        let mut state = saved();
+        assert_eq!(state.inconsistency(), None);
+        state.users[0].1.open[0].group = u32::MAX;
+        assert_eq!(
+            state.inconsistency(),
+            Some("an open impression names an unknown group")
+        );
+    }
+
+    #[test]
+    fn a_user_listed_twice_or_an_emptied_registry_is_inconsistent() {
+        let mut state = saved();
+        let user = state.users[0].clone();
+        state.users.push(user);
+        assert_eq!(
+            state.inconsistency(),
+            Some("users are not listed once each, by id")
+        );
+        let mut state = saved();
+        state.groups = Groups::new(10, &super::super::SegmentSettings::default());
+        assert_eq!(
+            state.inconsistency(),
+            Some("an open impression names an unknown group")
+        );
+    }
 }

@@ -98,6 +98,14 @@ impl OpenImpression {
         }
     }
 
+    /// Whether every credit names a rank of the list, as `credit` gives
+    /// them: `grades_into` indexes the list by them.
+    pub fn is_well_formed(&self) -> bool {
+        self.credits
+            .iter()
+            .all(|c| (c.rank as usize) < self.items.len())
+    }
+
     /// The number of items shown.
     pub fn shown(&self) -> usize {
         self.items.len()

@@ -27,6 +27,12 @@ impl PositionCurve {
         }
     }
 
+    /// Whether there is a row of `types` counts per rank, as
+    /// [`PositionCurve::new`] makes it: `add` indexes the rows.
+    pub fn is_well_formed(&self) -> bool {
+        self.lengths.len().checked_mul(self.types) == Some(self.interactions.len())
+    }
+
     /// The deepest rank kept.
     pub fn depth(&self) -> usize {
         self.lengths.len()

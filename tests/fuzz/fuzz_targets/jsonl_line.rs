@@ -1,13 +1,15 @@
-//! One line of a replay log, as arbitrary bytes, through `parse_line` with the
-//! default validator: it must never panic, and what it accepts must satisfy
-//! the validated types' promises.
+//! One line of a replay log, as arbitrary bytes (the replay reads bytes and
+//! rejects those that are not UTF-8), through `parse_line` with the default
+//! validator: it must never panic; what it accepts must keep the validated
+//! types' promises, and what it rejects must carry a reason a log line can
+//! be rejected for and a message of bounded size.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
-use rankwatch::event::{json::parse_line, Event, Validator};
-use std::collections::HashSet;
+use rankwatch::event::{json::parse_line, Validator};
+use rankwatch_fuzz::{check_accepted, check_rejection, LINE_REASONS};
 use std::sync::LazyLock;
 
 /// The replay's validator under default settings (no wall clock, as in `replay`).
@@ -18,30 +20,8 @@ static VALIDATOR: LazyLock<Validator> = LazyLock::new(|| {
 });
 
 fuzz_target!(|bytes: &[u8]| {
-    let Ok(line) = std::str::from_utf8(bytes) else {
-        return;
-    };
-    match parse_line(line, &VALIDATOR) {
-        Err(_) => {}
-        Ok(Event::Impression(impression)) => {
-            let count = impression.items.len();
-            assert!(
-                (1..=VALIDATOR.max_items).contains(&count),
-                "accepted an impression with {count} items"
-            );
-            let distinct: HashSet<u64> = impression.items.iter().copied().collect();
-            assert_eq!(
-                distinct.len(),
-                count,
-                "accepted an impression with repeated item hashes"
-            );
-        }
-        Ok(Event::Interaction(interaction)) => {
-            let grade = interaction.grade;
-            assert!(
-                grade.is_finite() && grade >= 0.0,
-                "accepted an interaction with grade {grade}"
-            );
-        }
+    match parse_line(bytes, &VALIDATOR) {
+        Ok(event) => check_accepted(&event, &VALIDATOR),
+        Err(rejection) => check_rejection(&rejection, LINE_REASONS),
     }
 });

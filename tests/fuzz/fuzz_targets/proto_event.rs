@@ -1,7 +1,10 @@
 //! A gRPC `EventBatch`, as arbitrary bytes, read as the engine thread reads
 //! it (`event::wire::parse_batch`) and every event validated with
 //! `Validator::view`: it must never panic. Where prost decodes the same bytes
-//! too, both must see the same sequence number and number of events.
+//! too, both must see the same sequence number and number of events. An
+//! accepted event keeps the validated types' promises and is no further
+//! ahead of `now` than the skew allows; a rejected one carries a reason a
+//! batch's event can be rejected for and a message of bounded size.
 //!
 //! Input layout: 8 bytes little-endian wall clock, then the encoded batch.
 //! The clock's top bit is dropped, so `now` lies in `0..=i64::MAX` ns since
@@ -13,8 +16,9 @@
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
-use rankwatch::event::{wire::parse_batch, Event, Nanos, Validator};
+use rankwatch::event::{wire::parse_batch, Nanos, Validator};
 use rankwatch::proto::EventBatch;
+use rankwatch_fuzz::{check_accepted, check_rejection, WIRE_REASONS};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -46,29 +50,18 @@ fuzz_target!(|bytes: &[u8]| {
     }
     let latest = now.saturating_add(VALIDATOR.max_future_skew.expect("the skew is set"));
     for event in &view.events {
-        let Ok(accepted) = VALIDATOR.view(event, &view.items, now) else {
-            continue;
+        let accepted = match VALIDATOR.view(event, &view.items, now) {
+            Ok(accepted) => accepted,
+            Err(rejection) => {
+                check_rejection(&rejection, WIRE_REASONS);
+                continue;
+            }
         };
         assert!(
             accepted.time() <= latest,
             "accepted an event {}ns ahead of now",
             accepted.time() - now
         );
-        match accepted {
-            Event::Impression(impression) => {
-                let count = impression.items.len();
-                assert!(
-                    (1..=VALIDATOR.max_items).contains(&count),
-                    "accepted an impression with {count} items"
-                );
-            }
-            Event::Interaction(interaction) => {
-                let grade = interaction.grade;
-                assert!(
-                    grade.is_finite() && grade >= 0.0,
-                    "accepted an interaction with grade {grade}"
-                );
-            }
-        }
+        check_accepted(&accepted, &VALIDATOR);
     }
 });

@@ -1,5 +1,8 @@
-//! A state file, as arbitrary bytes, loaded with `StateFile::load`: it must
-//! never panic; errors are fine.
+//! A state file, as arbitrary bytes, restored as the server restores it:
+//! `StateFile::load`, then `Engine::from_state`. Neither may panic; errors
+//! are fine. A restored engine must then serve as one: the snapshot and
+//! `/metrics` text a scrape makes, finishing every open list, and the state
+//! the next save writes.
 //!
 //! Each input is loaded twice: as the whole file, which exercises the header
 //! checks, and as the payload behind a valid header (magic, version, length,
@@ -12,16 +15,24 @@
 
 use libfuzzer_sys::fuzz_target;
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
-use rankwatch::join::Engine;
+use rankwatch::export::{prometheus::render, Snapshot};
+use rankwatch::join::{Engine, JoinSettings};
 use rankwatch::state::StateFile;
 use std::path::PathBuf;
 use std::sync::LazyLock;
+use std::time::Duration;
+
+/// The server's rolling windows.
+const WINDOWS: [Duration; 1] = [Duration::from_secs(60)];
 
 /// Magic and format version, then payload length and xxh3 checksum.
 const HEADER_LEN: usize = 28;
 
 struct Fixture {
     file: StateFile,
+    settings: EngineSettings,
+    /// Default join settings with one 60 s rolling window, as a server has.
+    join: JoinSettings,
     /// Magic and format version of a real save.
     prefix: Vec<u8>,
 }
@@ -33,7 +44,8 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let file = StateFile::new(&dir, "fp".into());
     let settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
         .expect("defaults resolve");
-    let engine = Engine::new(settings.join(&[]), settings.evaluator());
+    let join = settings.join(&WINDOWS);
+    let engine = Engine::new(join.clone(), settings.evaluator());
     file.save(&engine.to_state()).expect("an empty state saves");
     let saved = std::fs::read(file.path()).expect("the saved state reads back");
     let payload = &saved[HEADER_LEN..];
@@ -44,6 +56,8 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     );
     Fixture {
         file,
+        settings,
+        join,
         prefix: saved[..12].to_vec(),
     }
 });
@@ -62,6 +76,18 @@ fuzz_target!(|bytes: &[u8]| {
     let fixture = &*FIXTURE;
     for contents in [bytes.to_vec(), wrap(&fixture.prefix, bytes)] {
         std::fs::write(fixture.file.path(), &contents).expect("the fuzz state file can be written");
-        let _ = fixture.file.load();
+        if let Ok(Some(state)) = fixture.file.load() {
+            serve(fixture, state);
+        }
     }
 });
+
+/// Uses a restored engine as the server would after a restart.
+fn serve(fixture: &Fixture, state: rankwatch::join::EngineState) {
+    let mut engine = Engine::from_state(fixture.join.clone(), fixture.settings.evaluator(), state);
+    let now = engine.watermark().unwrap_or(0);
+    let _ = render(&Snapshot::of(&engine, None), &WINDOWS, now);
+    engine.finish();
+    let _ = render(&Snapshot::of(&engine, None), &WINDOWS, now);
+    let _ = engine.to_state();
+}

@@ -1,8 +1,9 @@
-//! Writes seed corpora for `proto_event` and `state_file` from a replay log:
+//! Writes seed corpora for `proto_event`, `ingest_batch` and `state_file` from a replay log:
 //! `seeds LOG CORPUS_DIR`. Not a fuzz target; `run.sh` runs it.
 //!
-//! - `CORPUS_DIR/proto_event/`: the log's events as `EventBatch`es, behind
-//!   the 8-byte clock the target reads (2026-11-01T10:00:00Z).
+//! - `CORPUS_DIR/proto_event/` and `CORPUS_DIR/ingest_batch/`: the log's
+//!   events as `EventBatch`es, behind the 8-byte clock the targets read
+//!   (2026-11-01T10:00:00Z).
 //! - `CORPUS_DIR/state_file/`: state files saved after replaying prefixes of
 //!   the log, whole and as bare payloads (the target loads both ways).
 
@@ -31,8 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(str::to_owned)
         .collect();
     let corpus = PathBuf::from(corpus);
-    let written = write_proto_seeds(&lines, &corpus.join("proto_event"))?;
-    println!("proto_event: {written} seeds");
+    for target in ["proto_event", "ingest_batch"] {
+        let written = write_proto_seeds(&lines, &corpus.join(target))?;
+        println!("{target}: {written} seeds");
+    }
     let written = write_state_seeds(&lines, &corpus.join("state_file"))?;
     println!("state_file: {written} seeds");
     Ok(())
@@ -77,7 +80,9 @@ fn write_state_seeds(lines: &[String], dir: &Path) -> Result<usize, Box<dyn std:
         );
         for line in lines.iter().take(prefix) {
             match parse_line(line, &validator) {
-                Ok(event) => engine.apply(event),
+                Ok(event) => {
+                    engine.apply(event);
+                }
                 Err(rejection) => engine.reject(rejection.reason),
             }
         }
