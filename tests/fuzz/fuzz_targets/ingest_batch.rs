@@ -23,7 +23,7 @@ use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
 use rankwatch::event::{wire::parse_batch, Nanos, Validator};
 use rankwatch::export::{prometheus::render, Report, Snapshot};
 use rankwatch::join::{Engine, JoinSettings};
-use rankwatch_fuzz::{check_accepted, check_rejection, WIRE_REASONS};
+use rankwatch_fuzz::{check_accepted, check_rejection, InputPath};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -71,7 +71,7 @@ fuzz_target!(|bytes: &[u8]| {
     let events: Vec<_> = view
         .events
         .iter()
-        .map(|event| fixture.validator.view(event, &view.items, now))
+        .map(|event| fixture.validator.view(event, &view, now))
         .collect();
     for event in events.iter().flatten() {
         engine.prefetch(event.user());
@@ -87,7 +87,7 @@ fuzz_target!(|bytes: &[u8]| {
                 }
             }
             Err(rejection) => {
-                check_rejection(&rejection, WIRE_REASONS);
+                check_rejection(&rejection, InputPath::Wire);
                 engine.reject(rejection.reason);
                 outcomes.rejected += 1;
             }

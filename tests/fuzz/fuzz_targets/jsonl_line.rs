@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
 use rankwatch::event::{json::parse_line, Validator};
-use rankwatch_fuzz::{check_accepted, check_rejection, LINE_REASONS};
+use rankwatch_fuzz::{check_accepted, check_rejection, InputPath};
 use std::sync::LazyLock;
 
 /// The replay's validator under default settings (no wall clock, as in `replay`).
@@ -22,6 +22,6 @@ static VALIDATOR: LazyLock<Validator> = LazyLock::new(|| {
 fuzz_target!(|bytes: &[u8]| {
     match parse_line(bytes, &VALIDATOR) {
         Ok(event) => check_accepted(&event, &VALIDATOR),
-        Err(rejection) => check_rejection(&rejection, LINE_REASONS),
+        Err(rejection) => check_rejection(&rejection, InputPath::Line),
     }
 });

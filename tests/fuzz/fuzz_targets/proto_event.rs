@@ -18,7 +18,7 @@ use prost::Message;
 use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
 use rankwatch::event::{wire::parse_batch, Nanos, Validator};
 use rankwatch::proto::EventBatch;
-use rankwatch_fuzz::{check_accepted, check_rejection, WIRE_REASONS};
+use rankwatch_fuzz::{check_accepted, check_rejection, InputPath};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -50,10 +50,10 @@ fuzz_target!(|bytes: &[u8]| {
     }
     let latest = now.saturating_add(VALIDATOR.max_future_skew.expect("the skew is set"));
     for event in &view.events {
-        let accepted = match VALIDATOR.view(event, &view.items, now) {
+        let accepted = match VALIDATOR.view(event, &view, now) {
             Ok(accepted) => accepted,
             Err(rejection) => {
-                check_rejection(&rejection, WIRE_REASONS);
+                check_rejection(&rejection, InputPath::Wire);
                 continue;
             }
         };

@@ -3,7 +3,7 @@
 //! rejection carries a reason its input path can give and a message whose
 //! size does not grow with what the client sent.
 
-use rankwatch::event::{Event, Reason, Rejection, Validator, QUOTED_CHARS};
+use rankwatch::event::{Event, Reason, Rejection, Validator, QUOTED_CHARS, RESERVED_PREFIX};
 use std::collections::HashSet;
 
 /// Longest message a rejection may carry. A quoted client value is at most
@@ -17,55 +17,30 @@ pub const MESSAGE_BYTES: usize = if QUOTED_CHARS * 10 > 256 * 4 {
     256 * 4
 } + 256;
 
-/// The start of the group names the server keeps for itself.
-const RESERVED_PREFIX: &str = "__";
+/// The path an event came in by, which decides the reasons it can be rejected for.
+#[derive(Clone, Copy)]
+pub enum InputPath {
+    /// A replay-log line: every reason but the wall-clock check (replay has
+    /// no clock) and Kafka's undecodable record.
+    Line,
+    /// An event of a gRPC batch: every reason but the JSON reader's and
+    /// Kafka's (a malformed batch fails as a whole).
+    Wire,
+}
 
-/// Reasons a replay-log line can be rejected for: every reason but the
-/// wall-clock check (replay has no clock) and Kafka's undecodable record.
-pub const LINE_REASONS: &[Reason] = &[
-    Reason::InvalidJson,
-    Reason::EmptyEvent,
-    Reason::MissingUserId,
-    Reason::MissingRequestId,
-    Reason::EmptyItemIds,
-    Reason::TooManyItems,
-    Reason::EmptyItemId,
-    Reason::DuplicateItemId,
-    Reason::MissingItemId,
-    Reason::MissingType,
-    Reason::UnknownType,
-    Reason::InvalidGrade,
-    Reason::MissingTime,
-    Reason::InvalidTime,
-    Reason::LabelTooLong,
-    Reason::ReservedName,
-];
+impl InputPath {
+    fn gives(self, reason: Reason) -> bool {
+        match self {
+            InputPath::Line => !matches!(reason, Reason::TimeInFuture | Reason::Undecodable),
+            InputPath::Wire => !matches!(reason, Reason::InvalidJson | Reason::Undecodable),
+        }
+    }
+}
 
-/// Reasons an event of a gRPC batch can be rejected for: every reason but
-/// the JSON reader's and Kafka's (a malformed batch fails as a whole).
-pub const WIRE_REASONS: &[Reason] = &[
-    Reason::EmptyEvent,
-    Reason::MissingUserId,
-    Reason::MissingRequestId,
-    Reason::EmptyItemIds,
-    Reason::TooManyItems,
-    Reason::EmptyItemId,
-    Reason::DuplicateItemId,
-    Reason::MissingItemId,
-    Reason::MissingType,
-    Reason::UnknownType,
-    Reason::InvalidGrade,
-    Reason::MissingTime,
-    Reason::InvalidTime,
-    Reason::TimeInFuture,
-    Reason::LabelTooLong,
-    Reason::ReservedName,
-];
-
-/// Panics unless `rejection` gives one of `reasons` and a bounded message.
-pub fn check_rejection(rejection: &Rejection, reasons: &[Reason]) {
+/// Panics unless `rejection` gives a reason its input `path` can give, with a bounded message.
+pub fn check_rejection(rejection: &Rejection, path: InputPath) {
     assert!(
-        reasons.contains(&rejection.reason),
+        path.gives(rejection.reason),
         "rejected for {}, which this input path never gives",
         rejection.reason
     );
