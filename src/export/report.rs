@@ -3,7 +3,7 @@
 
 use super::comparison::{compare, Comparison, NamedTotals};
 use super::Snapshot;
-use crate::join::{Counters, Engine, Unattributed};
+use crate::join::{Counters, Engine, GroupAggregates, Unattributed};
 use crate::metrics::{
     CoverageFigures, CoverageMode, GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION,
 };
@@ -156,27 +156,14 @@ impl ReportCounters {
 impl Report {
     /// The report of every list finalized since start.
     pub fn since_start(engine: &Engine, config: &ReportConfig) -> Self {
-        let groups = engine
-            .aggregates()
-            .iter()
-            .zip(engine.group_names())
-            .map(|(aggregates, name)| (named(name), aggregates.totals.clone()));
-        let curves = engine
-            .aggregates()
-            .iter()
-            .zip(engine.group_names())
-            .map(|(aggregates, name)| (named(name), &aggregates.positions));
-        let coverage = engine
-            .aggregates()
-            .iter()
-            .zip(engine.group_names())
-            .filter(|_| engine.coverage_mode() != CoverageMode::Off)
-            .map(|(aggregates, name)| {
-                let figures = aggregates
-                    .coverage_windows
-                    .since_start(&aggregates.coverage);
-                (named(name), figures)
-            });
+        let groups = per_group(engine, |aggregates| aggregates.totals.clone());
+        let curves = per_group(engine, |aggregates| &aggregates.positions);
+        let coverage = per_group(engine, |aggregates| {
+            aggregates
+                .coverage_windows
+                .since_start(&aggregates.coverage)
+        })
+        .filter(|_| engine.coverage_mode() != CoverageMode::Off);
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
             .with_coverage(coverage)
@@ -185,20 +172,13 @@ impl Report {
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
     pub fn window(engine: &Engine, config: &ReportConfig, index: usize) -> Self {
         let frontier = engine.frontier().unwrap_or(0);
-        let groups = engine
-            .aggregates()
-            .iter()
-            .zip(engine.group_names())
-            .map(|(aggregates, name)| (named(name), aggregates.windows.totals(index, frontier)));
-        let coverage = engine
-            .aggregates()
-            .iter()
-            .zip(engine.group_names())
-            .filter(|_| engine.coverage_mode() != CoverageMode::Off)
-            .map(|(aggregates, name)| {
-                let figures = aggregates.coverage_windows.figures(index, frontier);
-                (named(name), figures)
-            });
+        let groups = per_group(engine, |aggregates| {
+            aggregates.windows.totals(index, frontier)
+        });
+        let coverage = per_group(engine, |aggregates| {
+            aggregates.coverage_windows.figures(index, frontier)
+        })
+        .filter(|_| engine.coverage_mode() != CoverageMode::Off);
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_coverage(coverage)
     }
@@ -480,6 +460,18 @@ fn group_key(group: &GroupReport) -> GroupKey<'_> {
         .map(|(label, value)| (label.as_str(), value.as_str()))
         .collect();
     (group.model.as_str(), group.surface.as_str(), segments)
+}
+
+/// Each group of `engine` by name, with what `figure` takes of its aggregates.
+fn per_group<'a, T>(
+    engine: &'a Engine,
+    figure: impl Fn(&'a GroupAggregates) -> T + 'a,
+) -> impl Iterator<Item = (Named<'a>, T)> + 'a {
+    engine
+        .aggregates()
+        .iter()
+        .zip(engine.group_names())
+        .map(move |(aggregates, name)| (named(name), figure(aggregates)))
 }
 
 /// How the report names a snapshot's group.
