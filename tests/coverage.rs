@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::replay_json;
 use common::server::{parse_metrics, Server};
+use common::{replay_json, Seeded};
 use rankwatch::proto;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -15,23 +15,6 @@ const MODELS: [&str; 2] = ["a", "b"];
 const LISTS: usize = 8_000;
 const LIST_LENGTH: usize = 20;
 const CATALOGUE: f64 = 90_000.0;
-
-/// A small deterministic generator (splitmix64), so the log is the same on every run.
-struct Seeded(u64);
-
-impl Seeded {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// One list as the test sees it: model, items in rank order, clicked ranks (0-based).
 struct List {

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::replay_json;
 use common::server::{event_from_json, parse_metrics, Server};
+use common::{replay_json, Seeded};
 use rankwatch::metrics::Metric;
 use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
@@ -20,23 +20,6 @@ struct List {
     model: &'static str,
     surface: &'static str,
     grades: Vec<f64>,
-}
-
-/// splitmix64: a small seeded generator, so the log is the same on every run.
-struct Seeded(u64);
-
-impl Seeded {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 fn generate(seed: u64, count: usize) -> Vec<List> {
