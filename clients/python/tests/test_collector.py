@@ -233,7 +233,7 @@ def test_a_batch_over_the_servers_limit_is_split_and_an_event_too_large_given_up
 
         assert (stats.failed, stats.accepted, stats.pending) == (1, len(log) + 1, 0)
         assert stats.stream_failures >= 2
-        assert [(r.event, r.reason) for r in heard] == [(too_large, "out_of_range")]
+        assert [(r.event, r.reason) for r in heard] == [(too_large, "resource_exhausted")]
         write_log(str(tmp_path / "log.jsonl"), log)
         with Evaluation(server.grpc_addr) as evaluation:
             assert_report_matches(evaluation.get_metrics(), replay(str(tmp_path / "log.jsonl")))

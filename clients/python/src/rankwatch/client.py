@@ -342,8 +342,8 @@ class Collector(EventSink):
 
 def _refused(code: grpc.StatusCode, details: str) -> bool:
     """Whether a stream ended on a message the server cannot take: undecodable
-    (INVALID_ARGUMENT) or over its size limit (OUT_OF_RANGE, or
-    RESOURCE_EXHAUSTED unless it refused the stream itself)."""
+    (INVALID_ARGUMENT) or over its size limit (RESOURCE_EXHAUSTED unless it
+    refused the stream itself; OUT_OF_RANGE from older servers)."""
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
