@@ -107,6 +107,16 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Empties the coverage as if new, keeping the room its exposures took:
+    /// a pane that comes round fills to about as many items again.
+    pub fn clear(&mut self) {
+        self.exposure.clear();
+        self.engaged.clear();
+        self.sketches = None;
+        self.level = 0;
+        self.total_exposure = 0.0;
+    }
+
     /// Adds one finalized list, keeping at most `cap` items' exposures.
     pub fn add(&mut self, list: &ShownList<'_>, cap: Option<usize>) {
         self.total_exposure += list.exposure;
@@ -358,20 +368,32 @@ impl ExposureTable {
             .chain(zero)
     }
 
-    /// Keeps the items that `keep` accepts, in a table rebuilt to fit them.
+    /// Keeps the items that `keep` accepts. Emptied slots would break the
+    /// probe runs, so the kept ones go back into the same slots, cleared
+    /// (no new table to allocate: they will fill again).
     fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        for (key, value) in self.keys.iter_mut().zip(&mut self.values) {
-            if *key != 0 && !keep(*key) {
-                (*key, *value) = (0, 0.0);
-                self.len -= 1;
-            }
-        }
         if self.zero.is_some() && !keep(0) {
             self.zero = None;
         }
-        // Emptied slots break the probe runs: put the rest back, in a table
-        // of the same size, which they will fill again.
-        self.rebuild(self.keys.len());
+        let kept: Vec<(u64, f64)> = self
+            .keys
+            .iter()
+            .zip(&self.values)
+            .filter(|(k, _)| **k != 0 && keep(**k))
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        self.keys.fill(0);
+        self.len = 0;
+        for (item, exposure) in kept {
+            self.add(item, exposure);
+        }
+    }
+
+    /// Empties the table, keeping its slots for the items to come.
+    fn clear(&mut self) {
+        self.keys.fill(0);
+        self.len = 0;
+        self.zero = None;
     }
 }
 
