@@ -141,7 +141,8 @@ impl CoverageWindows {
     }
 
     /// Adds a finalized list shown at `time` to the pane of every window it
-    /// falls in; a pane that comes round again starts empty. The figures
+    /// falls in; a pane that comes round again starts empty (in the room
+    /// the pane it replaces took). The figures
     /// since start are `since_start` with the panes of the longest window: a
     /// list too old for those panes, and a pane of it that comes round, go
     /// into `since_start`, so that each list is added to one coverage fewer.
@@ -161,10 +162,17 @@ impl CoverageWindows {
                 Some((held, _)) if *held > id => continue,
                 Some((held, _)) if *held == id => {}
                 _ => {
-                    let passed = slot.replace((id, Coverage::default()));
-                    if let (Some((_, passed)), true) = (passed, Some(index) == longest) {
-                        since_start.merge(&passed, cap);
-                    }
+                    let mut pane = match slot.take() {
+                        Some((_, passed)) => {
+                            if Some(index) == longest {
+                                since_start.merge(&passed, cap);
+                            }
+                            passed
+                        }
+                        None => Coverage::default(),
+                    };
+                    pane.clear();
+                    *slot = Some((id, pane));
                 }
             }
             if let Some((_, pane)) = slot {

@@ -107,31 +107,66 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Empties the coverage as if new, keeping the room its exposures took:
+    /// a pane that comes round fills to about as many items again.
+    pub fn clear(&mut self) {
+        self.exposure.clear();
+        self.engaged.clear();
+        self.sketches = None;
+        self.level = 0;
+        self.total_exposure = 0.0;
+    }
+
     /// Adds one finalized list, keeping at most `cap` items' exposures.
+    /// The cap is enforced as each item goes in, not once the list is in:
+    /// the level reached is the same, and the table never grows past twice
+    /// the cap to hold the rest of a list.
     pub fn add(&mut self, list: &ShownList<'_>, cap: Option<usize>) {
         self.total_exposure += list.exposure;
-        let weights = &list.weights[..list.items.len()];
-        let Some(sketches) = &mut self.sketches else {
+        let limit = cap.unwrap_or(usize::MAX);
+        let items = list.items;
+        let weights = &list.weights[..items.len()];
+        if self.sketches.is_none() {
             self.engaged.extend(list.engaged);
-            for (&item, &weight) in list.items.iter().zip(weights) {
-                self.exposure.add(item, weight);
+            let mut start = 0;
+            while start < items.len() {
+                self.exposure.add(items[start], weights[start]);
+                start += 1;
+                if self.exposure.len() > limit {
+                    // Every engaged item goes into the new sketches with the set.
+                    self.enforce(cap);
+                    return self.add_sketched(list, start, limit);
+                }
             }
-            self.enforce(cap);
             return;
-        };
-        for &item in list.engaged {
-            sketches.engaged.insert(item);
+        }
+        if let Some(sketches) = &mut self.sketches {
+            for &item in list.engaged {
+                sketches.engaged.insert(item);
+            }
+        }
+        self.add_sketched(list, 0, limit);
+    }
+
+    /// Adds the items of `list` from `start` on to the sketches, and the
+    /// sampled ones' exposures, raising the level past `limit` of them.
+    fn add_sketched(&mut self, list: &ShownList<'_>, start: usize, limit: usize) {
+        let slots = &list.slots[start..list.items.len()];
+        if let Some(sketches) = &mut self.sketches {
+            for &slot in slots {
+                sketches.shown.insert_slot(slot);
+            }
         }
         // Only one item in 2^level is sampled: most items cost a register and a test.
-        let level = self.level as u8;
-        let slots = &list.slots[..list.items.len()];
-        for (index, &slot) in slots.iter().enumerate() {
-            sketches.shown.insert_slot(slot);
-            if slot.zeros >= level {
-                self.exposure.add(list.items[index], weights[index]);
+        for (index, &slot) in (start..).zip(slots) {
+            if u32::from(slot.zeros) < self.level {
+                continue;
+            }
+            self.exposure.add(list.items[index], list.weights[index]);
+            if self.exposure.len() > limit {
+                self.enforce(Some(limit));
             }
         }
-        self.enforce(cap);
     }
 
     /// Adds the lists of `other`, then keeps at most `cap` items' exposures.
@@ -358,20 +393,32 @@ impl ExposureTable {
             .chain(zero)
     }
 
-    /// Keeps the items that `keep` accepts, in a table rebuilt to fit them.
+    /// Keeps the items that `keep` accepts. Emptied slots would break the
+    /// probe runs, so the kept ones go back into the same slots, cleared
+    /// (no new table to allocate: they will fill again).
     fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        for (key, value) in self.keys.iter_mut().zip(&mut self.values) {
-            if *key != 0 && !keep(*key) {
-                (*key, *value) = (0, 0.0);
-                self.len -= 1;
-            }
-        }
         if self.zero.is_some() && !keep(0) {
             self.zero = None;
         }
-        // Emptied slots break the probe runs: put the rest back, in a table
-        // of the same size, which they will fill again.
-        self.rebuild(self.keys.len());
+        let kept: Vec<(u64, f64)> = self
+            .keys
+            .iter()
+            .zip(&self.values)
+            .filter(|(k, _)| **k != 0 && keep(**k))
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        self.keys.fill(0);
+        self.len = 0;
+        for (item, exposure) in kept {
+            self.add(item, exposure);
+        }
+    }
+
+    /// Empties the table, keeping its slots for the items to come.
+    fn clear(&mut self) {
+        self.keys.fill(0);
+        self.len = 0;
+        self.zero = None;
     }
 }
 
