@@ -858,7 +858,7 @@ pub struct ServerArgs {
     pub max_streams: Option<usize>,
     /// Limit: batches queued for the engine across all streams.
     #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES",
-        help = help("Limit: batches queued for the engine across all streams before ingest waits (back-pressure)", defaults::MAX_INFLIGHT_BATCHES))]
+        help = help("Limit: batches queued for the engine across all streams before ingest waits (back-pressure); a unary IngestBatch past it is refused (RESOURCE_EXHAUSTED)", defaults::MAX_INFLIGHT_BATCHES))]
     pub max_inflight_batches: Option<usize>,
     /// How long an Ingest stream may send nothing before it is ended.
     #[arg(long, env = "RANKWATCH_INGEST_IDLE_TIMEOUT", value_parser = parse_duration,
@@ -866,7 +866,7 @@ pub struct ServerArgs {
     pub ingest_idle_timeout: Option<Duration>,
     /// How long a group may receive no impression before it is retired.
     #[arg(long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
-        help = help("How long a (model, surface) group may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
+        help = help("How long a group (model, surface and segment values) may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed; not in fleet mode", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
     pub group_idle_timeout: Option<Duration>,
     /// How long an HTTP client may take to send a request's headers.
     #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
@@ -929,7 +929,7 @@ pub struct ServerSettings {
     pub max_message_size: usize,
     /// Most concurrent ingest streams.
     pub max_streams: usize,
-    /// Batches queued for the engine before ingest waits.
+    /// Batches queued for the engine before ingest waits (streams) or is refused (unary calls).
     pub max_inflight_batches: usize,
     /// How long an Ingest stream may send nothing.
     pub ingest_idle_timeout: Duration,
@@ -1009,11 +1009,14 @@ impl ServerSettings {
                     defaults::MAX_INFLIGHT_BATCHES,
                 ),
             )?,
-            ingest_idle_timeout: resolved(
-                args.ingest_idle_timeout,
-                file.ingest_idle_timeout,
-                defaults::INGEST_IDLE_TIMEOUT,
-            ),
+            ingest_idle_timeout: positive(
+                "ingest_idle_timeout",
+                resolved(
+                    args.ingest_idle_timeout,
+                    file.ingest_idle_timeout,
+                    defaults::INGEST_IDLE_TIMEOUT,
+                ),
+            )?,
             group_idle_timeout: positive(
                 "group_idle_timeout",
                 resolved(
@@ -1022,16 +1025,22 @@ impl ServerSettings {
                     defaults::GROUP_IDLE_TIMEOUT,
                 ),
             )?,
-            http_header_timeout: resolved(
-                args.http_header_timeout,
-                file.http_header_timeout,
-                defaults::HTTP_HEADER_TIMEOUT,
-            ),
-            http_idle_timeout: resolved(
-                args.http_idle_timeout,
-                file.http_idle_timeout,
-                defaults::HTTP_IDLE_TIMEOUT,
-            ),
+            http_header_timeout: positive(
+                "http_header_timeout",
+                resolved(
+                    args.http_header_timeout,
+                    file.http_header_timeout,
+                    defaults::HTTP_HEADER_TIMEOUT,
+                ),
+            )?,
+            http_idle_timeout: positive(
+                "http_idle_timeout",
+                resolved(
+                    args.http_idle_timeout,
+                    file.http_idle_timeout,
+                    defaults::HTTP_IDLE_TIMEOUT,
+                ),
+            )?,
             max_http_connections: at_least_one(
                 "max_http_connections",
                 resolved(

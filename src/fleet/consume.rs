@@ -48,6 +48,9 @@ struct Owned {
     work: mpsc::Sender<Work>,
     /// The last manifest written for it (its chunks are in `slot`).
     manifest: Manifest,
+    /// Its last snapshot was not stored: the next checkpoint writes one
+    /// even if nothing changed, and its offset is not committed until then.
+    unsaved: bool,
 }
 
 /// Everything of consume mode that the consumer thread and the readers of
@@ -262,6 +265,7 @@ impl Rebalancer {
                         partition,
                         work,
                         manifest,
+                        unsaved: false,
                     },
                 );
                 return None;
@@ -298,6 +302,7 @@ impl Rebalancer {
                 partition,
                 work,
                 manifest: claim,
+                unsaved: false,
             },
         );
         Some(next_offset)
@@ -337,7 +342,7 @@ impl Rebalancer {
                     next_offsets.insert(id, next_offset);
                     snapshots.extend(snapshot);
                 }
-                Err(error) => snapshot_failed(id, &error),
+                Err(error) => self.snapshot_failed(id, &error),
             }
         }
         let mut bytes = 0;
@@ -347,11 +352,12 @@ impl Rebalancer {
                     bytes += payload;
                     if let Some(mut owned) = self.fleet.owned.get_mut(&id) {
                         owned.manifest = manifest;
+                        owned.unsaved = false;
                     }
                 }
                 Err(error) => {
                     next_offsets.remove(&id);
-                    snapshot_failed(id, &error.to_string());
+                    self.snapshot_failed(id, &error.to_string());
                 }
             }
         }
@@ -392,17 +398,31 @@ impl Rebalancer {
         }
     }
 
+    /// Counts a snapshot that was not stored, and has the next checkpoint
+    /// of the partition write one.
+    fn snapshot_failed(&self, partition: i32, error: &str) {
+        metrics::counter!("rankwatch_kafka_snapshot_failures_total").increment(1);
+        tracing::warn!(error, partition, "snapshot failed; the last one stands");
+        if let Some(mut owned) = self.fleet.owned.get_mut(&partition) {
+            owned.unsaved = true;
+        }
+    }
+
     /// Asks partition `id`'s task for a checkpoint.
     fn ask_checkpoint(&self, id: i32, last: bool) -> Result<oneshot::Receiver<Checkpoint>, String> {
-        let work = self
+        let (work, unsaved) = self
             .fleet
             .owned
             .get(&id)
-            .map(|o| o.work.clone())
+            .map(|o| (o.work.clone(), o.unsaved))
             .ok_or("not owned")?;
         let (reply, answer) = oneshot::channel();
-        work.blocking_send(Work::Checkpoint { last, reply })
-            .map_err(|_| "the partition's task has stopped".to_owned())?;
+        work.blocking_send(Work::Checkpoint {
+            last,
+            unsaved,
+            reply,
+        })
+        .map_err(|_| "the partition's task has stopped".to_owned())?;
         Ok(answer)
     }
 
@@ -450,11 +470,6 @@ impl Rebalancer {
         };
         Ok((next_offset, Some(snapshot)))
     }
-}
-
-fn snapshot_failed(partition: i32, error: &str) {
-    metrics::counter!("rankwatch_kafka_snapshot_failures_total").increment(1);
-    tracing::warn!(error, partition, "snapshot failed; the last one stands");
 }
 
 fn restore_failed(partition: i32, why: &str) {

@@ -86,9 +86,11 @@ pub enum Work {
     /// Apply these records, in order.
     Records(Records),
     /// Reply with a checkpoint; with `last`, stop after it (the partition
-    /// is being handed over).
+    /// is being handed over); with `unsaved`, carry the state even if
+    /// nothing changed (the last snapshot of it was not stored).
     Checkpoint {
         last: bool,
+        unsaved: bool,
         reply: oneshot::Sender<Checkpoint>,
     },
 }
@@ -179,8 +181,12 @@ impl Task {
             match work {
                 None => return,
                 Some(Work::Records(records)) => self.apply(&records),
-                Some(Work::Checkpoint { last, reply }) => {
-                    let _ = reply.send(self.checkpoint());
+                Some(Work::Checkpoint {
+                    last,
+                    unsaved,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.checkpoint(unsaved));
                     if last {
                         return;
                     }
@@ -199,10 +205,8 @@ impl Task {
         self.idle = true;
     }
 
-    fn checkpoint(&mut self) -> Checkpoint {
-        let state = self
-            .changed
-            .then(|| self.partition.engine().encode_open_state());
+    fn checkpoint(&mut self, unsaved: bool) -> Checkpoint {
+        let state = (self.changed || unsaved).then(|| self.partition.engine().encode_open_state());
         self.changed = false;
         Checkpoint {
             next_offset: self.next_offset,

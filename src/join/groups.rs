@@ -195,10 +195,14 @@ impl Groups {
             .zip(&name.segments)
             .map(|(registry, (_, value))| registry.named(value))
             .collect();
-        match self.find(&name.model, &name.surface, &values) {
-            Some(id) => id,
-            None => self.new_group(&name.model, &name.surface, &values),
+        if let Some(id) = self.find(&name.model, &name.surface, &values) {
+            return id;
         }
+        if self.has_room() {
+            return self.register(&name.model, &name.surface, &values);
+        }
+        // Figures added by name were counted where they came from.
+        self.overflow_group()
     }
 
     fn find(&self, model: &str, surface: &str, values: &[u32]) -> Option<GroupId> {
@@ -209,12 +213,22 @@ impl Groups {
         groups.by_values.get(values).copied()
     }
 
-    /// A new group, or the overflow group when there is no room.
+    /// A new group, or the overflow group (counted) when there is no room.
     fn new_group(&mut self, model: &str, surface: &str, values: &[u32]) -> GroupId {
-        if self.names.len() - usize::from(self.overflow.is_some()) < self.max_groups {
+        if self.has_room() {
             return self.register(model, surface, values);
         }
         self.overflowed += 1;
+        self.overflow_group()
+    }
+
+    /// Whether a named group may be added under `max_groups`.
+    fn has_room(&self) -> bool {
+        self.names.len() - usize::from(self.overflow.is_some()) < self.max_groups
+    }
+
+    /// The overflow group, registered on first use.
+    fn overflow_group(&mut self) -> GroupId {
         if let Some(id) = self.overflow {
             return id;
         }
@@ -364,8 +378,18 @@ impl Groups {
                     .zip(&self.segments)
                     .all(|(&value, registry)| (value as usize) < registry.names.len())
         };
+        let values_well_formed = self.segments.iter().all(|registry| {
+            registry.ids.len() == registry.names.len()
+                && registry.ids.iter().all(|(value, &id)| {
+                    registry
+                        .names
+                        .get(id as usize)
+                        .is_some_and(|name| name == value)
+                })
+        });
         let surfaces = || self.ids.values().flat_map(|s| s.values());
-        self.overflow.as_ref().is_none_or(registered)
+        values_well_formed
+            && self.overflow.as_ref().is_none_or(registered)
             && surfaces().all(|groups| groups.plain.as_ref().is_none_or(registered))
             && surfaces()
                 .flat_map(|groups| &groups.by_values)

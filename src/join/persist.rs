@@ -2,8 +2,7 @@
 //! settings and what can be rebuilt from the rest (the due-time queues).
 //! The engine fills it and carries on from it ([`super::Engine::to_state`],
 //! [`super::Engine::from_state`]); this module owns its serialized form,
-//! whose field order is the state file's format, and reads the format
-//! before it, whose groups had no segments.
+//! whose field order is the state file's format.
 
 use super::{user::UserState, Counters, GroupAggregates, Groups, Shard};
 use crate::event::Nanos;

@@ -41,9 +41,9 @@ impl Every {
 /// Most time between two sweeps for idle groups.
 const LONGEST_SWEEP_PERIOD: Duration = Duration::from_secs(60);
 
-/// Retires the groups that received no impression for `idle`, sweeping a
-/// tenth as often (at most every minute), so that a group goes at most a
-/// tenth of `idle` late.
+/// Retires the groups that received no impression for `idle`, sweeping
+/// every tenth of `idle` and at least once a minute, so that a group goes
+/// at most a tenth of `idle` late.
 pub async fn retire_idle_groups(engine: EngineHandle, idle: Duration, shutdown: CancellationToken) {
     let period = (idle / 10).clamp(Duration::from_millis(1), LONGEST_SWEEP_PERIOD);
     let idle = crate::event::Nanos::try_from(idle.as_nanos()).unwrap_or(crate::event::Nanos::MAX);
