@@ -2,7 +2,7 @@
 
 use crate::event::Nanos;
 use crate::join::{Counters, Engine};
-use crate::metrics::{CoverageFigures, CoverageMode, GroupTotals, PositionCurve};
+use crate::metrics::{Coverage, CoverageFigures, CoverageMode, GroupTotals, PositionCurve};
 
 /// One group's figures at a moment.
 #[derive(Clone, Debug)]
@@ -84,7 +84,7 @@ impl Snapshot {
                     (true, Some(f)) => (0..window_count)
                         .map(|index| aggregates.coverage_windows.figures(index, f))
                         .collect(),
-                    (true, None) => vec![CoverageFigures::default(); window_count],
+                    (true, None) => vec![Coverage::default().figures(); window_count],
                     (false, _) => Vec::new(),
                 },
             })
