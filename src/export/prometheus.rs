@@ -7,7 +7,7 @@ use super::comparison::{compare, Comparison, NamedTotals};
 use super::{GroupSnapshot, Snapshot};
 use crate::event::{Nanos, Reason, NANOS_PER_SECOND};
 use crate::join::Unattributed;
-use crate::metrics::{GroupTotals, Metric, R_PRECISION};
+use crate::metrics::{GroupTotals, Metric, MetricMeans, R_PRECISION};
 use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
 
@@ -167,17 +167,9 @@ fn window_standard_error(
     let help = format_args!("Standard error of the mean per-list {name}@k over the lists of the rolling window, by scope.");
     let family_name = format!("{WINDOW_GAUGE_PREFIX}{name}{STANDARD_ERROR_SUFFIX}");
     let mut family = writer.family(family_name, Kind::Gauge, help);
-    for (labels, group) in groups {
-        for (window, totals) in window_names.iter().zip(&group.windows) {
-            for (k_index, k) in ks.iter().enumerate() {
-                let means = totals.means(k_index * Metric::COUNT + metric as usize);
-                for (scope, se) in [("all", means.se_all), ("engaged", means.se_engaged)] {
-                    let extra = [("k", k.as_str()), ("window", window), ("scope", scope)];
-                    family.sample(labels, &extra, se);
-                }
-            }
-        }
-    }
+    sample_window_scopes(&mut family, metric, groups, ks, window_names, |means| {
+        [means.se_all, means.se_engaged]
+    });
 }
 
 /// A comparison gauge: its name after the prefix, its help, and how to read it off a comparison.
@@ -250,13 +242,28 @@ fn window_gauge(
     let name = metric.name();
     let help = format_args!("Mean per-list {name}@k over the lists of the rolling window, by scope (all lists, or engaged lists only).");
     let mut family = writer.family(MetricSeries(WINDOW_GAUGE_PREFIX, metric), Kind::Gauge, help);
+    sample_window_scopes(&mut family, metric, groups, ks, window_names, |means| {
+        [means.all, means.engaged]
+    });
+}
+
+/// Samples of `metric` per group, window, `k` and scope (`all`, `engaged`),
+/// the pair of figures `of` takes from each window's means.
+fn sample_window_scopes(
+    family: &mut Family<'_>,
+    metric: Metric,
+    groups: &[(LabelSet, &GroupSnapshot)],
+    ks: &[String],
+    window_names: &[String],
+    of: fn(&MetricMeans) -> [f64; 2],
+) {
     for (labels, group) in groups {
         for (window, totals) in window_names.iter().zip(&group.windows) {
             for (k_index, k) in ks.iter().enumerate() {
-                let means = totals.means(k_index * Metric::COUNT + metric as usize);
-                for (scope, mean) in [("all", means.all), ("engaged", means.engaged)] {
+                let [all, engaged] = of(&totals.means(k_index * Metric::COUNT + metric as usize));
+                for (scope, value) in [("all", all), ("engaged", engaged)] {
                     let extra = [("k", k.as_str()), ("window", window), ("scope", scope)];
-                    family.sample(labels, &extra, mean);
+                    family.sample(labels, &extra, value);
                 }
             }
         }
