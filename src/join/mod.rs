@@ -544,14 +544,19 @@ impl Engine {
             return;
         };
         self.open_impressions -= 1;
-        list.grades_into(&mut self.grades);
-        self.evaluator.evaluate(&self.grades, &mut self.values);
+        let engaged = list.is_engaged();
+        if engaged {
+            list.grades_into(&mut self.grades);
+            self.evaluator.evaluate(&self.grades, &mut self.values);
+        } else {
+            // Every metric of a list with no item of grade > 0 is 0 (SPEC §4).
+            self.values.fill(0.0);
+        }
         let group = list.group as usize;
         while self.aggregates.len() <= group {
             self.aggregates
                 .push(GroupAggregates::new(&self.settings, self.values.len()));
         }
-        let engaged = list.is_engaged();
         let aggregates = &mut self.aggregates[group];
         aggregates.totals.add(&self.values, engaged);
         aggregates.windows.add(list.time, &self.values, engaged);

@@ -43,10 +43,16 @@ impl GroupTotals {
         }
     }
 
-    /// Adds one finalized list's values.
+    /// Adds one finalized list's values. Those of a list that is not
+    /// engaged are all 0 (SPEC §4: no item has a grade > 0), so only its
+    /// count changes.
     pub fn add(&mut self, values: &[f64], engaged: bool) {
         self.lists += 1;
-        self.engaged += u64::from(engaged);
+        if !engaged {
+            debug_assert!(values.iter().all(|&v| v == 0.0), "an unengaged list scored");
+            return;
+        }
+        self.engaged += 1;
         for (sum, value) in self.sums.iter_mut().zip(values) {
             *sum += value;
         }
