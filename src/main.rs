@@ -11,7 +11,7 @@ use rankwatch::query::{self, QueryArgs};
 use rankwatch::replay::{self, ReplayOptions};
 use rankwatch::server;
 use std::future::Future;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
@@ -208,8 +208,7 @@ fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
     init_logging();
     let report =
         run_until_signal(|shutdown| async move { loadgen::run_until(&args, shutdown).await })?;
-    println!("{report}");
-    Ok(())
+    print_out(&format!("{report}\n"))
 }
 
 fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
@@ -275,8 +274,22 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
 
 fn print_report(report: &Report, format: Format) -> anyhow::Result<()> {
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(report)?),
-        Format::Table => print!("{}", report.to_table()),
+        Format::Json => print_out(&format!("{}\n", serde_json::to_string_pretty(report)?)),
+        Format::Table => print_out(&report.to_table()),
     }
-    Ok(())
+}
+
+/// Writes `text` to standard output. A reader that went away (`| head`)
+/// ends the output quietly, as it does for other command-line tools.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(error).context("writing to standard output")
+        }
+        _ => Ok(()),
+    }
 }

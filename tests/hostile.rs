@@ -614,3 +614,25 @@ async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
     // GetMetrics reports groups with finalized lists: the junk group is gone.
     assert_eq!(server.report().await.groups, []);
 }
+
+#[test]
+fn replay_into_a_closed_pipe_ends_quietly() {
+    // As `rankwatch replay LOG | head` does once head has read enough.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "--format", "json"])
+        .arg(common::conformance("replay_small.jsonl"))
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stderr}");
+    // Only the log's own bad lines are told; no panic, no write error.
+    assert!(
+        stderr
+            .lines()
+            .all(|line| line.contains("replay_small.jsonl:")),
+        "{stderr}"
+    );
+}
