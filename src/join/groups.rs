@@ -7,8 +7,8 @@
 //! ids stay dense, in order of registration.
 
 use crate::event::Nanos;
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use serde::{Deserialize, Serialize, Serializer};
+use std::collections::{BTreeMap, HashMap};
 
 /// Index of a group in the registry.
 pub type GroupId = u32;
@@ -50,6 +50,7 @@ struct SegmentValues {
     label: String,
     /// Every value by id, `__other__` and `__overflow__` among them once used.
     names: Vec<String>,
+    #[serde(serialize_with = "in_key_order")]
     ids: HashMap<String, u32>,
     /// Distinct values that clients sent and that were kept.
     kept: usize,
@@ -102,13 +103,36 @@ impl SegmentValues {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct SurfaceGroups {
     plain: Option<GroupId>,
+    #[serde(serialize_with = "in_key_order")]
     by_values: HashMap<Box<[u32]>, GroupId>,
+}
+
+/// Serializes `map` in key order: the same registry always saves as the
+/// same bytes, whatever the hash maps' seeds.
+fn in_key_order<K: Ord + Serialize, V: Serialize, S: Serializer>(
+    map: &HashMap<K, V>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(map.iter().collect::<BTreeMap<_, _>>())
+}
+
+/// [`in_key_order`] for the models' maps of surfaces, both levels sorted.
+fn surfaces_in_key_order<S: Serializer>(
+    ids: &HashMap<String, HashMap<String, SurfaceGroups>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(
+        ids.iter()
+            .map(|(model, surfaces)| (model, surfaces.iter().collect::<BTreeMap<_, _>>()))
+            .collect::<BTreeMap<_, _>>(),
+    )
 }
 
 /// Interns group names to dense ids.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Groups {
     names: Vec<GroupName>,
+    #[serde(serialize_with = "surfaces_in_key_order")]
     ids: HashMap<String, HashMap<String, SurfaceGroups>>,
     segments: Vec<SegmentValues>,
     max_groups: usize,
@@ -403,6 +427,23 @@ mod tests {
 
     fn no_segments() -> SegmentSettings {
         SegmentSettings::default()
+    }
+
+    #[test]
+    fn the_same_registry_saves_as_the_same_bytes() {
+        let settings = SegmentSettings {
+            labels: vec!["country".to_owned()],
+            max_values: 100,
+        };
+        let registry = || {
+            let mut groups = Groups::new(1000, &settings);
+            for i in 0..60 {
+                let country = format!("c{}", i % 30);
+                groups.id(&format!("m{}", i % 7), &format!("s{i}"), &[country], 0);
+            }
+            postcard::to_allocvec(&groups).unwrap()
+        };
+        assert_eq!(registry(), registry());
     }
 
     #[test]
