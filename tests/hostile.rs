@@ -234,6 +234,8 @@ async fn an_idle_stream_is_ended_and_its_permit_freed() {
     assert_eq!(acks.len(), 1);
     assert_eq!(acks[0].as_ref().unwrap().accepted, 1);
     drop(batches);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_streams_timed_out_total"], 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,6 +320,14 @@ async fn half_open_http_connections_are_capped_and_timed_out() {
     assert_eq!(
         metrics["rankwatch_limit{limit=\"max_http_connections\"}"],
         8.0
+    );
+    // Each silent connection was closed once, one way or the other.
+    let refused = metrics["rankwatch_http_connections_refused_total"];
+    let timed_out = metrics["rankwatch_http_connections_timed_out_total"];
+    assert_eq!(refused + timed_out, 200.0, "{refused} + {timed_out}");
+    assert!(
+        timed_out >= 8.0 && refused >= 1.0,
+        "{refused} + {timed_out}"
     );
 }
 

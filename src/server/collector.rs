@@ -7,6 +7,7 @@ use super::engine_task::{Applied, EngineHandle};
 use super::tasks::Tasks;
 use super::telemetry::{
     BATCH_DURATION_SECONDS, INGEST_STREAMS, STREAMS_FAILED_TOTAL, STREAMS_REFUSED_TOTAL,
+    STREAMS_TIMED_OUT_TOTAL,
 };
 use super::wire_service::collector_server::Collector;
 use crate::proto::IngestAck;
@@ -139,6 +140,7 @@ impl Collector for CollectorService {
                     message = tokio::time::timeout(idle_timeout, inbound.message()) => message,
                 };
                 let Ok(message) = message else {
+                    metrics::counter!(STREAMS_TIMED_OUT_TOTAL).increment(1);
                     let _ = pending.send(Pending::End(idle_stream(idle_timeout))).await;
                     break;
                 };

@@ -5,6 +5,7 @@
 //! its last response. Half-open or silent clients thus cannot hold file
 //! descriptors that scrapes and gRPC ingest need.
 
+use super::telemetry::{HTTP_CONNECTIONS_REFUSED_TOTAL, HTTP_CONNECTIONS_TIMED_OUT_TOTAL};
 use axum::serve::Listener;
 use std::future::Future;
 use std::io;
@@ -60,6 +61,7 @@ impl Listener for BoundedListener {
                 }
             };
             let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+                metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).increment(1);
                 tracing::debug!(%addr, "HTTP connection closed: max_http_connections reached");
                 continue;
             };
@@ -69,6 +71,7 @@ impl Listener for BoundedListener {
                 _permit: permit,
                 deadline,
                 idle: self.timeouts.idle,
+                timed_out: false,
             };
             return (stream, addr);
         }
@@ -86,11 +89,18 @@ pub struct BoundedStream {
     _permit: OwnedSemaphorePermit,
     deadline: Pin<Box<Sleep>>,
     idle: Duration,
+    /// Its deadline passed (counted once).
+    timed_out: bool,
 }
 
 impl BoundedStream {
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        self.deadline.as_mut().poll(cx).is_ready()
+        if self.timed_out || self.deadline.as_mut().poll(cx).is_pending() {
+            return self.timed_out;
+        }
+        self.timed_out = true;
+        metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).increment(1);
+        true
     }
 }
 

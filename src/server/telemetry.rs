@@ -17,6 +17,12 @@ pub const INGEST_STREAMS: &str = "rankwatch_ingest_streams";
 pub const STREAMS_REFUSED_TOTAL: &str = "rankwatch_streams_refused_total";
 /// Counter: Ingest RPCs ended by a malformed or oversize message.
 pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
+/// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
+pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
+/// Counter: HTTP connections closed as soon as accepted, past `max_http_connections`.
+pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
+/// Counter: HTTP connections closed by `http_header_timeout` or `http_idle_timeout`.
+pub const HTTP_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_http_connections_timed_out_total";
 /// Counter: groups retired after `group_idle_timeout` without an impression.
 pub const GROUPS_RETIRED_TOTAL: &str = "rankwatch_groups_retired_total";
 /// Gauge: configured limits, by the label `limit`.
@@ -70,6 +76,18 @@ fn describe_health_series() {
         "Ingest RPCs ended by a malformed or oversize message."
     );
     metrics::describe_counter!(
+        STREAMS_TIMED_OUT_TOTAL,
+        "Ingest streams closed after ingest_idle_timeout without a batch."
+    );
+    metrics::describe_counter!(
+        HTTP_CONNECTIONS_REFUSED_TOTAL,
+        "HTTP connections closed as soon as accepted, past max_http_connections."
+    );
+    metrics::describe_counter!(
+        HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
+        "HTTP connections closed by http_header_timeout or http_idle_timeout."
+    );
+    metrics::describe_counter!(
         GROUPS_RETIRED_TOTAL,
         "Groups retired after group_idle_timeout without an impression (gone from the list metrics, their slots under max_groups freed)."
     );
@@ -94,6 +112,9 @@ fn describe_health_series() {
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!(STREAMS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_FAILED_TOTAL).absolute(0);
+    metrics::counter!(STREAMS_TIMED_OUT_TOTAL).absolute(0);
+    metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
+    metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(GROUPS_RETIRED_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
 }
