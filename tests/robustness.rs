@@ -146,6 +146,10 @@ async fn every_rejection_reason_over_grpc() {
     }
     assert_eq!(metrics["rankwatch_events_accepted_total"], 0.0);
     assert_eq!(metrics["rankwatch_limit{limit=\"max_label_bytes\"}"], 8.0);
+    assert_eq!(
+        metrics["rankwatch_limit{limit=\"max_exposure_items\"}"],
+        4096.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,6 +125,7 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_items", engine.max_items),
         ("max_label_bytes", engine.max_label_bytes),
         ("max_groups", engine.max_groups),
+        ("max_exposure_items", engine.max_exposure_items),
         ("max_open_impressions", engine.max_open_impressions),
         ("max_waiting_interactions", engine.max_waiting_interactions),
         ("max_message_size", server.max_message_size),
