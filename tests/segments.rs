@@ -524,3 +524,24 @@ async fn a_restart_keeps_segments_and_their_folds() {
         3.0
     );
 }
+
+/// The table's coverage rows carry the segment values, as its metric rows do.
+#[test]
+fn the_tables_coverage_rows_name_their_segment_values() {
+    let text: String = log().iter().map(|l| format!("{l}\n")).collect();
+    let output = replay(&[&["-"], &SEGMENTED[..]].concat(), Some(text.as_bytes()));
+    let table = String::from_utf8(output.stdout).unwrap();
+    let mut lines = table.lines().skip_while(|l| !l.contains("items shown"));
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header[..3], ["model", "surface", "country"], "{table}");
+    let report = replay_of(&log(), &SEGMENTED);
+    let rows: Vec<Vec<&str>> = lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), report["groups"].as_array().unwrap().len());
+    for row in rows {
+        let shown = &group(&report, row[0], row[2])["coverage"]["items_shown"];
+        assert_eq!(row[3], shown.to_string(), "{table}");
+    }
+}

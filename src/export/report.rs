@@ -310,10 +310,7 @@ impl Report {
             .first()
             .map(|group| group.segments.keys().collect())
             .unwrap_or_default();
-        let _ = write!(out, "{:<14} {:<14}", "model", "surface");
-        for label in &segment_labels {
-            let _ = write!(out, " {label:<14}");
-        }
+        write_name_header(&mut out, &segment_labels);
         let _ = write!(out, " {:>7} {:>7} {:>4}", "lists", "engaged", "K");
         for metric in columns {
             let _ = write!(out, " {:>15}", metric.name());
@@ -321,11 +318,7 @@ impl Report {
         out.push('\n');
         for group in &self.groups {
             for k in &self.config.k {
-                let _ = write!(out, "{:<14} {:<14}", group.model, group.surface);
-                for label in &segment_labels {
-                    let value = group.segments.get(*label).map_or("", String::as_str);
-                    let _ = write!(out, " {value:<14}");
-                }
+                write_name(&mut out, group, &segment_labels);
                 let _ = write!(
                     out,
                     " {:>7} {:>7} {:>4}",
@@ -343,7 +336,7 @@ impl Report {
             }
         }
         out.push_str("\nmeans over all finalized lists ± 1.96 standard errors; `--format json` gives every metric in both scopes.\n");
-        write_coverage(&mut out, &self.groups);
+        write_coverage(&mut out, &self.groups, &segment_labels);
         if let Some(comparisons) = &self.comparisons {
             write_comparisons(&mut out, comparisons);
         }
@@ -351,30 +344,45 @@ impl Report {
     }
 }
 
+/// The header of a group's name columns: model, surface, each segment label.
+fn write_name_header(out: &mut String, segment_labels: &[&String]) {
+    let _ = write!(out, "{:<14} {:<14}", "model", "surface");
+    for label in segment_labels {
+        let _ = write!(out, " {label:<14}");
+    }
+}
+
+/// A group's name columns, under [`write_name_header`]'s.
+fn write_name(out: &mut String, group: &GroupReport, segment_labels: &[&String]) {
+    let _ = write!(out, "{:<14} {:<14}", group.model, group.surface);
+    for label in segment_labels {
+        let value = group.segments.get(*label).map_or("", String::as_str);
+        let _ = write!(out, " {value:<14}");
+    }
+}
+
 /// Each group's coverage and exposure, one row each, when coverage is kept.
-fn write_coverage(out: &mut String, groups: &[GroupReport]) {
+fn write_coverage(out: &mut String, groups: &[GroupReport], segment_labels: &[&String]) {
     if groups.iter().all(|group| group.coverage.is_none()) {
         return;
     }
+    out.push('\n');
+    write_name_header(out, segment_labels);
     let _ = writeln!(
         out,
-        "\n{:<14} {:<14} {:>12} {:>13} {:>13} {:>16}",
-        "model", "surface", "items shown", "items engaged", "exposure gini", "exposure entropy"
+        " {:>12} {:>13} {:>13} {:>16}",
+        "items shown", "items engaged", "exposure gini", "exposure entropy"
     );
     for group in groups {
         let Some(c) = &group.coverage else {
             continue;
         };
         let estimated = if c.exact { "" } else { " (estimated)" };
+        write_name(out, group, segment_labels);
         let _ = writeln!(
             out,
-            "{:<14} {:<14} {:>12} {:>13} {:>13.4} {:>16.4}{estimated}",
-            group.model,
-            group.surface,
-            c.items_shown,
-            c.items_engaged,
-            c.exposure_gini,
-            c.exposure_entropy
+            " {:>12} {:>13} {:>13.4} {:>16.4}{estimated}",
+            c.items_shown, c.items_engaged, c.exposure_gini, c.exposure_entropy
         );
     }
     out.push_str("\nexposure of an item: the sum of 1 / discount(rank) over the lists that showed it; entropy over ln(items shown).\n");
