@@ -78,6 +78,8 @@ pub struct LimitedBody<B> {
     position: Position,
     /// The failure to report once the bytes before the oversize header are passed on.
     failed: Option<Status>,
+    /// The failure was reported: the body ends there, however often it is polled.
+    ended: bool,
 }
 
 impl<B> LimitedBody<B> {
@@ -90,6 +92,7 @@ impl<B> LimitedBody<B> {
                 bytes: [0; HEADER_BYTES],
             },
             failed: None,
+            ended: false,
         }
     }
 
@@ -158,7 +161,11 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
         if let Some(status) = self.failed.take() {
+            self.ended = true;
             return Poll::Ready(Some(Err(status)));
         }
         let frame = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
@@ -175,6 +182,7 @@ where
         metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
         let status = oversize(length, self.max_message_size);
         if start == 0 {
+            self.ended = true;
             return Poll::Ready(Some(Err(status)));
         }
         self.failed = Some(status);
@@ -183,7 +191,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.failed.is_none() && self.inner.is_end_stream()
+        self.ended || (self.failed.is_none() && self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
@@ -225,5 +233,50 @@ mod tests {
         assert_eq!(body.scan(&[1, 2]), None);
         assert_eq!(body.scan(&[3, 4, 0, 0]), None);
         assert_eq!(body.scan(&[0, 0, 5]), Some((0, 5)));
+    }
+
+    /// A body of one frame per chunk.
+    struct Chunks(std::collections::VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(
+                self.0
+                    .pop_front()
+                    .map(|chunk| Ok(http_body::Frame::data(chunk))),
+            )
+        }
+    }
+
+    #[test]
+    fn the_body_ends_after_reporting_an_oversize_message_once() {
+        let mut whole = header(2);
+        whole.extend([1, 2]);
+        let mut cut = header(9);
+        cut.extend([0; 9]);
+        let chunks = [whole.clone(), [whole, cut.clone()].concat(), cut];
+        let inner = Chunks(chunks.into_iter().map(Bytes::from).collect());
+        let mut body = LimitedBody::new(inner, 4);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut poll = || match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => Ok(frame.into_data().ok().map(|d| d.len())),
+            Poll::Ready(Some(Err(status))) => Err(status.code()),
+            Poll::Ready(None) => Ok(None),
+            Poll::Pending => unreachable!("the chunks are all there"),
+        };
+        assert_eq!(poll(), Ok(Some(7)));
+        // The whole message before the oversize header is passed on, then the failure.
+        assert_eq!(poll(), Ok(Some(7)));
+        assert_eq!(poll(), Err(tonic::Code::ResourceExhausted));
+        assert_eq!(poll(), Ok(None));
+        assert_eq!(poll(), Ok(None));
+        assert!(body.is_end_stream());
     }
 }
