@@ -11,6 +11,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+/// The label on the demo's impressions: `--segment-labels country` makes it a segment.
+const DEMO_LABEL: &str = "country=de,fr,us";
+
 /// Settings of the demo's traffic.
 #[derive(clap::Args, Clone, Debug)]
 pub struct DemoArgs {
@@ -66,6 +69,7 @@ pub async fn run(
         .context("connecting to the demo server")?;
     let traffic = Traffic::new(TrafficConfig {
         models: args.models.clone(),
+        labels: vec![DEMO_LABEL.parse()?],
         ..TrafficConfig::default()
     })?;
     if let Some((model, delay)) = args.degrade {

@@ -1,7 +1,9 @@
 //! `rankwatch loadgen`'s flags, and the generator each stream gets from them.
 
 use super::source::BatchSource;
-use super::{LoadError, ModelSpec, Traffic, TrafficConfig, TrafficError, DEFAULT_MODELS};
+use super::{
+    LabelSpec, LoadError, ModelSpec, Traffic, TrafficConfig, TrafficError, DEFAULT_MODELS,
+};
 use crate::config::parse_duration;
 use crate::event::NANOS_PER_SECOND;
 use std::time::Duration;
@@ -69,6 +71,10 @@ pub struct LoadgenArgs {
         default_value = "home,search"
     )]
     pub surfaces: Vec<String>,
+    /// Labels on every impression, as KEY=V1,V2,... separated by `;`; a
+    /// user always takes the same value of each (for `segment_labels`).
+    #[arg(long, env = "RANKWATCH_LOADGEN_LABELS", value_delimiter = ';')]
+    pub labels: Vec<LabelSpec>,
     /// Most batches a stream leaves unacknowledged before it waits.
     #[arg(long, env = "RANKWATCH_LOADGEN_MAX_INFLIGHT", default_value_t = 8)]
     pub max_inflight: usize,
@@ -172,6 +178,7 @@ impl LoadgenArgs {
             feedback_delay: self.feedback_delay,
             models: self.models.clone(),
             surfaces: self.surfaces.clone(),
+            labels: self.labels.clone(),
             id_prefix: format!("{run:x}-{stream}-"),
         }
     }
@@ -209,6 +216,7 @@ mod tests {
             ]
         );
         assert_eq!(args.surfaces, ["home", "search"]);
+        assert!(args.labels.is_empty());
         let args = Command::try_parse_from([
             "loadgen",
             "--models",
@@ -217,6 +225,8 @@ mod tests {
             "1m",
             "--rate",
             "0",
+            "--labels",
+            "country=de,fr;app=ios",
         ])
         .expect("flags parse")
         .args;
@@ -225,6 +235,12 @@ mod tests {
             vec![ModelSpec::new("a", 1.0), ModelSpec::new("b", 0.0)]
         );
         assert_eq!(args.duration, Duration::from_secs(60));
+        let labels: Vec<(&str, usize)> = args
+            .labels
+            .iter()
+            .map(|l| (l.key.as_str(), l.values.len()))
+            .collect();
+        assert_eq!(labels, [("country", 2), ("app", 1)]);
         assert!(args.validate().is_ok());
         assert!(Command::try_parse_from(["loadgen", "--models", "a=2"]).is_err());
     }

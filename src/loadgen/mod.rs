@@ -18,6 +18,7 @@ mod args;
 mod click_model;
 mod error;
 mod kafka;
+mod label_spec;
 mod model_spec;
 mod pacer;
 mod quality;
@@ -31,6 +32,7 @@ mod traffic_config;
 
 pub use args::LoadgenArgs;
 pub use error::LoadError;
+pub use label_spec::LabelSpec;
 pub use model_spec::{ModelSpec, DEFAULT_MODELS};
 pub use quality::QualityHandle;
 pub use report::{LatencySummary, LoadReport};

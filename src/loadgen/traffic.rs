@@ -3,7 +3,7 @@
 
 use super::click_model::{engagement_depth, examination_probability, Feedback};
 use super::quality::QualityHandle;
-use super::{TrafficConfig, TrafficError};
+use super::{LabelSpec, TrafficConfig, TrafficError};
 use crate::event::{Nanos, NANOS_PER_SECOND};
 use crate::proto::{event::Kind, Event, Impression, Interaction};
 use std::cmp::Reverse;
@@ -50,6 +50,7 @@ pub struct Traffic {
     rng: fastrand::Rng,
     models: QualityHandle,
     surfaces: Vec<String>,
+    labels: Vec<LabelSpec>,
     prefix: String,
     users: u32,
     items_per_list: usize,
@@ -95,6 +96,7 @@ impl Traffic {
             rng: fastrand::Rng::with_seed(config.seed),
             models: QualityHandle::new(&config.models),
             surfaces: config.surfaces,
+            labels: config.labels,
             prefix: config.id_prefix,
             users: config.users,
             items_per_list: config.items_per_list,
@@ -183,7 +185,11 @@ impl Traffic {
                 time: Some(timestamp(time)),
                 model: self.models.name(model).to_owned(),
                 surface: self.surfaces[surface].clone(),
-                labels: Default::default(),
+                labels: self
+                    .labels
+                    .iter()
+                    .map(|label| (label.key.clone(), label.value_of(user).to_owned()))
+                    .collect(),
             })),
         }
     }
@@ -443,6 +449,34 @@ pub(super) mod tests {
             .filter(|e| matches!(e.kind, Some(Kind::Interaction(_))))
             .count();
         interactions as f64 / events.len() as f64
+    }
+
+    #[test]
+    fn impressions_carry_the_labels_a_user_always_has() {
+        let labels = vec![
+            "country=de,fr,us".parse().unwrap(),
+            "app=ios".parse().unwrap(),
+        ];
+        let events = events_of(
+            TrafficConfig {
+                labels,
+                ..config(5)
+            },
+            5_000,
+        );
+        let mut by_user: HashMap<&str, &HashMap<String, String>> = HashMap::new();
+        let mut countries = HashSet::new();
+        for event in &events {
+            let Some(Kind::Impression(m)) = &event.kind else {
+                continue;
+            };
+            assert_eq!(m.labels.len(), 2);
+            assert_eq!(m.labels["app"], "ios");
+            countries.insert(m.labels["country"].as_str());
+            assert_eq!(*by_user.entry(&m.user_id).or_insert(&m.labels), &m.labels);
+        }
+        assert_eq!(countries.len(), 3);
+        assert!(by_user.len() > 100);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What a [`Traffic`](super::Traffic) generator produces: users, catalogue,
 //! models, surfaces and the shape of the feedback, and why a setting is unusable.
 
+use super::label_spec::LabelSpec;
 use super::model_spec::{check_quality, ModelSpec};
 use std::time::Duration;
 
@@ -49,6 +50,9 @@ pub enum TrafficError {
     /// An interaction share outside [0, 1).
     #[error("interaction share is {0}; give a fraction of events from 0 up to (not including) 1, e.g. 0.8")]
     InteractionShare(f64),
+    /// A label specification is not `KEY=V1,V2,...`.
+    #[error("label {0:?} is not KEY=VALUE,VALUE,..., e.g. country=de,fr,us")]
+    LabelSpec(String),
     /// A request-id share outside [0, 1].
     #[error("request id share is {0}; give a fraction from 0 to 1, e.g. 0.9")]
     RequestIdShare(f64),
@@ -81,6 +85,8 @@ pub struct TrafficConfig {
     pub models: Vec<ModelSpec>,
     /// Surfaces, chosen uniformly per impression.
     pub surfaces: Vec<String>,
+    /// Labels every impression carries, a user always with the same values.
+    pub labels: Vec<LabelSpec>,
     /// Prefix of user, request and event ids. Give each generator feeding the
     /// same server its own prefix, so their users and requests never collide.
     pub id_prefix: String,
@@ -102,6 +108,7 @@ impl Default for TrafficConfig {
                 ModelSpec::new("candidate", 0.4),
             ],
             surfaces: vec!["home".to_owned(), "search".to_owned()],
+            labels: Vec::new(),
             id_prefix: String::new(),
         }
     }
