@@ -17,9 +17,10 @@
 #    what the instance would do on a core of its own.
 # 2. The relay's cost: the server's CPU per million events, pinned to core
 #    0, for the same loadgen traffic (RELAY_RATE events/s, default 200,000,
-#    for 10 s, batches encoded beforehand) sent over gRPC to a plain
-#    `rankwatch serve` and to one with `--kafka-mode relay`; loadgen and
-#    broker on core 1.
+#    for 10 s, batches encoded beforehand, up to 32 batches in flight per
+#    stream so that the relay's 10 ms of linger does not hold the rate back)
+#    sent over gRPC to a plain `rankwatch serve` and to one with
+#    `--kafka-mode relay`; loadgen and broker on core 1.
 # Not part of the tests: figures, not assertions. Needs 2 cores, taskset, curl, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,7 +110,7 @@ ingest() {
   local before after
   before=$(ticks "$server_pid")
   taskset -c 1 "$BIN" loadgen --target "http://$GRPC" --rate "$RELAY_RATE" --streams 2 --users 1000000 \
-    --duration 10s --pregenerate "$RELAY_RATE" >"$work/load.txt"
+    --max-inflight 32 --duration 10s --pregenerate "$RELAY_RATE" >"$work/load.txt"
   after=$(ticks "$server_pid")
   stop_server
   local accepted

@@ -42,6 +42,23 @@ const BYTES_PER_ITEM: usize = 16;
 
 /// Reads an `EventBatch`.
 pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
+    read_batch(bytes, |_| {})
+}
+
+/// Reads an `EventBatch` as [`parse_batch`] does, and also gives the encoded
+/// `Event` each [`EventView`] was read from, in batch order, for whoever
+/// passes events on unchanged (the fleet's relay): one pass over the bytes.
+pub fn parse_batch_with_events(bytes: &[u8]) -> Result<(BatchView<'_>, Vec<&[u8]>), WireError> {
+    let mut encoded = Vec::with_capacity(bytes.len() / BYTES_PER_EVENT);
+    let batch = read_batch(bytes, |event| encoded.push(event))?;
+    Ok((batch, encoded))
+}
+
+/// Reads an `EventBatch`, handing each event's bytes to `each_event` too.
+fn read_batch<'a>(
+    bytes: &'a [u8],
+    mut each_event: impl FnMut(&'a [u8]),
+) -> Result<BatchView<'a>, WireError> {
     // Room for the events and items that bytes hold at the sizes senders
     // use, so that neither vector grows while it is filled (it still can).
     // At most about three times the batch's size, which the server bounds.
@@ -56,6 +73,7 @@ pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
         match (field, value) {
             (1, Value::Varint(sequence)) => batch.sequence = sequence,
             (2, Value::Bytes(event)) => {
+                each_event(event);
                 let event = parse_event(event, &mut batch.items, &mut batch.labels)?;
                 batch.events.push(event);
             }
@@ -64,20 +82,6 @@ pub fn parse_batch(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
         }
     }
     Ok(batch)
-}
-
-/// The encoded `Event` of each event of an `EventBatch`, in batch order:
-/// the bytes [`parse_batch`] read each [`EventView`] from, for whoever
-/// passes events on unchanged (the fleet's relay).
-pub fn event_bytes(bytes: &[u8]) -> Result<Vec<&[u8]>, WireError> {
-    let mut events = Vec::with_capacity(bytes.len() / BYTES_PER_EVENT);
-    let mut reader = Reader { bytes };
-    while let Some((field, value)) = reader.field()? {
-        if let (2, Value::Bytes(event)) = (field, value) {
-            events.push(event);
-        }
-    }
-    Ok(events)
 }
 
 fn parse_event<'a>(
@@ -344,7 +348,8 @@ mod tests {
             ],
         };
         let bytes = batch.encode_to_vec();
-        let view = parse_batch(&bytes).unwrap();
+        let (view, passed_on) = parse_batch_with_events(&bytes).unwrap();
+        assert_eq!(view, parse_batch(&bytes).unwrap());
         assert_eq!(view.sequence, 42);
         assert_eq!(view.items, ["a", "b"]);
         let EventView::Impression(m) = &view.events[0] else {
@@ -365,11 +370,6 @@ mod tests {
             ("e1", "b", "click", Some(2.5))
         );
         assert_eq!(x.time, RawTime::At(-1_000_000_000));
-        let passed_on: Vec<Vec<u8>> = event_bytes(&bytes)
-            .unwrap()
-            .into_iter()
-            .map(<[u8]>::to_vec)
-            .collect();
         let encoded: Vec<Vec<u8>> = batch.events.iter().map(Message::encode_to_vec).collect();
         assert_eq!(passed_on, encoded, "each event's bytes as they came");
     }

@@ -12,6 +12,7 @@
 pub mod consume;
 pub mod partition;
 pub mod relay;
+mod reports;
 pub mod settings;
 pub mod snapshot;
 

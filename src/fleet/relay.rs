@@ -8,23 +8,31 @@
 //!
 //! It evaluates nothing: its engine only counts rejections for `/metrics`.
 
+use super::reports::{self, ReportQueue};
 use super::FleetSettings;
-use crate::event::wire::{event_bytes, parse_batch};
+use crate::event::wire::{parse_batch_with_events, WireError};
 use crate::event::Validator;
 use crate::export::{Report, ReportConfig, Snapshot};
 use crate::join::Engine;
 use crate::proto::{IngestAck, Rejection};
 use crate::server::{Applied, Command, EngineHandle, RawBatch};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+
+/// How long a batch waits before trying again when the producer's queue is full.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 
 /// The relay's producer and what it checks batches with.
 struct Relay {
-    producer: FutureProducer,
+    producer: Arc<BaseProducer<Deliveries>>,
+    /// The task that runs the producer's delivery callbacks.
+    reports: tokio::task::JoinHandle<()>,
     topic: String,
     validator: Validator,
     engine: Engine,
@@ -32,6 +40,25 @@ struct Relay {
 }
 
 /// Starts the relay; the handle takes batches as the engine's does.
+///
+/// The producer's settings, and why:
+/// - `acks=all`: a batch is acknowledged only once every replica has it.
+/// - `partitioner=murmur2_random`: Java's default (murmur2 of the key),
+///   which most producers of a topic use: all producers of a topic must agree.
+/// - `enable.idempotence=false`: a client resends what was not acknowledged
+///   anyway, and brokers differ in how they keep producer state across a
+///   restart.
+/// - `linger.ms=10`: librdkafka sends one request per partition; records
+///   wait up to 10 ms to share it with others, so that the broker thread
+///   wakes, and delivery reports come, per request of many records rather
+///   than of a few (benches/README.md: the relay's CPU per event against
+///   `linger.ms`). An ack waits those 10 ms more; clients keep enough
+///   batches in flight for it (64 per stream are allowed).
+/// - `batch.num.messages=10000`, `compression.type=none`: record batches as
+///   large as 10 ms of traffic makes them; compressing would cost the relay
+///   more CPU than the loopback or a LAN saves.
+/// - `message.timeout.ms` = `kafka_delivery_timeout`: how long acks wait
+///   for an unreachable broker before the stream fails.
 pub fn start(
     settings: &FleetSettings,
     engine: Engine,
@@ -39,23 +66,25 @@ pub fn start(
     validator: Validator,
     capacity: usize,
 ) -> Result<EngineHandle, KafkaError> {
-    let producer: FutureProducer = settings
+    let producer: BaseProducer<Deliveries> = settings
         .client()
         .set("acks", "all")
-        // Java's default partitioner (murmur2 of the key), which most
-        // producers of a topic use: all producers of a topic must agree.
         .set("partitioner", "murmur2_random")
-        // Not idempotent: a client resends what was not acknowledged
-        // anyway, and brokers differ in how they keep producer state
-        // across a restart.
         .set("enable.idempotence", "false")
-        .set("linger.ms", "1")
+        .set("linger.ms", "10")
+        .set("batch.num.messages", "10000")
+        .set("compression.type", "none")
         .set(
             "message.timeout.ms",
             settings.delivery_timeout.as_millis().to_string(),
         )
-        .create()?;
+        .create_with_context(Deliveries)?;
+    let queue = ReportQueue::of(&producer).map_err(|error| {
+        KafkaError::ClientCreation(format!("the relay's delivery report socket: {error}"))
+    })?;
+    let producer = Arc::new(producer);
     let relay = Relay {
+        reports: tokio::spawn(reports::serve(producer.clone(), queue)),
         producer,
         topic: settings.topic.clone(),
         validator,
@@ -65,6 +94,80 @@ pub fn start(
     let (handle, commands) = EngineHandle::channel(capacity);
     tokio::spawn(relay.run(commands));
     Ok(handle)
+}
+
+/// The producer's delivery reports: each record's goes to its batch's [`Pending`].
+struct Deliveries;
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Arc<Pending>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, batch: Arc<Pending>) {
+        match result {
+            Ok(_) => batch.stored(),
+            Err((error, _)) => batch.fail(&error.to_string()),
+        }
+    }
+}
+
+/// A batch whose records are with the producer. Its ack is sent once, by the
+/// delivery report of its last record stored; a record not stored drops it,
+/// and the stream fails with UNAVAILABLE.
+struct Pending {
+    /// Records not yet stored, and one more while the batch is still being produced.
+    remaining: AtomicUsize,
+    /// The ack and where it goes, until it is sent or given up.
+    ack: Mutex<Option<(IngestAck, oneshot::Sender<Applied>)>>,
+    stream_failed: Arc<AtomicBool>,
+    started: Instant,
+}
+
+impl Pending {
+    fn new(
+        records: usize,
+        ack: IngestAck,
+        done: oneshot::Sender<Applied>,
+        stream_failed: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            remaining: AtomicUsize::new(records + 1),
+            ack: Mutex::new(Some((ack, done))),
+            stream_failed,
+            started: Instant::now(),
+        }
+    }
+
+    /// One record stored (or, the last time, the batch all produced).
+    fn stored(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let Some((ack, done)) = self.take_ack() else {
+            return;
+        };
+        metrics::counter!("rankwatch_kafka_produced_events_total")
+            .increment(u64::from(ack.accepted));
+        metrics::histogram!("rankwatch_kafka_delivery_seconds")
+            .record(self.started.elapsed().as_secs_f64());
+        let _ = done.send(Ok(ack));
+    }
+
+    /// A record was not stored: the ack is dropped, the stream fails.
+    fn fail(&self, error: &str) {
+        failed(&self.stream_failed, error);
+        drop(self.take_ack());
+    }
+
+    fn take_ack(&self) -> Option<(IngestAck, oneshot::Sender<Applied>)> {
+        // A poisoned lock only means a delivery report panicked; the ack is still whole.
+        let mut ack = self
+            .ack
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        ack.take()
+    }
 }
 
 impl Relay {
@@ -95,11 +198,12 @@ impl Relay {
                 }
             }
         }
+        self.reports.abort();
     }
 
-    /// Validates a batch and produces its accepted events; its ack goes out
-    /// once the broker has them all, from a task of its own, so that the
-    /// next batch is produced meanwhile.
+    /// Validates a batch and produces its accepted events; the delivery
+    /// report of its last record sends its ack, while the next batches are
+    /// produced.
     async fn relay(
         &mut self,
         batch: RawBatch,
@@ -117,17 +221,13 @@ impl Relay {
                 return;
             }
         };
-        let mut deliveries = Vec::with_capacity(accepted.len());
+        let pending = Arc::new(Pending::new(accepted.len(), ack, done, stream_failed));
         for (key, value) in accepted {
-            match self.produce(key, value).await {
-                Ok(delivery) => deliveries.push(delivery),
-                Err(error) => {
-                    failed(&stream_failed, &error.to_string());
-                    return;
-                }
+            if let Err(error) = self.produce(key, value, &pending).await {
+                return pending.fail(&error.to_string());
             }
         }
-        tokio::spawn(await_deliveries(deliveries, ack, stream_failed, done));
+        pending.stored();
     }
 
     /// The batch's ack (rejections filled in) and the key and value of each
@@ -136,9 +236,8 @@ impl Relay {
     fn validate<'b>(
         &mut self,
         batch: &'b RawBatch,
-    ) -> Result<(IngestAck, Vec<(&'b str, &'b [u8])>), crate::event::wire::WireError> {
-        let view = parse_batch(&batch.0)?;
-        let encoded = event_bytes(&batch.0)?;
+    ) -> Result<(IngestAck, Vec<(&'b str, &'b [u8])>), WireError> {
+        let (view, encoded) = parse_batch_with_events(&batch.0)?;
         let now = crate::clock::wall_clock();
         let mut ack = IngestAck {
             sequence: view.sequence,
@@ -165,44 +264,26 @@ impl Relay {
         Ok((ack, accepted))
     }
 
-    /// Queues one record (waiting while the client's queue is full).
-    async fn produce(&self, key: &str, value: &[u8]) -> Result<DeliveryFuture, KafkaError> {
+    /// Queues one record of `batch` (waiting while the client's queue is full).
+    async fn produce(
+        &self,
+        key: &str,
+        value: &[u8],
+        batch: &Arc<Pending>,
+    ) -> Result<(), KafkaError> {
         loop {
-            let record = FutureRecord::to(&self.topic).key(key).payload(value);
-            match self.producer.send_result(record) {
-                Ok(delivery) => return Ok(delivery),
-                Err((
-                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    _,
-                )) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            let record = BaseRecord::with_opaque_to(&self.topic, batch.clone())
+                .key(key)
+                .payload(value);
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(QUEUE_FULL_WAIT).await;
                 }
                 Err((error, _)) => return Err(error),
             }
         }
     }
-}
-
-/// Sends the ack once every record is stored; drops it (the stream fails
-/// with UNAVAILABLE) when one is not.
-async fn await_deliveries(
-    deliveries: Vec<DeliveryFuture>,
-    ack: IngestAck,
-    stream_failed: Arc<AtomicBool>,
-    done: oneshot::Sender<Applied>,
-) {
-    let started = Instant::now();
-    let produced = deliveries.len() as u64;
-    for delivery in deliveries {
-        match delivery.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((error, _))) => return failed(&stream_failed, &error.to_string()),
-            Err(_) => return failed(&stream_failed, "the producer went away"),
-        }
-    }
-    metrics::counter!("rankwatch_kafka_produced_events_total").increment(produced);
-    metrics::histogram!("rankwatch_kafka_delivery_seconds").record(started.elapsed().as_secs_f64());
-    let _ = done.send(Ok(ack));
 }
 
 fn failed(stream_failed: &AtomicBool, error: &str) {

@@ -140,6 +140,11 @@ pub(super) async fn drive(
             deliveries,
         });
         pacer.sent();
+        // Producing never waits while the broker keeps up, and deliveries
+        // done by the time they are awaited do not either: without this, a
+        // stream would keep its worker to itself, and the timer that ends
+        // the run (`--duration`) would not fire until the broker fell behind.
+        tokio::task::yield_now().await;
     }
     for batch in inflight {
         let (ack, sent) = batch.stored(&destination.brokers).await?;
