@@ -221,11 +221,11 @@ impl CoverageWindows {
         let Some(longest) = self.longest() else {
             return since_start.figures();
         };
-        let mut union = since_start.clone();
-        for (_, pane) in self.windows[longest].panes.iter().flatten() {
-            union.merge(pane, None);
-        }
-        union.figures()
+        let panes = self.windows[longest].panes.iter().flatten();
+        let parts: Vec<&Coverage> = std::iter::once(since_start)
+            .chain(panes.map(|(_, pane)| pane))
+            .collect();
+        Coverage::union(&parts).figures()
     }
 
     /// The figures of window `index` over lists with time in the panes
@@ -236,13 +236,14 @@ impl CoverageWindows {
         };
         let newest = frontier.div_euclid(window.pane_span);
         let oldest = newest - PANES + 1;
-        let mut union = Coverage::default();
-        for (id, coverage) in window.panes.iter().flatten() {
-            if (oldest..=newest).contains(id) {
-                union.merge(coverage, None);
-            }
-        }
-        union.figures()
+        let parts: Vec<&Coverage> = window
+            .panes
+            .iter()
+            .flatten()
+            .filter(|(id, _)| (oldest..=newest).contains(id))
+            .map(|(_, pane)| pane)
+            .collect();
+        Coverage::union(&parts).figures()
     }
 }
 
