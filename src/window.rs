@@ -4,7 +4,7 @@
 //! far more than a row of sums, is kept in 6 panes of `w / 6` per window.
 
 use crate::event::Nanos;
-use crate::metrics::{Coverage, CoverageFigures, GroupTotals, ShownList};
+use crate::metrics::{Coverage, CoverageFigures, FiguresCache, GroupTotals, ShownList};
 
 /// Buckets per window.
 const BUCKETS: i64 = 60;
@@ -103,6 +103,9 @@ const PANES: i64 = 6;
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CoverageWindows {
     windows: Vec<CoverageWindow>,
+    /// The figures since start, until a list or pane comes in.
+    #[serde(skip)]
+    since_start_cache: FiguresCache<()>,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -110,6 +113,9 @@ struct CoverageWindow {
     pane_span: Nanos,
     /// Slot `id % PANES` holds pane `id` (lists with `time / pane_span == id`).
     panes: Vec<Option<(i64, Coverage)>>,
+    /// The figures by the newest pane in view, until a list or pane comes in.
+    #[serde(skip)]
+    cache: FiguresCache<i64>,
 }
 
 impl CoverageWindows {
@@ -120,9 +126,13 @@ impl CoverageWindows {
             .map(|&span| CoverageWindow {
                 pane_span: (span / PANES).max(1),
                 panes: vec![None; PANES as usize],
+                cache: FiguresCache::default(),
             })
             .collect();
-        Self { windows }
+        Self {
+            windows,
+            since_start_cache: FiguresCache::default(),
+        }
     }
 
     /// Whether every window has a pane span and its panes, as
@@ -153,6 +163,7 @@ impl CoverageWindows {
         cap: Option<usize>,
         since_start: &mut Coverage,
     ) {
+        self.forget_figures();
         let longest = self.longest();
         let mut in_a_longest_pane = false;
         for (index, window) in self.windows.iter_mut().enumerate() {
@@ -194,6 +205,7 @@ impl CoverageWindows {
         cap: Option<usize>,
         since_start: &mut Coverage,
     ) {
+        self.forget_figures();
         let longest = self.longest();
         for (index, (window, theirs)) in self.windows.iter_mut().zip(&other.windows).enumerate() {
             let keeps_since_start = Some(index) == longest;
@@ -216,16 +228,31 @@ impl CoverageWindows {
         }
     }
 
-    /// The figures since start: `since_start` with every pane of the longest window.
+    /// Forgets the figures kept, as a list or pane has come in.
+    fn forget_figures(&mut self) {
+        self.since_start_cache.forget();
+        for window in &mut self.windows {
+            window.cache.forget();
+        }
+    }
+
+    /// The figures since start: `since_start` with every pane of the
+    /// longest window. `since_start` is the one that `add` and `merge` are
+    /// given, and changes only with them.
     pub fn since_start(&self, since_start: &Coverage) -> CoverageFigures {
         let Some(longest) = self.longest() else {
             return since_start.figures();
         };
+        self.since_start_cache
+            .get_or((), || self.work_out_since_start(since_start, longest))
+    }
+
+    fn work_out_since_start(&self, since_start: &Coverage, longest: usize) -> CoverageFigures {
         let panes = self.windows[longest].panes.iter().flatten();
         let parts: Vec<&Coverage> = std::iter::once(since_start)
             .chain(panes.map(|(_, pane)| pane))
             .collect();
-        Coverage::union(&parts).figures()
+        Coverage::union_figures(&parts)
     }
 
     /// The figures of window `index` over lists with time in the panes
@@ -235,15 +262,22 @@ impl CoverageWindows {
             return CoverageFigures::default();
         };
         let newest = frontier.div_euclid(window.pane_span);
+        window.cache.get_or(newest, || window.figures(newest))
+    }
+}
+
+impl CoverageWindow {
+    /// The figures of the panes from `newest` back to the 5 before it.
+    fn figures(&self, newest: i64) -> CoverageFigures {
         let oldest = newest - PANES + 1;
-        let parts: Vec<&Coverage> = window
+        let parts: Vec<&Coverage> = self
             .panes
             .iter()
             .flatten()
             .filter(|(id, _)| (oldest..=newest).contains(id))
             .map(|(_, pane)| pane)
             .collect();
-        Coverage::union(&parts).figures()
+        Coverage::union_figures(&parts)
     }
 }
 
@@ -301,6 +335,30 @@ mod tests {
             "older than every pane"
         );
         assert_eq!(windows.since_start(&since_start).items_shown, 5);
+    }
+
+    #[test]
+    fn figures_kept_between_scrapes_follow_new_lists() {
+        let mut windows = CoverageWindows::new(&[60, 600]);
+        let mut since_start = Coverage::default();
+        let mut shown = Vec::new();
+        for (time, item) in [(0, 1u64), (15, 2), (30, 3), (31, 4)] {
+            let list = ShownList {
+                items: &[item],
+                slots: &[Slot::of(item)],
+                weights: &[1.0],
+                exposure: 1.0,
+                engaged: &[],
+            };
+            windows.add(time, &list, None, &mut since_start);
+            let figures = (0..2).map(|index| windows.figures(index, 31).items_shown);
+            shown.push((
+                figures.collect::<Vec<_>>(),
+                windows.since_start(&since_start).items_shown,
+            ));
+        }
+        let counts = |n| (vec![n, n], n);
+        assert_eq!(shown, [counts(1), counts(2), counts(3), counts(4)]);
     }
 
     #[test]

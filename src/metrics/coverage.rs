@@ -18,6 +18,7 @@ use super::hyperloglog::{HyperLogLog, Slot};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
 
 /// How coverage is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,12 +105,65 @@ pub struct Coverage {
     level: u32,
     /// Exposure summed over every item shown, sampled or not.
     total_exposure: f64,
+    /// The figures, once asked for, until a list goes in.
+    cache: FiguresCache<()>,
+}
+
+/// Figures worked out once for a key (such as a window's newest pane) and
+/// kept until forgotten: a scrape that finds no new list since the last
+/// one reads them rather than sorting and summing the exposures again.
+/// Never saved, and no part of equality.
+#[derive(Debug, Default)]
+pub struct FiguresCache<K>(Mutex<Option<(K, CoverageFigures)>>);
+
+impl<K: Copy + PartialEq> FiguresCache<K> {
+    /// The figures kept for `key`, or those `work_out` gives, then kept.
+    pub fn get_or(&self, key: K, work_out: impl FnOnce() -> CoverageFigures) -> CoverageFigures {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match *held {
+            Some((cached, figures)) if cached == key => figures,
+            _ => {
+                let figures = work_out();
+                *held = Some((key, figures));
+                figures
+            }
+        }
+    }
+
+    /// Forgets the figures, as what they came from has changed.
+    pub fn forget(&mut self) {
+        *self
+            .0
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    }
+}
+
+impl<K: Clone> Clone for FiguresCache<K> {
+    fn clone(&self) -> Self {
+        let held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Self(Mutex::new(held.clone()))
+    }
+}
+
+/// Any two caches are equal: they only keep what the coverage gives.
+impl<K> PartialEq for FiguresCache<K> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Coverage {
     /// Empties the coverage as if new, keeping the room its exposures took:
     /// a pane that comes round fills to about as many items again.
     pub fn clear(&mut self) {
+        self.cache.forget();
         self.exposure.clear();
         self.engaged.clear();
         self.sketches = None;
@@ -122,6 +176,7 @@ impl Coverage {
     /// the level reached is the same, and the table never grows past twice
     /// the cap to hold the rest of a list.
     pub fn add(&mut self, list: &ShownList<'_>, cap: Option<usize>) {
+        self.cache.forget();
         self.total_exposure += list.exposure;
         let limit = cap.unwrap_or(usize::MAX);
         let items = list.items;
@@ -169,21 +224,40 @@ impl Coverage {
         }
     }
 
-    /// The union of `parts`, merged in their order, with no cap: the
-    /// figures of a window from its panes. Its table starts with room for
-    /// the largest part rather than growing to it from 16 slots.
-    pub fn union(parts: &[&Coverage]) -> Coverage {
+    /// The figures of the union of `parts`, merged in their order with no
+    /// cap: a window's figures from its panes. Parts with no list are left
+    /// out and a lone part gives its own figures, as merging would leave it
+    /// as it is; a union's table starts with room for its largest part
+    /// rather than growing to it from 16 slots.
+    pub fn union_figures(parts: &[&Coverage]) -> CoverageFigures {
+        let parts: Vec<&Coverage> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
+        let [first, ..] = parts[..] else {
+            return Coverage::default().figures();
+        };
+        if parts.len() == 1 {
+            return first.figures();
+        }
         let mut union = Coverage::default();
         let largest = parts.iter().map(|part| part.exposure.len()).max();
         union.exposure.reserve(largest.unwrap_or(0));
         for part in parts {
             union.merge(part, None);
         }
-        union
+        union.figures()
+    }
+
+    /// Whether no list has gone in since new or cleared.
+    fn is_empty(&self) -> bool {
+        self.exposure.len() == 0
+            && self.engaged.is_empty()
+            && self.sketches.is_none()
+            && self.level == 0
+            && self.total_exposure == 0.0
     }
 
     /// Adds the lists of `other`, then keeps at most `cap` items' exposures.
     pub fn merge(&mut self, other: &Coverage, cap: Option<usize>) {
+        self.cache.forget();
         self.total_exposure += other.total_exposure;
         if other.sketches.is_some() && self.sketches.is_none() {
             self.start_sketches();
@@ -261,6 +335,11 @@ impl Coverage {
 
     /// The figures of the lists added so far.
     pub fn figures(&self) -> CoverageFigures {
+        self.cache.get_or((), || self.work_out_figures())
+    }
+
+    /// The figures, from the exposures and sketches.
+    fn work_out_figures(&self) -> CoverageFigures {
         let mut exposures: Vec<f64> = self.exposure.iter().map(|(_, x)| x).collect();
         sort_ascending(&mut exposures);
         let gini = gini(&exposures);
@@ -566,6 +645,7 @@ impl From<CoverageState> for Coverage {
             sketches: state.sketches,
             level: state.level.min(63),
             total_exposure: state.total_exposure,
+            cache: FiguresCache::default(),
         }
     }
 }
