@@ -149,6 +149,7 @@ struct Chain {
 }
 
 impl Chain {
+    /// The chain of `windows`, from their pane spans.
     fn of(windows: &[CoverageWindow]) -> Self {
         let order = |index: usize| (windows[index].pane_span, index);
         let parent = |index: usize| {
@@ -203,7 +204,8 @@ enum Lists<'a> {
 }
 
 impl Lists<'_> {
-    fn into(self, coverage: &mut Coverage, cap: Option<usize>) {
+    /// Adds the lists to `coverage`, keeping at most `cap` items' exposures.
+    fn add_to(self, coverage: &mut Coverage, cap: Option<usize>) {
         match self {
             Lists::One(list) => coverage.add(list, cap),
             Lists::Pane(pane) => coverage.merge(pane, cap),
@@ -225,6 +227,7 @@ impl CoverageWindows {
         Self::of(windows)
     }
 
+    /// These windows, with their chain worked out.
     fn of(windows: Vec<CoverageWindow>) -> Self {
         Self {
             chain: Chain::of(&windows),
@@ -293,7 +296,7 @@ impl CoverageWindows {
     ) {
         let id = time.div_euclid(self.windows[index].pane_span);
         if let Some(pane) = self.open_pane(index, id, cap, since_start) {
-            lists.into(pane, cap);
+            lists.add_to(pane, cap);
             if self.windows[index].newest() == Some(id) {
                 return;
             }
@@ -313,7 +316,7 @@ impl CoverageWindows {
     ) {
         match self.parent(index) {
             Some(parent) => self.deliver(parent, time, lists, cap, since_start),
-            None if Some(index) == self.longest() => lists.into(since_start, cap),
+            None if Some(index) == self.longest() => lists.add_to(since_start, cap),
             None => {}
         }
     }
