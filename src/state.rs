@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 const MAGIC: &[u8; 8] = b"RNKWATCH";
 /// Version 2 adds the sums of squares of per-list values (SPEC §9);
 /// version 3, the segment values of each group and their registries;
-/// version 4, each group's coverage and exposure (SPEC §11). Files of
-/// another version are set aside.
-const FORMAT_VERSION: u32 = 4;
+/// version 4, each group's coverage and exposure (SPEC §11); version 5,
+/// coverage panes that cascade (a longer window's panes leave out the
+/// lists of the shorter windows' newest panes). Files of another version
+/// are set aside.
+const FORMAT_VERSION: u32 = 5;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 

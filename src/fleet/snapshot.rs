@@ -36,9 +36,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const MANIFEST_KEY: &str = "manifest";
 /// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9);
 /// version 4, the segment values of each group and their registries, and
-/// each group's coverage and exposure (SPEC §11). Snapshots of another
-/// version are not restored (the partition starts empty, loudly).
-const FORMAT_VERSION: u32 = 4;
+/// each group's coverage and exposure (SPEC §11); version 5, coverage
+/// panes that cascade. Snapshots of another version are not restored (the
+/// partition starts empty, loudly).
+const FORMAT_VERSION: u32 = 5;
 
 /// What a snapshot is and where its chunks are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
