@@ -221,7 +221,13 @@ impl Rebalancer {
     /// partition is assigned, so that none of its records reach the
     /// consumer's own queue.
     fn feed(&self, id: i32) -> Option<Feed> {
-        let consumer = self.consumer.get().and_then(Weak::upgrade)?;
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            tracing::error!(
+                partition = id,
+                "partition not taken: the consumer is closing"
+            );
+            return None;
+        };
         Feed::split(&consumer, &self.fleet.settings.topic, id)
             .inspect_err(|error| tracing::error!(%error, "partition not taken"))
             .ok()
