@@ -533,7 +533,11 @@ pub fn run(
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "2000")
+        // A member learns of a rebalance from its heartbeat's answer; tansu
+        // was seen to complete one without a member that had not rejoined
+        // within about a second, handing its partitions to another before
+        // it had handed them over (a graceful handoff then recounted).
+        .set("heartbeat.interval.ms", "500")
         .set("fetch.min.bytes", FETCH_MIN_BYTES)
         .set("fetch.wait.max.ms", FETCH_WAIT_MS)
         .create_with_context(Rebalancer {
