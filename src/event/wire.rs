@@ -84,6 +84,20 @@ fn read_batch<'a>(
     Ok(batch)
 }
 
+/// Reads one encoded `Event` (a Kafka record's value, say) as a batch of
+/// that one event, without copying it into an `EventBatch` first.
+pub fn parse_event_alone(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
+    let mut batch = BatchView {
+        sequence: 0,
+        events: Vec::with_capacity(1),
+        items: Vec::with_capacity(bytes.len() / BYTES_PER_ITEM),
+        labels: Vec::new(),
+    };
+    let event = parse_event(bytes, &mut batch.items, &mut batch.labels)?;
+    batch.events.push(event);
+    Ok(batch)
+}
+
 fn parse_event<'a>(
     bytes: &'a [u8],
     items: &mut Vec<&'a str>,
@@ -471,6 +485,16 @@ mod tests {
                 },
             );
         proptest::option::of(prop_oneof![impression, interaction]).prop_map(|kind| Event { kind })
+    }
+
+    proptest::proptest! {
+        /// An event read alone is the event read as a batch of one.
+        #[test]
+        fn an_event_alone_reads_as_a_batch_of_one(event in any_event()) {
+            let alone = event.encode_to_vec();
+            let batch = EventBatch { sequence: 0, events: vec![event] }.encode_to_vec();
+            proptest::prop_assert_eq!(parse_event_alone(&alone), parse_batch(&batch));
+        }
     }
 
     proptest::proptest! {

@@ -1,8 +1,8 @@
 //! Consume mode: this instance's share of the consumer group. One thread
-//! owns the Kafka consumer: it polls records and hands each partition's to
-//! that partition's task, commits every `kafka_commit_interval`, and runs
-//! the group's rebalances, during which partitions are handed over (SPEC
-//! §10, README "Fleet mode").
+//! owns the Kafka consumer: it commits every `kafka_commit_interval` and
+//! runs the group's rebalances, during which partitions are handed over
+//! (SPEC §10, README "Fleet mode"). Each partition's task reads the
+//! partition's own queue of records ([`super::feed`]).
 //!
 //! A commit checkpoints every owned partition at a record boundary, writes
 //! the open state to the state topic and then commits the offsets. A
@@ -14,7 +14,8 @@
 //! end at assignment may have been counted by the dead owner, and are
 //! counted in `rankwatch_lists_recounted_total`.
 
-use super::partition::{self, Checkpoint, Partition, PartitionSettings, Records, Start, Work};
+use super::feed::Feed;
+use super::partition::{self, Checkpoint, Partition, PartitionSettings, Start, Work};
 use super::snapshot::{Manifest, Pending, StateTopic};
 use super::FleetSettings;
 use crate::config::EngineSettings;
@@ -26,14 +27,23 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// Records handed to a partition's task at once, at most.
-const RECORDS_PER_BATCH: usize = 512;
-/// How long a single poll of the consumer waits for a record.
+/// The consumer keeps one fetch request in flight per broker, so records
+/// per response set the pace of a catch-up: the broker is asked to answer
+/// once it holds this much for the instance (a megabyte: thousands of
+/// records)…
+const FETCH_MIN_BYTES: &str = "1048576";
+/// …or after this many milliseconds, whichever comes first. librdkafka's
+/// 500 ms made tansu, the test broker, answer slowly even with records
+/// waiting: a catch-up ran at 110,000 events/s against 250,000 to 450,000
+/// with 10 ms (benches/README.md). An idle instance then sends 100 fetch
+/// requests a second per broker, which a broker serves without effort.
+const FETCH_WAIT_MS: &str = "10";
+/// How long a single poll of the consumer waits for an event.
 const POLL: Duration = Duration::from_millis(100);
 /// How long a request to the broker may take before it is retried or given up.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -143,6 +153,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Rebalancer {
     fleet: Arc<Fleet>,
     state: StateTopic,
+    /// The consumer itself, whose partition queues the partitions' tasks
+    /// read; set before its first poll.
+    consumer: OnceLock<Weak<BaseConsumer<Rebalancer>>>,
 }
 
 impl ClientContext for Rebalancer {
@@ -204,10 +217,27 @@ impl Rebalancer {
         metrics::gauge!("rankwatch_kafka_partitions").set(self.fleet.owned.len() as f64);
     }
 
+    /// Takes the queue of partition `id` for its task, before the
+    /// partition is assigned, so that none of its records reach the
+    /// consumer's own queue.
+    fn feed(&self, id: i32) -> Option<Feed> {
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            tracing::error!(
+                partition = id,
+                "partition not taken: the consumer is closing"
+            );
+            return None;
+        };
+        Feed::split(&consumer, &self.fleet.settings.topic, id)
+            .inspect_err(|error| tracing::error!(%error, "partition not taken"))
+            .ok()
+    }
+
     /// Restores partition `id` from its last snapshot and starts its task;
     /// returns the first offset to read (`None`: the committed one).
     fn take_one(&self, consumer: &BaseConsumer<Self>, id: i32) -> Option<i64> {
         let fleet = &self.fleet;
+        let feed = self.feed(id)?;
         let (low, high) = match consumer.fetch_watermarks(&fleet.settings.topic, id, BROKER_TIMEOUT)
         {
             Ok(marks) => marks,
@@ -256,6 +286,7 @@ impl Rebalancer {
                         next_offset: 0,
                         recount_until: 0,
                     },
+                    feed,
                     fleet.partition.clone(),
                 );
                 let manifest = self.first_manifest(0);
@@ -294,6 +325,7 @@ impl Rebalancer {
                 next_offset,
                 recount_until,
             },
+            feed,
             fleet.partition.clone(),
         );
         fleet.owned.insert(
@@ -501,11 +533,20 @@ pub fn run(
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "2000")
+        // A member learns of a rebalance from its heartbeat's answer; tansu
+        // was seen to complete one without a member that had not rejoined
+        // within about a second, handing its partitions to another before
+        // it had handed them over (a graceful handoff then recounted).
+        .set("heartbeat.interval.ms", "500")
+        .set("fetch.min.bytes", FETCH_MIN_BYTES)
+        .set("fetch.wait.max.ms", FETCH_WAIT_MS)
         .create_with_context(Rebalancer {
             fleet: fleet.clone(),
             state,
+            consumer: OnceLock::new(),
         })?;
+    let consumer = Arc::new(consumer);
+    let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
     consumer.subscribe(&[&fleet.settings.topic])?;
     std::thread::Builder::new()
         .name("rankwatch-consumer".into())
@@ -517,62 +558,48 @@ pub fn run(
         .map_err(|e| KafkaError::Subscription(e.to_string()))
 }
 
-fn consume(consumer: BaseConsumer<Rebalancer>, fleet: Arc<Fleet>, shutdown: CancellationToken) {
+/// Serves the consumer's events (rebalances, commits) and checkpoints every
+/// commit interval until `shutdown`, then leaves the group.
+fn consume(
+    consumer: Arc<BaseConsumer<Rebalancer>>,
+    fleet: Arc<Fleet>,
+    shutdown: CancellationToken,
+) {
     let mut last_commit = Instant::now();
-    let mut batches: BTreeMap<i32, Records> = BTreeMap::new();
     while !shutdown.is_cancelled() {
-        poll_batch(&consumer, &mut batches);
-        dispatch(&fleet, &mut batches);
+        serve_events(&consumer);
         if last_commit.elapsed() >= fleet.settings.commit_interval {
             let ids: Vec<i32> = fleet.owned.iter().map(|o| *o.key()).collect();
             consumer.context().checkpoint(&consumer, &ids, false);
             last_commit = Instant::now();
         }
     }
-    leave(&consumer, &fleet, &mut batches);
+    leave(&consumer, &fleet);
 }
 
-/// Polls up to [`RECORDS_PER_BATCH`] records into per-partition batches.
-fn poll_batch(consumer: &BaseConsumer<Rebalancer>, batches: &mut BTreeMap<i32, Records>) {
-    let mut wait = POLL;
-    for _ in 0..RECORDS_PER_BATCH {
-        let Some(polled) = consumer.poll(wait) else {
-            return;
-        };
-        wait = Duration::ZERO;
-        match polled {
-            Ok(message) => batches.entry(message.partition()).or_default().push(
-                message.offset(),
-                message.key(),
-                message.payload(),
-            ),
-            Err(error) => tracing::debug!(%error, "consumer"),
-        }
-    }
-}
-
-/// Hands each partition's batch to its task, waiting while its queue is full.
-fn dispatch(fleet: &Fleet, batches: &mut BTreeMap<i32, Records>) {
-    for (id, records) in std::mem::take(batches) {
-        let Some(work) = fleet.owned.get(&id).map(|o| o.work.clone()) else {
-            tracing::warn!(partition = id, "records of a partition not owned; skipped");
-            continue;
-        };
-        if work.blocking_send(Work::Records(records)).is_err() {
-            tracing::warn!(partition = id, "the partition's task has stopped");
-        }
+/// Polls the consumer's own queue once: its rebalances and commit results
+/// are served in the poll. Records come through the partitions' queues; one
+/// here would belong to a partition not taken, and is skipped.
+fn serve_events(consumer: &BaseConsumer<Rebalancer>) {
+    match consumer.poll(POLL) {
+        Some(Ok(message)) => tracing::warn!(
+            partition = message.partition(),
+            offset = message.offset(),
+            "a record of a partition not taken; skipped"
+        ),
+        Some(Err(error)) => tracing::debug!(%error, "consumer"),
+        None => {}
     }
 }
 
 /// Leaves the group: the revocation hands every partition over (snapshot
 /// and commit), then the consumer closes.
-fn leave(consumer: &BaseConsumer<Rebalancer>, fleet: &Fleet, batches: &mut BTreeMap<i32, Records>) {
+fn leave(consumer: &BaseConsumer<Rebalancer>, fleet: &Fleet) {
     tracing::info!("leaving the consumer group: handing partitions over");
     consumer.unsubscribe();
     let deadline = Instant::now() + LEAVE_TIMEOUT;
     while !fleet.owned.is_empty() && Instant::now() < deadline {
-        poll_batch(consumer, batches);
-        dispatch(fleet, batches);
+        serve_events(consumer);
     }
     if !fleet.owned.is_empty() {
         let ids: Vec<i32> = fleet.owned.iter().map(|o| *o.key()).collect();

@@ -2,7 +2,8 @@
 //! user, and instances share its partitions as a consumer group. A relay
 //! instance takes gRPC batches and produces them ([`relay`]); a consuming
 //! instance evaluates the partitions the group assigns it, each with its own
-//! engine ([`partition`]), and hands them over through snapshots of their
+//! engine ([`partition`]), each reading its own queue of records
+//! ([`feed`]), and hands them over through snapshots of their
 //! open state in the state topic ([`snapshot`], [`consume`]).
 //!
 //! The rest of the server sees an [`EngineHandle`]: the relay answers it
@@ -10,6 +11,7 @@
 //! figures.
 
 pub mod consume;
+pub mod feed;
 pub mod partition;
 pub mod relay;
 mod reports;

@@ -8,7 +8,8 @@
 //! and one whose key is not its event's `user_id` is evaluated by the
 //! `user_id` and counted as a key mismatch, so no record stalls the partition.
 
-use crate::event::wire::parse_batch;
+use super::feed::{Feed, Fetched};
+use crate::event::wire::parse_event_alone;
 use crate::event::{Nanos, Reason, Validator};
 use crate::join::Engine;
 use std::collections::BTreeMap;
@@ -16,61 +17,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// Records queued per partition (in batches) before the consumer waits.
-pub const QUEUED_BATCHES: usize = 16;
+/// Checkpoint requests queued per partition.
+pub const QUEUED_REQUESTS: usize = 4;
+
+/// Records read from the partition's queue at once, at most.
+const RECORDS_PER_READ: usize = 512;
+
+/// Reads in a row before the task lets a checkpoint request in.
+const READS_PER_TURN: usize = 16;
 
 /// Undecodable records logged per partition per minute; the rest are only counted.
 const LOGGED_PER_MINUTE: u32 = 10;
-
-/// Records of one partition, in offset order, copied out of the client's
-/// buffers into one buffer: each value is stored as an `EventBatch` of one
-/// event (field 2, length-delimited), ready for the batch reader, and the
-/// buffer is freed at once by the partition's task.
-#[derive(Debug, Default)]
-pub struct Records {
-    bytes: Vec<u8>,
-    entries: Vec<Entry>,
-}
-
-/// Where one record's parts lie in [`Records::bytes`].
-#[derive(Debug)]
-struct Entry {
-    offset: i64,
-    key: Option<(usize, usize)>,
-    batch: (usize, usize),
-}
-
-impl Records {
-    /// Appends a record.
-    pub fn push(&mut self, offset: i64, key: Option<&[u8]>, value: Option<&[u8]>) {
-        let key = key.map(|key| self.append(key));
-        let value = value.unwrap_or_default();
-        let start = self.bytes.len();
-        self.bytes.push(0x12);
-        push_varint(&mut self.bytes, value.len() as u64);
-        self.bytes.extend_from_slice(value);
-        self.entries.push(Entry {
-            offset,
-            key,
-            batch: (start, self.bytes.len()),
-        });
-    }
-
-    fn append(&mut self, part: &[u8]) -> (usize, usize) {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(part);
-        (start, self.bytes.len())
-    }
-
-    /// Each record: its offset, key, and value as an `EventBatch` of one.
-    fn iter(&self) -> impl Iterator<Item = (i64, Option<&[u8]>, &[u8])> {
-        self.entries.iter().map(|entry| {
-            let key = entry.key.map(|(start, end)| &self.bytes[start..end]);
-            let (start, end) = entry.batch;
-            (entry.offset, key, &self.bytes[start..end])
-        })
-    }
-}
 
 /// The open state of a partition at a record boundary.
 pub struct Checkpoint {
@@ -81,10 +38,8 @@ pub struct Checkpoint {
     pub state: Option<Result<Vec<u8>, postcard::Error>>,
 }
 
-/// What the consumer asks of a partition's task.
+/// What the consumer thread asks of a partition's task.
 pub enum Work {
-    /// Apply these records, in order.
-    Records(Records),
     /// Reply with a checkpoint; with `last`, stop after it (the partition
     /// is being handed over); with `unsaved`, carry the state even if
     /// nothing changed (the last snapshot of it was not stored).
@@ -129,37 +84,49 @@ pub struct Start {
     pub recount_until: i64,
 }
 
-/// Starts the task of partition `id`; returns its engine and its queue.
+/// Starts the task of partition `id`, reading its records from `feed`;
+/// returns its engine and where to send it requests.
 pub fn start(
     id: i32,
     start: Start,
+    feed: Feed,
     settings: PartitionSettings,
 ) -> (Arc<Partition>, mpsc::Sender<Work>) {
     let partition = Arc::new(Partition {
         id,
         engine: Mutex::new(start.engine),
     });
-    let (work, queue) = mpsc::channel(QUEUED_BATCHES);
-    let task = Task {
+    let (work, queue) = mpsc::channel(QUEUED_REQUESTS);
+    let applier = Applier {
         partition: partition.clone(),
         settings,
         next_offset: start.next_offset,
         recount_until: start.recount_until,
         changed: false,
+        encoded_bytes: 0,
         idle: true,
         logged: (Instant::now(), 0),
     };
-    tokio::spawn(task.run(queue));
+    tokio::spawn(Task { feed, applier }.run(queue));
     (partition, work)
 }
 
+/// A partition's task: reads its queue, applies its records, answers checkpoints.
 struct Task {
+    feed: Feed,
+    applier: Applier,
+}
+
+/// Applies a partition's records to its engine, in offset order.
+struct Applier {
     partition: Arc<Partition>,
     settings: PartitionSettings,
     next_offset: i64,
     recount_until: i64,
     /// Something changed since the last checkpoint.
     changed: bool,
+    /// Size of the last encoded open state.
+    encoded_bytes: usize,
     /// No event was applied since the last wall-clock tick.
     idle: bool,
     /// Start of the current minute of logging and lines logged in it.
@@ -172,29 +139,73 @@ impl Task {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let work = tokio::select! {
+                biased;
                 work = queue.recv() => work,
+                _ = self.feed.arrived() => {
+                    self.read_feed();
+                    continue;
+                }
                 _ = ticks.tick() => {
-                    self.advance_if_idle();
+                    // Reading on every tick too: a wake-up missed for any
+                    // reason delays the partition by a second, never stalls it.
+                    self.read_feed();
+                    self.applier.advance_if_idle();
                     continue;
                 }
             };
-            match work {
-                None => return,
-                Some(Work::Records(records)) => self.apply(&records),
-                Some(Work::Checkpoint {
-                    last,
-                    unsaved,
-                    reply,
-                }) => {
-                    let _ = reply.send(self.checkpoint(unsaved));
-                    if last {
-                        return;
-                    }
-                }
+            let Some(Work::Checkpoint {
+                last,
+                unsaved,
+                reply,
+            }) = work
+            else {
+                return;
+            };
+            let checkpoint = self.applier.checkpoint(unsaved);
+            if last {
+                // The partition's queue goes before the consumer thread
+                // hears back, so that the consumer, which the queue keeps
+                // alive, is closed by that thread and not by this task.
+                drop(self);
+                let _ = reply.send(checkpoint);
+                return;
             }
+            let _ = reply.send(checkpoint);
         }
     }
 
+    /// Applies what the partition's queue holds, [`READS_PER_TURN`] reads
+    /// at most: when more is left, the task comes back for it after any
+    /// request that came in meanwhile.
+    fn read_feed(&mut self) {
+        for _ in 0..READS_PER_TURN {
+            if self.read_once() < RECORDS_PER_READ {
+                return;
+            }
+        }
+        self.feed.wake();
+    }
+
+    /// Applies one read of the partition's queue, under one lock of its
+    /// engine and one reading of the wall clock; returns how many records
+    /// it held.
+    fn read_once(&mut self) -> usize {
+        let partition = self.applier.partition.clone();
+        let mut engine = partition.engine();
+        let now: Nanos = crate::clock::wall_clock();
+        let applier = &mut self.applier;
+        let read = self.feed.read(RECORDS_PER_READ, |fetched| match fetched {
+            Ok(record) => applier.apply(&mut engine, &record, now),
+            Err(error) => tracing::debug!(partition = partition.id, error, "fetch"),
+        });
+        if read > 0 {
+            applier.changed = true;
+        }
+        read
+    }
+}
+
+impl Applier {
     fn advance_if_idle(&mut self) {
         if self.settings.wall_clock_advance && self.idle {
             self.partition
@@ -206,7 +217,16 @@ impl Task {
     }
 
     fn checkpoint(&mut self, unsaved: bool) -> Checkpoint {
-        let state = (self.changed || unsaved).then(|| self.partition.engine().encode_open_state());
+        let state = (self.changed || unsaved).then(|| {
+            let state = self
+                .partition
+                .engine()
+                .encode_open_state(self.encoded_bytes);
+            if let Ok(encoded) = &state {
+                self.encoded_bytes = encoded.len();
+            }
+            state
+        });
         self.changed = false;
         Checkpoint {
             next_offset: self.next_offset,
@@ -214,46 +234,32 @@ impl Task {
         }
     }
 
-    fn apply(&mut self, records: &Records) {
-        let partition = self.partition.clone();
-        let mut engine = partition.engine();
-        let now: Nanos = crate::clock::wall_clock();
-        for (offset, key, batch) in records.iter() {
-            if offset < self.next_offset {
-                continue;
-            }
-            let recounting = offset < self.recount_until;
-            let before = recounting.then(|| lists_by_group(&engine));
-            self.apply_record(&mut engine, offset, key, batch, now);
-            if let Some(before) = before {
-                count_recounted(&engine, &before);
-            }
-            self.next_offset = offset + 1;
+    /// Applies one record unless it was applied before (the queue may
+    /// repeat records after the partition moved between instances).
+    fn apply(&mut self, engine: &mut Engine, record: &Fetched<'_>, now: Nanos) {
+        if record.offset < self.next_offset {
+            return;
         }
-        self.changed = true;
+        let recounting = record.offset < self.recount_until;
+        let before = recounting.then(|| lists_by_group(engine));
+        self.apply_record(engine, record, now);
+        if let Some(before) = before {
+            count_recounted(engine, &before);
+        }
+        self.next_offset = record.offset + 1;
     }
 
-    /// Applies one record, its value read as the `EventBatch` of one it is
-    /// stored as, validated against the wall clock `now`.
-    fn apply_record(
-        &mut self,
-        engine: &mut Engine,
-        offset: i64,
-        key: Option<&[u8]>,
-        batch: &[u8],
-        now: Nanos,
-    ) {
-        let batch = match parse_batch(batch) {
-            Ok(batch) if batch.events.len() == 1 => batch,
-            _ => {
-                engine.reject(Reason::Undecodable);
-                self.log_undecodable(offset);
-                return;
-            }
+    /// Applies one record, its value read as an `Event`, validated against
+    /// the wall clock `now`.
+    fn apply_record(&mut self, engine: &mut Engine, record: &Fetched<'_>, now: Nanos) {
+        let Ok(batch) = parse_event_alone(record.value) else {
+            engine.reject(Reason::Undecodable);
+            self.log_undecodable(record.offset);
+            return;
         };
         let view = &batch.events[0];
         if let Some(user_id) = view.user_id() {
-            if key != Some(user_id.as_bytes()) {
+            if record.key != Some(user_id.as_bytes()) {
                 metrics::counter!("rankwatch_kafka_key_mismatches_total").increment(1);
             }
         }
@@ -281,14 +287,6 @@ impl Task {
             );
         }
     }
-}
-
-fn push_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 /// Finalized lists per group id.

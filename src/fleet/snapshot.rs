@@ -33,6 +33,9 @@ const SCAN_STEP: i64 = 64;
 /// How long one read from the state topic may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the broker may hold a fetch of the state topic, in milliseconds.
+const READ_WAIT_MS: &str = "10";
+
 const MANIFEST_KEY: &str = "manifest";
 /// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9);
 /// version 4, the segment values of each group and their registries, and
@@ -147,6 +150,11 @@ impl StateTopic {
             .set("group.id", format!("{group}.state-reader"))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
+            // It reads what a partition holds up to its end: a broker that
+            // holds a fetch for librdkafka's 500 ms (tansu does) made every
+            // read of a snapshot take seconds, and an assignment of several
+            // partitions outlast the group's session.
+            .set("fetch.wait.max.ms", READ_WAIT_MS)
             .create()?;
         Ok(Self {
             topic: topic.to_owned(),

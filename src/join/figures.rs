@@ -48,17 +48,23 @@ impl Engine {
     /// impressions, waiting interactions, the watermark, sequence numbers
     /// and group names, without the finalized aggregates and counters, which
     /// stay with the instance that counted them.
-    pub fn encode_open_state(&self) -> Result<Vec<u8>, postcard::Error> {
+    /// `size_hint`, the size of the last encoding, sizes the buffer, so that
+    /// a state of megabytes is not copied again each time it outgrows it.
+    pub fn encode_open_state(&self, size_hint: usize) -> Result<Vec<u8>, postcard::Error> {
         let mut groups = self.groups.clone();
         groups.clear_counts();
-        postcard::to_stdvec(&OpenState {
-            max_time: self.max_time,
-            next_seq: self.next_seq,
-            groups,
-            aggregates: &[],
-            counters: Counters::default(),
-            users: sorted_user_refs(&self.shards),
-        })
+        let buffer = Vec::with_capacity(size_hint + size_hint / 8);
+        postcard::to_extend(
+            &OpenState {
+                max_time: self.max_time,
+                next_seq: self.next_seq,
+                groups,
+                aggregates: &[],
+                counters: Counters::default(),
+                users: sorted_user_refs(&self.shards),
+            },
+            buffer,
+        )
     }
 }
 
@@ -168,7 +174,7 @@ mod tests {
         assert_eq!(before.aggregates()[0].totals.lists, 1);
         let settings = before.settings.clone();
         let evaluator = before.evaluator().clone();
-        let encoded = before.encode_open_state().expect("encodes");
+        let encoded = before.encode_open_state(0).expect("encodes");
         let state = postcard::from_bytes(&encoded).expect("decodes as an EngineState");
         let after = Engine::from_state(settings, evaluator, state);
         assert_eq!(after.open_impressions(), 1);

@@ -1,0 +1,187 @@
+//! A partition's own queue of fetched records, read by the partition's task
+//! in batches straight from librdkafka: no consumer thread in between, no
+//! copy of a record, one queue lock per batch rather than per record, and
+//! the partitions of an instance read in parallel on its cores.
+//!
+//! The only `unsafe` of the fleet lives here: the `rdkafka` crate reads a
+//! queue one message at a time (`rd_kafka_consume_batch_queue` is not
+//! wrapped), so this module calls librdkafka's C API for the partition
+//! queue, its wake-up callback and the batch read. It owns nothing else.
+
+use rdkafka::bindings as rd;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use std::ffi::{c_void, CString};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+
+/// A record of the partition, borrowed from librdkafka until the next one.
+pub struct Fetched<'a> {
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// Its key, if any.
+    pub key: Option<&'a [u8]>,
+    /// Its value (empty for none).
+    pub value: &'a [u8],
+}
+
+/// The fetch queue of one partition of the event topic, taken out of the
+/// consumer's queue. Reading it does not serve the consumer's own events
+/// (rebalances, commits): the consumer thread still polls for those.
+pub struct Feed {
+    queue: NonNull<rd::rd_kafka_queue_t>,
+    /// Notified when the queue receives a record while it is empty.
+    arrived: Arc<Notify>,
+    /// What the wake-up callback is handed; freed only after it is disabled.
+    callback: *mut Arc<Notify>,
+    /// Keeps the client alive while its queue is read.
+    _client: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: librdkafka's queues may be read and destroyed from any thread
+// (every operation takes the queue's lock), and the `Arc<Notify>` behind
+// `callback` is itself `Send + Sync`.
+unsafe impl Send for Feed {}
+
+/// The partition's queue could not be had.
+#[derive(Debug, thiserror::Error)]
+#[error("no fetch queue for {topic} partition {partition}")]
+pub struct FeedError {
+    topic: String,
+    partition: i32,
+}
+
+impl Feed {
+    /// Takes the fetch queue of `topic`'s `partition` out of `consumer`'s
+    /// queue. Call it before the partition is assigned: the queue's records
+    /// then never reach the consumer's queue (librdkafka leaves a queue the
+    /// application forwarded itself as it is when fetching starts).
+    pub fn split<C: ConsumerContext + 'static>(
+        consumer: &Arc<BaseConsumer<C>>,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Feed, FeedError> {
+        let failed = || FeedError {
+            topic: topic.to_owned(),
+            partition,
+        };
+        let name = CString::new(topic).map_err(|_| failed())?;
+        // SAFETY: the client pointer is valid while `consumer` lives, and
+        // `name` is a NUL-terminated string; the call returns a new
+        // reference to the queue (or null), released in `Drop`.
+        let queue = unsafe {
+            rd::rd_kafka_queue_get_partition(
+                consumer.client().native_ptr(),
+                name.as_ptr(),
+                partition,
+            )
+        };
+        let queue = NonNull::new(queue).ok_or_else(failed)?;
+        let arrived = Arc::new(Notify::new());
+        let callback = Box::into_raw(Box::new(arrived.clone()));
+        // SAFETY: `queue` is a live queue handle. Forwarding to null takes
+        // it out of the consumer's queue. The callback's opaque pointer is
+        // the boxed `Arc<Notify>`, which lives until `Drop` has disabled the
+        // callback; librdkafka calls it from its own threads, which
+        // `Notify` allows.
+        unsafe {
+            rd::rd_kafka_queue_forward(queue.as_ptr(), std::ptr::null_mut());
+            rd::rd_kafka_queue_cb_event_enable(
+                queue.as_ptr(),
+                Some(wake),
+                callback.cast::<c_void>(),
+            );
+        }
+        Ok(Feed {
+            queue,
+            arrived,
+            callback,
+            _client: consumer.clone(),
+        })
+    }
+
+    /// Waits until the queue may hold records: at once if a record arrived
+    /// since the last [`Feed::read`] found the queue empty.
+    pub fn arrived(&self) -> Notified<'_> {
+        self.arrived.notified()
+    }
+
+    /// Has [`Feed::arrived`] return at once, to come back for records left
+    /// in the queue.
+    pub fn wake(&self) {
+        self.arrived.notify_one();
+    }
+
+    /// Reads up to `max` records without waiting, handing each to `visit`
+    /// in offset order, and returns how many were read (errors included).
+    /// Fewer than `max` means the queue was emptied, and [`Feed::arrived`]
+    /// wakes when the next record comes. A fetch error is handed over as
+    /// its message, in place of a record.
+    pub fn read(&self, max: usize, mut visit: impl FnMut(Result<Fetched<'_>, String>)) -> usize {
+        let mut messages: Vec<*mut rd::rd_kafka_message_t> = vec![std::ptr::null_mut(); max];
+        // SAFETY: `messages` has room for `max` pointers; a timeout of 0
+        // never blocks. librdkafka fills the first `read` of them with
+        // messages this code owns until it destroys them below.
+        let read = unsafe {
+            rd::rd_kafka_consume_batch_queue(self.queue.as_ptr(), 0, messages.as_mut_ptr(), max)
+        };
+        let read = usize::try_from(read).unwrap_or(0);
+        for &message in &messages[..read] {
+            // SAFETY: `message` is a valid message of this batch, read
+            // before it is destroyed; its key and payload point to `key_len`
+            // and `len` bytes (or are null), and the slices made of them do
+            // not outlive the call to `visit`.
+            unsafe {
+                visit(fetched(&*message));
+                rd::rd_kafka_message_destroy(message);
+            }
+        }
+        read
+    }
+}
+
+/// A message of a batch as a record, or its error.
+///
+/// # Safety
+/// `message`'s key and payload must point to `key_len` and `len` readable
+/// bytes, or be null.
+unsafe fn fetched(message: &rd::rd_kafka_message_t) -> Result<Fetched<'_>, String> {
+    if message.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        let error: rdkafka::error::RDKafkaErrorCode = message.err.into();
+        return Err(error.to_string());
+    }
+    Ok(Fetched {
+        offset: message.offset,
+        key: bytes(message.key, message.key_len),
+        value: bytes(message.payload, message.len).unwrap_or_default(),
+    })
+}
+
+/// # Safety
+/// `data` must point to `len` readable bytes, or be null.
+unsafe fn bytes<'a>(data: *mut c_void, len: usize) -> Option<&'a [u8]> {
+    (!data.is_null()).then(|| std::slice::from_raw_parts(data.cast::<u8>(), len))
+}
+
+/// librdkafka's wake-up callback: a record arrived in an empty queue.
+unsafe extern "C" fn wake(_: *mut rd::rd_kafka_t, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the `Arc<Notify>` boxed in `Feed::split`, which
+    // outlives every call (see `Drop`).
+    let arrived = &*opaque.cast::<Arc<Notify>>();
+    arrived.notify_one();
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        // SAFETY: disabling the callback takes the queue's lock, which
+        // librdkafka holds while it calls the callback, so no call is under
+        // way or to come once it returns; then the box is freed, and the
+        // queue reference taken in `split` released, the client still alive.
+        unsafe {
+            rd::rd_kafka_queue_cb_event_enable(self.queue.as_ptr(), None, std::ptr::null_mut());
+            drop(Box::from_raw(self.callback));
+            rd::rd_kafka_queue_destroy(self.queue.as_ptr());
+        }
+    }
+}
