@@ -501,14 +501,9 @@ mod tests {
         let mut windows = CoverageWindows::new(&[60]);
         let mut since_start = Coverage::default();
         let mut show = |windows: &mut CoverageWindows, time, item| {
-            let list = ShownList {
-                items: &[item],
-                slots: &[Slot::of(item)],
-                weights: &[1.0],
-                exposure: 1.0,
-                engaged: &[],
-            };
-            windows.add(time, &list, None, &mut since_start);
+            one_item(item, 1.0, |list| {
+                windows.add(time, list, None, &mut since_start)
+            });
         };
         for (time, item) in [(0, 1u64), (15, 2), (30, 1), (59, 3)] {
             show(&mut windows, time, item);
@@ -540,14 +535,9 @@ mod tests {
         let mut since_start = Coverage::default();
         let mut shown = Vec::new();
         for (time, item) in [(0, 1u64), (15, 2), (30, 3), (31, 4)] {
-            let list = ShownList {
-                items: &[item],
-                slots: &[Slot::of(item)],
-                weights: &[1.0],
-                exposure: 1.0,
-                engaged: &[],
-            };
-            windows.add(time, &list, None, &mut since_start);
+            one_item(item, 1.0, |list| {
+                windows.add(time, list, None, &mut since_start)
+            });
             let figures = (0..2).map(|index| windows.figures(index, 31).items_shown);
             shown.push((
                 figures.collect::<Vec<_>>(),
@@ -570,12 +560,8 @@ mod tests {
             .collect()
     }
 
-    fn add_list(
-        windows: &mut CoverageWindows,
-        since_start: &mut Coverage,
-        (time, item, weight): (Nanos, u64, f64),
-        cap: Option<usize>,
-    ) {
+    /// Hands `visit` a list of the one item `item`, of exposure `weight`.
+    fn one_item<T>(item: u64, weight: f64, visit: impl FnOnce(&ShownList) -> T) -> T {
         let list = ShownList {
             items: &[item],
             slots: &[Slot::of(item)],
@@ -583,7 +569,18 @@ mod tests {
             exposure: weight,
             engaged: &[],
         };
-        windows.add(time, &list, cap, since_start);
+        visit(&list)
+    }
+
+    fn add_list(
+        windows: &mut CoverageWindows,
+        since_start: &mut Coverage,
+        (time, item, weight): (Nanos, u64, f64),
+        cap: Option<usize>,
+    ) {
+        one_item(item, weight, |list| {
+            windows.add(time, list, cap, since_start)
+        });
     }
 
     /// The figures of the lists whose pane of `span / 6` is among the 6 up to `frontier`'s.
@@ -598,14 +595,7 @@ mod tests {
         let mut coverage = Coverage::default();
         for &(time, item, weight) in lists.iter().filter(|(time, ..)| *time <= frontier) {
             if (newest - PANES + 1..=newest).contains(&time.div_euclid(pane_span)) {
-                let list = ShownList {
-                    items: &[item],
-                    slots: &[Slot::of(item)],
-                    weights: &[weight],
-                    exposure: weight,
-                    engaged: &[],
-                };
-                coverage.add(&list, cap);
+                one_item(item, weight, |list| coverage.add(list, cap));
             }
         }
         coverage.figures()
@@ -654,14 +644,7 @@ mod tests {
     fn figures_source(lists: &[(Nanos, u64, f64)], cap: Option<usize>) -> Coverage {
         let mut coverage = Coverage::default();
         for &(_, item, weight) in lists {
-            let list = ShownList {
-                items: &[item],
-                slots: &[Slot::of(item)],
-                weights: &[weight],
-                exposure: weight,
-                engaged: &[],
-            };
-            coverage.add(&list, cap);
+            one_item(item, weight, |list| coverage.add(list, cap));
         }
         coverage
     }
@@ -712,17 +695,12 @@ mod tests {
         for i in 0..5_000u64 {
             let item = crate::event::id_hash(&format!("item-{}", i % 1_700));
             let weight = 1.0 + (i % 3) as f64;
-            let list = ShownList {
-                items: &[item],
-                slots: &[Slot::of(item)],
-                weights: &[weight],
-                exposure: weight,
-                engaged: &[],
-            };
             // Mostly in time order, some late, some far too old.
             let late = (i % 7) as i64 * 30 + if i % 500 == 0 { 5_000 } else { 0 };
-            windows.add(i as i64 * 2 - late, &list, Some(512), &mut since_start);
-            whole.add(&list, Some(512));
+            one_item(item, weight, |list| {
+                windows.add(i as i64 * 2 - late, list, Some(512), &mut since_start);
+                whole.add(list, Some(512));
+            });
         }
         let (got, want) = (windows.since_start(&since_start), whole.figures());
         assert_eq!(got.items_shown, want.items_shown);
