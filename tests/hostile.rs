@@ -5,7 +5,7 @@
 mod common;
 
 use common::replay;
-use common::server::{event_from_json, parse_metrics, Server};
+use common::server::{event_from_json, parse_metrics, serve_command, Server};
 use rankwatch::proto::{self, EventBatch};
 
 const T: &str = r#""time":"2026-11-01T10:00:00Z""#;
@@ -480,17 +480,7 @@ fn replay_with_a_later_log_missing_reports_the_earlier_ones_and_exits_3() {
 
 /// `rankwatch serve ARGS` that fails at start: its exit code and last line.
 fn failed_start(args: &[&str]) -> (Option<i32>, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
+    let output = serve_command(args).output().unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     (
         output.status.code(),

@@ -15,18 +15,25 @@ pub struct Server {
     pub log: std::sync::mpsc::Receiver<String>,
 }
 
+/// `rankwatch serve` with both listeners on port 0, and `args`.
+pub fn serve_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rankwatch"));
+    command
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args);
+    command
+}
+
 impl Server {
     /// Starts `rankwatch serve` on port 0 with `args`, and waits for its addresses.
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-            .args([
-                "serve",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-            ])
-            .args(args)
+        let mut child = serve_command(args)
             .env("RANKWATCH_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
