@@ -410,6 +410,11 @@ async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition
         "only the closing lists are open"
     );
     assert!(value(&a_last, "rankwatch_kafka_partitions_revoked_total") > 0.0);
+    assert_eq!(
+        value(&fleet, "rankwatch_kafka_handover_timeouts_total"),
+        0.0,
+        "every partition was taken from its previous owner's handover"
+    );
     assert!(
         live.iter().all(|m| !m
             .keys()
@@ -547,6 +552,11 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
         recounted_total <= finalized_by_a,
         "at most what the dead instance finalized since its last commit"
     );
+    assert_eq!(
+        value(&fleet, "rankwatch_kafka_handover_timeouts_total"),
+        0.0,
+        "an owner that died is not waited for"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -649,4 +659,96 @@ async fn a_relay_acknowledges_only_what_the_broker_stored() {
     let mut lines = sent;
     lines.extend(lines_by_value(&closing_records()));
     assert_fleet_matches(&fleet, &replayed(&broker, &lines));
+}
+
+/// Whether `server` logged that it waited for the previous owner of a
+/// partition to hand it over; prints what it logged.
+fn waited_for_a_handover(server: &Server) -> bool {
+    let mut waited = false;
+    for line in server.log.try_iter() {
+        eprintln!("{}: {line}", server.http);
+        waited |= line.contains("waited for the previous owner");
+    }
+    waited
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_is_taken_only_once_its_live_owner_has_handed_it_over() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let log = log_records();
+    let (first, second) = log.split_at(log.len() / 2);
+    let producer = broker.producer();
+
+    // `leader` joins first and leads the group; `paused` takes half the
+    // partitions from it, and evaluates the first half of the log.
+    let leader = instance(&broker, &[]);
+    wait_for(&[&leader], "the first member's partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    let paused = instance(&broker, &[]);
+    wait_for(&[&leader, &paused], "the partitions to be shared", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+            && m.iter()
+                .all(|m| value(m, "rankwatch_kafka_partitions") > 0.0)
+    });
+    produce(&producer, first).await;
+    wait_for(&[&leader, &paused], "the first half", |m| {
+        total(m, "rankwatch_events_received_total") == first.len() as f64
+    });
+
+    // Stopped, `paused` stays a member for its session (10 s) but hears of
+    // no rebalance: the leader assigns some of its partitions to `joining`
+    // at once. When it resumes, it evaluates the second half's records of
+    // its partitions before or while it hears of the rebalance; whoever
+    // was assigned them waits for its handover rather than evaluating
+    // them too.
+    let pid = paused.child.id().to_string();
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    let joining = instance(&broker, &[]);
+    produce(&producer, second).await;
+    std::thread::sleep(Duration::from_secs(6));
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+
+    let all = [&leader, &paused, &joining];
+    wait_for(&all, "the partitions to be shared by three", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+            && m.iter()
+                .all(|m| value(m, "rankwatch_kafka_partitions") > 0.0)
+    });
+    let (leader_waited, joining_waited) = (
+        waited_for_a_handover(&leader),
+        waited_for_a_handover(&joining),
+    );
+    assert!(
+        leader_waited || joining_waited,
+        "a partition of the stopped instance was assigned while it was stopped, and waited for"
+    );
+    let closing = closing_records();
+    produce(&producer, &closing).await;
+    let expected_received = first.len() + second.len() + closing.len();
+    let live = wait_for(&all, "every record", |m| {
+        total(m, "rankwatch_events_received_total") >= expected_received as f64
+    });
+    let mut fleet = BTreeMap::new();
+    for metrics in &live {
+        add(&mut fleet, metrics);
+    }
+    assert_eq!(
+        value(&fleet, "rankwatch_events_received_total"),
+        expected_received as f64,
+        "each record evaluated once"
+    );
+    let records: Vec<Produced> = [first, second, &closing].concat();
+    assert_fleet_matches(&fleet, &replayed(&broker, &lines_by_value(&records)));
+    assert_eq!(
+        value(&fleet, "rankwatch_kafka_handover_timeouts_total"),
+        0.0
+    );
+    assert!(
+        !fleet
+            .keys()
+            .any(|k| k.starts_with("rankwatch_lists_recounted_total")),
+        "no list was counted twice"
+    );
 }

@@ -51,6 +51,8 @@ const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 const RESTORE_ATTEMPTS: u32 = 3;
 /// How long a departing instance polls for its revocation to complete.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a new owner looks again for its predecessor's handover.
+const HANDOVER_POLL: Duration = Duration::from_millis(100);
 
 /// A partition this instance owns.
 struct Owned {
@@ -153,6 +155,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Rebalancer {
     fleet: Arc<Fleet>,
     state: StateTopic,
+    /// The consumer's client id, unique to this process: the owner named in
+    /// the manifests it writes.
+    owner: String,
     /// The consumer itself, whose partition queues the partitions' tasks
     /// read; set before its first poll.
     consumer: OnceLock<Weak<BaseConsumer<Rebalancer>>>,
@@ -204,8 +209,9 @@ impl Rebalancer {
             .iter()
             .map(|e| e.partition())
             .collect();
+        let deadline = Instant::now() + self.fleet.settings.handover_timeout;
         for id in ids {
-            let offset = match self.take_one(consumer, id) {
+            let offset = match self.take_one(consumer, id, deadline) {
                 Some(next) => Offset::Offset(next),
                 None => Offset::Stored,
             };
@@ -235,9 +241,10 @@ impl Rebalancer {
 
     /// Restores partition `id` from its last snapshot and starts its task;
     /// returns the first offset to read (`None`: the committed one).
-    fn take_one(&self, consumer: &BaseConsumer<Self>, id: i32) -> Option<i64> {
+    fn take_one(&self, consumer: &BaseConsumer<Self>, id: i32, deadline: Instant) -> Option<i64> {
         let fleet = &self.fleet;
         let feed = self.feed(id)?;
+        self.await_handover(consumer, id, deadline);
         let (low, high) = match consumer.fetch_watermarks(&fleet.settings.topic, id, BROKER_TIMEOUT)
         {
             Ok(marks) => marks,
@@ -306,6 +313,7 @@ impl Rebalancer {
         let claim = Manifest {
             handed_over: false,
             next_offset,
+            owner: self.owner.clone(),
             ..manifest
         };
         if let Err(error) = self.state.write_manifest(id, &claim) {
@@ -352,6 +360,72 @@ impl Rebalancer {
             checksum: 0,
             next_offset,
             handed_over: false,
+            owner: self.owner.clone(),
+        }
+    }
+
+    /// Waits until partition `id`'s last snapshot is a handover or its
+    /// owner has left the group, or until `deadline` (`kafka_handover_timeout`
+    /// after the assignment). A broker may assign a partition before its
+    /// owner has revoked it (tansu completes a rebalance without waiting for
+    /// every member to rejoin), and the owner goes on evaluating until it
+    /// hears of the rebalance: taking the partition from its last periodic
+    /// snapshot would count what it evaluated since twice. An owner that
+    /// died has left the group by the time its partitions are assigned, and
+    /// is not waited for.
+    fn await_handover(&self, consumer: &BaseConsumer<Self>, id: i32, deadline: Instant) {
+        let started = Instant::now();
+        loop {
+            let owner = match self.state.last_manifest(id) {
+                Ok(Some((manifest, _)))
+                    if !manifest.handed_over
+                        && !manifest.owner.is_empty()
+                        && manifest.owner != self.owner =>
+                {
+                    manifest.owner
+                }
+                _ => break,
+            };
+            if !self.is_member(consumer, &owner) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                metrics::counter!("rankwatch_kafka_handover_timeouts_total").increment(1);
+                tracing::warn!(
+                    partition = id,
+                    owner,
+                    "the previous owner, still in the group, did not hand the partition over in time: taken from its last snapshot, as from an owner that died"
+                );
+                return;
+            }
+            std::thread::sleep(HANDOVER_POLL);
+        }
+        if started.elapsed() >= HANDOVER_POLL {
+            let waited_ms = started.elapsed().as_millis() as u64;
+            tracing::info!(partition = id, waited_ms, "waited for the previous owner");
+        }
+    }
+
+    /// Whether the consumer with client id `owner` is a member of the group
+    /// now (a member id is the client id and a suffix, on Kafka and tansu
+    /// alike); when the group cannot be described, it may be.
+    fn is_member(&self, consumer: &BaseConsumer<Self>, owner: &str) -> bool {
+        match consumer.fetch_group_list(Some(&self.fleet.settings.group), BROKER_TIMEOUT) {
+            Ok(list) => list
+                .groups()
+                .iter()
+                .flat_map(|g| g.members())
+                .any(|member| {
+                    member.client_id() == owner
+                        || member
+                            .id()
+                            .strip_prefix(owner)
+                            .is_some_and(|suffix| suffix.starts_with('-'))
+                }),
+            Err(error) => {
+                tracing::warn!(%error, "cannot describe the consumer group");
+                true
+            }
         }
     }
 
@@ -396,6 +470,11 @@ impl Rebalancer {
         if last {
             for &id in ids {
                 self.fleet.retire(id);
+                tracing::info!(
+                    partition = id,
+                    next_offset = next_offsets.get(&id),
+                    "partition handed over"
+                );
                 metrics::counter!("rankwatch_kafka_partitions_revoked_total").increment(1);
             }
         }
@@ -526,8 +605,10 @@ pub fn run(
         &settings.group,
         runtime.clone(),
     )?;
+    let owner = format!("rankwatch-{:016x}", fastrand::u64(..));
     let consumer: BaseConsumer<Rebalancer> = settings
         .client()
+        .set("client.id", &owner)
         .set("group.id", &settings.group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
@@ -543,6 +624,7 @@ pub fn run(
         .create_with_context(Rebalancer {
             fleet: fleet.clone(),
             state,
+            owner,
             consumer: OnceLock::new(),
         })?;
     let consumer = Arc::new(consumer);

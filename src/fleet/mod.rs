@@ -73,6 +73,10 @@ pub fn describe() {
         "Lists finalized again after taking over a partition from an instance that died: they may also be in the dead instance's last exported figures (at most one kafka_commit_interval of lists). Subtract from rankwatch_list_*_count for exact totals."
     );
     metrics::describe_counter!(
+        "rankwatch_kafka_handover_timeouts_total",
+        "Partitions taken without their previous owner's handover although it was still in the group, after kafka_handover_timeout: taken as from an owner that died."
+    );
+    metrics::describe_counter!(
         "rankwatch_kafka_key_mismatches_total",
         "Records whose key is not their event's user_id; evaluated by the user_id."
     );
@@ -110,6 +114,7 @@ pub fn describe() {
     for name in [
         "rankwatch_kafka_partitions_assigned_total",
         "rankwatch_kafka_partitions_revoked_total",
+        "rankwatch_kafka_handover_timeouts_total",
         "rankwatch_kafka_key_mismatches_total",
         "rankwatch_kafka_snapshot_failures_total",
         "rankwatch_kafka_restore_failures_total",

@@ -67,6 +67,9 @@ pub struct FleetArgs {
     /// Relay: how long a batch waits for the broker before its stream fails with UNAVAILABLE [default: 30s].
     #[arg(long, env = "RANKWATCH_KAFKA_DELIVERY_TIMEOUT", value_parser = parse_duration)]
     pub kafka_delivery_timeout: Option<Duration>,
+    /// Consume: how long a newly assigned partition waits for its previous owner, still in the group, to hand it over [default: 30s].
+    #[arg(long, env = "RANKWATCH_KAFKA_HANDOVER_TIMEOUT", value_parser = parse_duration)]
+    pub kafka_handover_timeout: Option<Duration>,
     /// Consume: how long a departing instance keeps serving /metrics and GetMetrics after its last commit [default: 30s].
     #[arg(long, env = "RANKWATCH_SHUTDOWN_LINGER", value_parser = parse_duration)]
     pub shutdown_linger: Option<Duration>,
@@ -107,6 +110,8 @@ pub struct FleetFile {
     #[serde(default, deserialize_with = "duration")]
     pub kafka_delivery_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
+    pub kafka_handover_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
     pub shutdown_linger: Option<Duration>,
     pub kafka_security_protocol: Option<SecurityProtocol>,
     pub kafka_sasl_mechanism: Option<String>,
@@ -141,6 +146,8 @@ pub struct FleetSettings {
     pub state_topic: String,
     pub commit_interval: Duration,
     pub delivery_timeout: Duration,
+    /// How long a new owner waits for a live previous owner's handover.
+    pub handover_timeout: Duration,
     pub shutdown_linger: Duration,
     /// librdkafka properties of the connection: security protocol, SASL, TLS files.
     pub connection: Vec<(&'static str, String)>,
@@ -177,6 +184,13 @@ impl FleetSettings {
         if delivery_timeout < Duration::from_secs(1) {
             return Err(invalid("kafka_delivery_timeout", "must be at least 1s"));
         }
+        let handover_timeout = args
+            .kafka_handover_timeout
+            .or(file.kafka_handover_timeout)
+            .unwrap_or(Duration::from_secs(30));
+        if handover_timeout.is_zero() {
+            return Err(invalid("kafka_handover_timeout", "must be > 0s"));
+        }
         Ok(Some(Self {
             mode,
             brokers,
@@ -186,6 +200,7 @@ impl FleetSettings {
             state_topic,
             commit_interval,
             delivery_timeout,
+            handover_timeout,
             shutdown_linger: args
                 .shutdown_linger
                 .or(file.shutdown_linger)

@@ -5,9 +5,10 @@
 //! the state topic (compacted). A snapshot is its chunks (key
 //! `chunk/<slot>/<index>`, at most [`CHUNK_BYTES`] each) followed by a
 //! manifest (key `manifest`) that names them, the offset of the first event
-//! record the snapshot has not seen, and whether the owner handed the
-//! partition over (a graceful revocation) or may go on evaluating past it
-//! (a periodic snapshot, or the claim written on assignment). Successive
+//! record the snapshot has not seen, its owner, and whether the owner
+//! handed the partition over (a graceful revocation) or may go on
+//! evaluating past it (a periodic snapshot, or the claim written on
+//! assignment). Successive
 //! snapshots alternate between two slots, so the chunks of the last
 //! complete snapshot are never overwritten by the next one, and compaction
 //! keeps the last manifest and the chunks it names. The offsets committed to
@@ -66,6 +67,10 @@ pub struct Manifest {
     /// The owner stopped at `next_offset` and handed the partition over;
     /// otherwise it may have evaluated records past it before it died.
     pub handed_over: bool,
+    /// The client id of the owner's consumer: while it is a member of the
+    /// group, a snapshot it has not handed over may still be followed by one
+    /// that is.
+    pub owner: String,
 }
 
 /// The state topic went wrong.
@@ -310,6 +315,16 @@ impl StateTopic {
     /// The last snapshot of `partition` and its state; `None` when the
     /// partition has never had an owner.
     pub fn read_last(&self, partition: i32) -> Result<Option<Restored>, SnapshotError> {
+        let Some((manifest, high)) = self.last_manifest(partition)? else {
+            return Ok(None);
+        };
+        let state = self.read_state(partition, &manifest, high)?;
+        Ok(Some(Restored { manifest, state }))
+    }
+
+    /// The last manifest of `partition` and the end of the state partition
+    /// it was read up to; `None` when the partition has never had an owner.
+    pub fn last_manifest(&self, partition: i32) -> Result<Option<(Manifest, i64)>, SnapshotError> {
         let (low, high) = self
             .reader
             .fetch_watermarks(&self.topic, partition, READ_TIMEOUT)
@@ -328,8 +343,7 @@ impl StateTopic {
             if let Some((_, bytes)) = last {
                 let manifest: Manifest = postcard::from_bytes(&bytes)
                     .map_err(|e| self.corrupt(partition, format!("manifest: {e}")))?;
-                let state = self.read_state(partition, &manifest, high)?;
-                return Ok(Some(Restored { manifest, state }));
+                return Ok(Some((manifest, high)));
             }
         }
         Ok(None)

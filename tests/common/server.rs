@@ -160,7 +160,13 @@ fn dechunk(mut body: &str) -> String {
 }
 
 impl Drop for Server {
+    /// Kills the server; when a test is failing, prints what it logged.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            for line in self.log.try_iter() {
+                eprintln!("{}: {line}", self.http);
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
