@@ -8,13 +8,12 @@
 //! record the snapshot has not seen, its owner, and whether the owner
 //! handed the partition over (a graceful revocation) or may go on
 //! evaluating past it (a periodic snapshot, or the claim written on
-//! assignment). Successive
-//! snapshots alternate between two slots, so the chunks of the last
-//! complete snapshot are never overwritten by the next one, and compaction
-//! keeps the last manifest and the chunks it names. The offsets committed to
-//! the consumer group follow the manifests, for lag monitoring; the
-//! manifest is what a new owner reads (the offset commit's metadata would
-//! do, but not every broker returns it).
+//! assignment). Successive snapshots alternate between two slots, so the
+//! chunks of the last complete snapshot are never overwritten by the next
+//! one, and compaction keeps the last manifest and the chunks it names. The
+//! offsets committed to the consumer group follow the manifests, for lag
+//! monitoring; the manifest is what a new owner reads (the offset commit's
+//! metadata would do, but not every broker returns it).
 
 use crate::join::EngineState;
 use rdkafka::consumer::{BaseConsumer, Consumer};
