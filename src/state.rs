@@ -18,9 +18,9 @@ const MAGIC: &[u8; 8] = b"RNKWATCH";
 /// version 3, the segment values of each group and their registries;
 /// version 4, each group's coverage and exposure (SPEC §11); version 5,
 /// coverage panes that cascade (a longer window's panes leave out the
-/// lists of the shorter windows' newest panes). Files of another version
-/// are set aside.
-const FORMAT_VERSION: u32 = 5;
+/// lists of the shorter windows' newest panes); version 6, open
+/// impressions in fixed-width fields. Files of another version are set aside.
+const FORMAT_VERSION: u32 = 6;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 

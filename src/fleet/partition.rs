@@ -9,6 +9,7 @@
 //! `user_id` and counted as a key mismatch, so no record stalls the partition.
 
 use super::feed::{Feed, Fetched};
+use super::snapshot::Chunks;
 use crate::event::wire::parse_event_alone;
 use crate::event::{Nanos, Reason, Validator};
 use crate::join::Engine;
@@ -35,7 +36,7 @@ pub struct Checkpoint {
     pub next_offset: i64,
     /// The open state, encoded as an `EngineState`; `None` when nothing
     /// changed since the last checkpoint.
-    pub state: Option<Result<Vec<u8>, postcard::Error>>,
+    pub state: Option<Result<Chunks, postcard::Error>>,
 }
 
 /// What the consumer thread asks of a partition's task.
@@ -103,7 +104,6 @@ pub fn start(
         next_offset: start.next_offset,
         recount_until: start.recount_until,
         changed: false,
-        encoded_bytes: 0,
         idle: true,
         logged: (Instant::now(), 0),
     };
@@ -125,8 +125,6 @@ struct Applier {
     recount_until: i64,
     /// Something changed since the last checkpoint.
     changed: bool,
-    /// Size of the last encoded open state.
-    encoded_bytes: usize,
     /// No event was applied since the last wall-clock tick.
     idle: bool,
     /// Start of the current minute of logging and lines logged in it.
@@ -217,16 +215,8 @@ impl Applier {
     }
 
     fn checkpoint(&mut self, unsaved: bool) -> Checkpoint {
-        let state = (self.changed || unsaved).then(|| {
-            let state = self
-                .partition
-                .engine()
-                .encode_open_state(self.encoded_bytes);
-            if let Ok(encoded) = &state {
-                self.encoded_bytes = encoded.len();
-            }
-            state
-        });
+        let state = (self.changed || unsaved)
+            .then(|| self.partition.engine().encode_open_state(Chunks::default()));
         self.changed = false;
         Checkpoint {
             next_offset: self.next_offset,

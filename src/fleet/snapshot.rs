@@ -16,6 +16,7 @@
 //! metadata would do, but not every broker returns it).
 
 use crate::join::EngineState;
+use postcard::ser_flavors::Flavor;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -25,6 +26,10 @@ use std::time::{Duration, Instant};
 
 /// Largest chunk of a snapshot: well under the 1 MiB a broker takes by default.
 pub const CHUNK_BYTES: usize = 512 * 1024;
+
+/// Bytes before each chunk's share of the payload: the snapshot's id and
+/// the chunk's index.
+const CHUNK_HEADER: usize = 8 + 4;
 
 /// Records read back from the end of a state partition per step while
 /// looking for its last manifest.
@@ -40,9 +45,10 @@ const MANIFEST_KEY: &str = "manifest";
 /// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9);
 /// version 4, the segment values of each group and their registries, and
 /// each group's coverage and exposure (SPEC §11); version 5, coverage
-/// panes that cascade. Snapshots of another version are not restored (the
-/// partition starts empty, loudly).
-const FORMAT_VERSION: u32 = 5;
+/// panes that cascade; version 6, open impressions in fixed-width fields.
+/// Snapshots of another version are not restored (the partition starts
+/// empty, loudly).
+const FORMAT_VERSION: u32 = 6;
 
 /// What a snapshot is and where its chunks are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -91,24 +97,75 @@ pub enum SnapshotError {
     },
 }
 
+/// An encoded open state, written straight into the values of its
+/// snapshot's chunk records: each is [`CHUNK_HEADER`] bytes (the snapshot's
+/// id is filled in by [`Pending::new`]) and up to [`CHUNK_BYTES`] of the
+/// payload. A state of megabytes is thus neither copied into chunks nor
+/// moved as its buffer grows.
+#[derive(Default)]
+pub struct Chunks(Vec<Vec<u8>>);
+
+impl Chunks {
+    /// The payload's length.
+    pub fn payload_bytes(&self) -> usize {
+        self.0.iter().map(|chunk| chunk.len() - CHUNK_HEADER).sum()
+    }
+}
+
+impl Flavor for Chunks {
+    type Output = Self;
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.try_extend(&[byte])
+    }
+
+    fn try_extend(&mut self, mut data: &[u8]) -> postcard::Result<()> {
+        const FULL: usize = CHUNK_HEADER + CHUNK_BYTES;
+        while !data.is_empty() {
+            if self.0.last().is_none_or(|chunk| chunk.len() == FULL) {
+                let mut chunk = Vec::with_capacity(FULL);
+                chunk.extend_from_slice(&[0; 8]);
+                chunk.extend_from_slice(&(self.0.len() as u32).to_le_bytes());
+                self.0.push(chunk);
+            }
+            let Some(chunk) = self.0.last_mut() else {
+                break;
+            };
+            let (now, later) = data.split_at(data.len().min(FULL - chunk.len()));
+            chunk.extend_from_slice(now);
+            data = later;
+        }
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Self> {
+        Ok(self)
+    }
+}
+
 /// A snapshot to write: a partition's encoded open state (`None`: the
 /// manifest alone) and its manifest.
 pub struct Pending {
     /// The partition of the event topic, and of the state topic.
     pub partition: i32,
     /// The encoded open state.
-    pub payload: Option<Vec<u8>>,
+    pub payload: Option<Chunks>,
     /// Names the chunks; its version, checksum, chunk count and first chunk are filled in.
     pub manifest: Manifest,
 }
 
 impl Pending {
-    /// A snapshot of `payload` under `manifest`.
-    pub fn new(partition: i32, payload: Option<Vec<u8>>, mut manifest: Manifest) -> Self {
-        if let Some(payload) = &payload {
+    /// A snapshot of `payload` under `manifest`, its chunks marked with the manifest's id.
+    pub fn new(partition: i32, mut payload: Option<Chunks>, mut manifest: Manifest) -> Self {
+        if let Some(payload) = &mut payload {
+            let mut checksum = xxhash_rust::xxh3::Xxh3::new();
+            for chunk in &mut payload.0 {
+                chunk[..8].copy_from_slice(&manifest.id.to_le_bytes());
+                checksum.update(&chunk[CHUNK_HEADER..]);
+            }
             manifest.version = FORMAT_VERSION;
-            manifest.checksum = xxhash_rust::xxh3::xxh3_64(payload);
-            manifest.chunks = payload.len().div_ceil(CHUNK_BYTES) as u32;
+            manifest.checksum = checksum.digest();
+            manifest.chunks = payload.0.len() as u32;
         }
         Self {
             partition,
@@ -195,7 +252,7 @@ impl StateTopic {
             .into_iter()
             .map(|pending| {
                 let chunks = self.queue_chunks(&pending);
-                let bytes = pending.payload.as_ref().map_or(0, Vec::len);
+                let bytes = pending.payload.as_ref().map_or(0, Chunks::payload_bytes);
                 (pending, bytes, chunks)
             })
             .collect();
@@ -253,17 +310,13 @@ impl StateTopic {
         let Some(payload) = &pending.payload else {
             return Ok(Vec::new());
         };
-        let manifest = &pending.manifest;
+        let slot = pending.manifest.slot;
         payload
-            .chunks(CHUNK_BYTES)
+            .0
+            .iter()
             .enumerate()
             .map(|(index, chunk)| {
-                let key = format!("chunk/{}/{index}", manifest.slot);
-                let mut value = Vec::with_capacity(12 + chunk.len());
-                value.extend_from_slice(&manifest.id.to_le_bytes());
-                value.extend_from_slice(&(index as u32).to_le_bytes());
-                value.extend_from_slice(chunk);
-                self.queue(pending.partition, &key, &value)
+                self.queue(pending.partition, &format!("chunk/{slot}/{index}"), chunk)
             })
             .collect()
     }
@@ -378,14 +431,14 @@ impl StateTopic {
             else {
                 return true;
             };
-            if value.len() < 12 || value[..8] != manifest.id.to_le_bytes() {
+            if value.len() < CHUNK_HEADER || value[..8] != manifest.id.to_le_bytes() {
                 return true;
             }
             if let Some(slot) = chunks.get_mut(index) {
                 if slot.is_none() {
                     missing -= 1;
                 }
-                *slot = Some(value[12..].to_vec());
+                *slot = Some(value[CHUNK_HEADER..].to_vec());
             }
             missing > 0
         })?;
@@ -507,4 +560,59 @@ pub async fn ensure_state_topic(
         }
     }
     Ok(partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Manifest {
+        Manifest {
+            version: 0,
+            fingerprint: "fp".to_owned(),
+            id: 0x0102_0304_0506_0708,
+            slot: 1,
+            chunks: 0,
+            first_chunk: 0,
+            checksum: 0,
+            next_offset: 42,
+            handed_over: false,
+            owner: "rankwatch-1".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_payload_is_cut_into_chunks_marked_with_the_snapshot_and_their_index() {
+        let payload: Vec<u8> = (0..2 * CHUNK_BYTES + 5).map(|i| (i % 251) as u8).collect();
+        let mut chunks = Chunks::default();
+        for piece in payload.chunks(1000) {
+            chunks.try_extend(piece).unwrap();
+        }
+        chunks.try_push(7).unwrap();
+        assert_eq!(chunks.payload_bytes(), payload.len() + 1);
+        let pending = Pending::new(3, Some(chunks), manifest());
+        let stored = pending.payload.as_ref().unwrap();
+        assert_eq!(pending.manifest.chunks, 3);
+        assert_eq!(pending.manifest.version, FORMAT_VERSION);
+        let mut joined = Vec::new();
+        for (index, chunk) in stored.0.iter().enumerate() {
+            assert_eq!(chunk[..8], manifest().id.to_le_bytes());
+            assert_eq!(chunk[8..12], (index as u32).to_le_bytes());
+            joined.extend_from_slice(&chunk[CHUNK_HEADER..]);
+        }
+        assert_eq!(stored.0[0].len(), CHUNK_HEADER + CHUNK_BYTES);
+        assert_eq!(stored.0[2].len(), CHUNK_HEADER + 6);
+        assert_eq!(joined[..payload.len()], payload);
+        assert_eq!(
+            pending.manifest.checksum,
+            xxhash_rust::xxh3::xxh3_64(&joined)
+        );
+    }
+
+    #[test]
+    fn an_empty_payload_has_no_chunks() {
+        let pending = Pending::new(0, Some(Chunks::default()), manifest());
+        assert_eq!(pending.manifest.chunks, 0);
+        assert_eq!(pending.manifest.checksum, xxhash_rust::xxh3::xxh3_64(&[]));
+    }
 }

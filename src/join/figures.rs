@@ -5,6 +5,7 @@
 
 use super::persist::{sorted_user_refs, OpenState};
 use super::{Counters, Engine, GroupAggregates};
+use postcard::ser_flavors::Flavor;
 
 impl Engine {
     /// Adds the finalized figures of `other` (counters, group aggregates
@@ -48,13 +49,11 @@ impl Engine {
     /// impressions, waiting interactions, the watermark, sequence numbers
     /// and group names, without the finalized aggregates and counters, which
     /// stay with the instance that counted them.
-    /// `size_hint`, the size of the last encoding, sizes the buffer, so that
-    /// a state of megabytes is not copied again each time it outgrows it.
-    pub fn encode_open_state(&self, size_hint: usize) -> Result<Vec<u8>, postcard::Error> {
+    /// It is written into `output`, a postcard flavor.
+    pub fn encode_open_state<F: Flavor>(&self, output: F) -> postcard::Result<F::Output> {
         let mut groups = self.groups.clone();
         groups.clear_counts();
-        let buffer = Vec::with_capacity(size_hint + size_hint / 8);
-        postcard::to_extend(
+        postcard::serialize_with_flavor(
             &OpenState {
                 max_time: self.max_time,
                 next_seq: self.next_seq,
@@ -63,7 +62,7 @@ impl Engine {
                 counters: Counters::default(),
                 users: sorted_user_refs(&self.shards),
             },
-            buffer,
+            output,
         )
     }
 }
@@ -92,6 +91,7 @@ mod tests {
     use super::*;
     use crate::event::{id_hash, Event, Impression, Interaction, NANOS_PER_SECOND};
     use crate::metrics::{ListEvaluator, MetricSettings};
+    use postcard::ser_flavors::StdVec;
     use std::borrow::Cow;
 
     const S: i64 = NANOS_PER_SECOND;
@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(before.aggregates()[0].totals.lists, 1);
         let settings = before.settings.clone();
         let evaluator = before.evaluator().clone();
-        let encoded = before.encode_open_state(0).expect("encodes");
+        let encoded = before.encode_open_state(StdVec::new()).expect("encodes");
         let state = postcard::from_bytes(&encoded).expect("decodes as an EngineState");
         let after = Engine::from_state(settings, evaluator, state);
         assert_eq!(after.open_impressions(), 1);

@@ -11,6 +11,7 @@ mod counters;
 mod due;
 mod figures;
 mod groups;
+mod packed;
 mod persist;
 mod user;
 

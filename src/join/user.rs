@@ -8,28 +8,28 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// An open impression, stored compactly: item ids are hashes, and each
 /// credited interaction takes 24 bytes, in blocks of 2, 4, 8… (72 bytes in
-/// all, beside those).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// all, beside those). Saved in the fixed-width form of [`super::packed`].
+#[derive(Clone, Debug)]
 pub struct OpenImpression {
     /// Arrival order, unique across the engine.
     pub seq: u64,
     pub request: u64,
     pub time: Nanos,
     pub group: GroupId,
-    items: Box<[u64]>,
+    pub(super) items: Box<[u64]>,
     /// The interactions credited to it, in blocks of 2, 4, 8….
-    credits: Vec<Credit>,
+    pub(super) credits: Vec<Credit>,
 }
 
 /// One interaction credited to an impression.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-struct Credit {
-    rank: u32,
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Credit {
+    pub(super) rank: u32,
     /// The interaction's type index (in the padding after `rank`).
-    kind: u16,
-    grade: f64,
+    pub(super) kind: u16,
+    pub(super) grade: f64,
     /// The event id's hash; 0 when it had none.
-    event: u64,
+    pub(super) event: u64,
 }
 
 impl OpenImpression {
