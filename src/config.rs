@@ -868,13 +868,13 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a group (model, surface and segment values) may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed; not in fleet mode", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
     pub group_idle_timeout: Option<Duration>,
-    /// How long an HTTP client may take to send a request's headers.
+    /// How long an HTTP client may take to send a request's head.
     #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
-        help = help("How long an HTTP client may take to send a request's headers before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
+        help = help("How long an HTTP client may take to send a request's head (the first from the connection's accept, later ones from their first byte) before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
     pub http_header_timeout: Option<Duration>,
-    /// How long an HTTP connection may stay open.
+    /// How long an HTTP connection may stay idle between requests.
     #[arg(long, env = "RANKWATCH_HTTP_IDLE_TIMEOUT", value_parser = parse_duration,
-        help = help("How long an HTTP connection may stay open; a scrape takes far less", shown_duration(defaults::HTTP_IDLE_TIMEOUT)))]
+        help = help("How long an HTTP connection may stay idle between requests (no byte read or written) before it is closed; not while a request is being answered", shown_duration(defaults::HTTP_IDLE_TIMEOUT)))]
     pub http_idle_timeout: Option<Duration>,
     /// Limit: most open HTTP connections.
     #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
@@ -935,9 +935,9 @@ pub struct ServerSettings {
     pub ingest_idle_timeout: Duration,
     /// How long a group may receive no impression before it is retired.
     pub group_idle_timeout: Duration,
-    /// How long an HTTP client may take to send a request's headers.
+    /// How long an HTTP client may take to send a request's head.
     pub http_header_timeout: Duration,
-    /// How long an HTTP connection may stay open.
+    /// How long an HTTP connection may stay idle between requests.
     pub http_idle_timeout: Duration,
     /// Most open HTTP connections.
     pub max_http_connections: usize,

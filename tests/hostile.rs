@@ -331,6 +331,82 @@ async fn half_open_http_connections_are_capped_and_timed_out() {
     );
 }
 
+/// The body of the next response on `stream`, or `None` if the server closed it first.
+fn http_response(stream: &mut std::net::TcpStream) -> Option<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .and_then(|length| length.parse::<usize>().ok());
+            if length.is_some_and(|length| body.len() >= length) {
+                assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                return Some(body.to_owned());
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(read) => bytes.extend(&chunk[..read]),
+        }
+    }
+}
+
+#[test]
+fn http_deadlines_bound_each_head_and_idleness() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let server = Server::start(&[
+        "--wall-clock-advance",
+        "false",
+        "--http-header-timeout",
+        "1s",
+        "--http-idle-timeout",
+        "300ms",
+    ]);
+    let connect = || {
+        let stream = std::net::TcpStream::connect(server.http).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    };
+    let request = b"GET /healthz HTTP/1.1\r\nHost: rankwatch\r\n\r\n";
+    // A scrape, then a second request whose head takes 600 ms: past the
+    // idle deadline, within the header one, which runs from its first byte.
+    let mut kept = connect();
+    kept.write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
+        .unwrap();
+    let scrape = http_response(&mut kept).unwrap();
+    assert!(scrape.contains("rankwatch_http_connections_timed_out_total 0"));
+    for part in request.chunks(7) {
+        kept.write_all(part).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(http_response(&mut kept).as_deref(), Some("ok\n"));
+    // Then nothing: the idle deadline closes it.
+    let idle = Instant::now();
+    assert_eq!(http_response(&mut kept), None);
+    assert!(idle.elapsed() < Duration::from_secs(5));
+    // A head sent a byte at a time is cut at the header deadline.
+    let mut slow = connect();
+    let slowloris = Instant::now();
+    for byte in request {
+        if slow.write_all(&[*byte]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(http_response(&mut slow), None);
+    assert!(slowloris.elapsed() < Duration::from_millis(2200));
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_http_connections_timed_out_total"], 2.0);
+    assert_eq!(metrics["rankwatch_http_connections_refused_total"], 0.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_message_gets_resource_exhausted_and_is_counted_on_streams_and_unary_calls() {
     let server = Server::start(&[

@@ -1,15 +1,30 @@
 //! Bounds of the HTTP listener: at most `max_http_connections` open
-//! connections (more are closed as soon as they are accepted), a first
-//! request whose headers must arrive within `http_header_timeout`, and a
-//! connection closed once it has been idle for `http_idle_timeout` after
-//! its last response. Half-open or silent clients thus cannot hold file
-//! descriptors that scrapes and gRPC ingest need.
+//! connections (more are closed as soon as they are accepted), and two
+//! deadlines per connection.
+//!
+//! - `http_header_timeout` bounds the arrival of a request's head: the
+//!   first request's from the connection's accept, each later one's from
+//!   its first byte.
+//! - `http_idle_timeout` closes a connection on which nothing happened for
+//!   that long between requests: every byte read or written restarts it.
+//!
+//! While the router answers a request (from its complete head until its
+//! response is handed over) neither deadline runs, however long the handler
+//! takes. Half-open or silent clients thus cannot hold file descriptors
+//! that scrapes and gRPC ingest need. This module knows nothing of the
+//! routes; it only learns when one is answering.
 
 use super::telemetry::{HTTP_CONNECTIONS_REFUSED_TOTAL, HTTP_CONNECTIONS_TIMED_OUT_TOTAL};
-use axum::serve::Listener;
+use axum::extract::connect_info::{Connected, IntoMakeServiceWithConnectInfo};
+use axum::extract::{ConnectInfo, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::serve::{IncomingStream, Listener};
+use axum::Router;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -21,9 +36,9 @@ use tokio::time::{Instant, Sleep};
 /// The time limits of one HTTP connection.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpTimeouts {
-    /// How long the first request's headers may take to arrive.
+    /// How long a request's head may take to arrive.
     pub header: Duration,
-    /// How long a connection may stay idle after a response.
+    /// How long a connection may stay idle between requests.
     pub idle: Duration,
 }
 
@@ -65,15 +80,7 @@ impl Listener for BoundedListener {
                 tracing::debug!(%addr, "HTTP connection closed: max_http_connections reached");
                 continue;
             };
-            let deadline = Box::pin(tokio::time::sleep(self.timeouts.header));
-            let stream = BoundedStream {
-                stream,
-                _permit: permit,
-                deadline,
-                idle: self.timeouts.idle,
-                timed_out: false,
-            };
-            return (stream, addr);
+            return (BoundedStream::new(stream, permit, self.timeouts), addr);
         }
     }
 
@@ -82,20 +89,123 @@ impl Listener for BoundedListener {
     }
 }
 
-/// A connection that fails once its deadline passes: the header timeout
-/// until the first response, then the idle timeout after each response.
+/// `router`, made to tell each connection's [`BoundedStream`] when one of
+/// its requests is being answered.
+pub fn tracking_requests(router: Router) -> IntoMakeServiceWithConnectInfo<Router, Requests> {
+    router
+        .layer(axum::middleware::from_fn(answer))
+        .into_make_service_with_connect_info::<Requests>()
+}
+
+/// Marks the connection as answering while the router works on `request`.
+async fn answer(
+    ConnectInfo(requests): ConnectInfo<Requests>,
+    request: Request,
+    next: Next,
+) -> Response {
+    requests.0.started.fetch_add(1, Ordering::AcqRel);
+    let _answered = Answered(requests);
+    next.run(request).await
+}
+
+/// The requests of one connection as the router sees them, shared with its stream.
+#[derive(Clone, Debug, Default)]
+pub struct Requests(Arc<RequestCounts>);
+
+/// A request is being answered while more were started than answered.
+#[derive(Debug, Default)]
+struct RequestCounts {
+    started: AtomicU64,
+    answered: AtomicU64,
+}
+
+impl Connected<IncomingStream<'_, BoundedListener>> for Requests {
+    fn connect_info(stream: IncomingStream<'_, BoundedListener>) -> Self {
+        stream.io().requests.clone()
+    }
+}
+
+/// Counts its request answered when dropped: once the response is handed
+/// over, or when the connection goes away before.
+struct Answered(Requests);
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        self.0 .0.answered.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Which deadline a connection is under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// A request's head is on its way: the header deadline runs.
+    Head,
+    /// The router is answering a request: no deadline runs.
+    Answering,
+    /// Between requests: the idle deadline runs from the last byte.
+    Idle,
+}
+
+/// A connection that fails once the deadline of its phase passes.
 pub struct BoundedStream {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
+    timeouts: HttpTimeouts,
+    requests: Requests,
+    phase: Phase,
     deadline: Pin<Box<Sleep>>,
-    idle: Duration,
+    /// Requests answered when the phase was last brought up to date.
+    answered: u64,
     /// Its deadline passed (counted once).
     timed_out: bool,
 }
 
 impl BoundedStream {
+    fn new(stream: TcpStream, permit: OwnedSemaphorePermit, timeouts: HttpTimeouts) -> Self {
+        Self {
+            stream,
+            _permit: permit,
+            timeouts,
+            requests: Requests::default(),
+            phase: Phase::Head,
+            deadline: Box::pin(tokio::time::sleep(timeouts.header)),
+            answered: 0,
+            timed_out: false,
+        }
+    }
+
+    /// Starts `phase` with its full deadline.
+    fn enter(&mut self, phase: Phase) {
+        self.phase = phase;
+        let limit = match phase {
+            Phase::Head => self.timeouts.header,
+            Phase::Idle => self.timeouts.idle,
+            Phase::Answering => return,
+        };
+        self.deadline.as_mut().reset(Instant::now() + limit);
+    }
+
+    /// Follows the router: answering while it works on a request, idle
+    /// once it has handed a response over.
+    fn follow_requests(&mut self) {
+        let counts = &self.requests.0;
+        let answered = counts.answered.load(Ordering::Acquire);
+        if counts.started.load(Ordering::Acquire) > answered {
+            self.phase = Phase::Answering;
+        } else if answered != self.answered {
+            self.answered = answered;
+            self.enter(Phase::Idle);
+        }
+    }
+
+    /// Whether the deadline of the current phase has passed; registers a
+    /// wake-up for it if not.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.timed_out || self.deadline.as_mut().poll(cx).is_pending() {
+        self.follow_requests();
+        if self.timed_out
+            || self.phase == Phase::Answering
+            || self.deadline.as_mut().poll(cx).is_pending()
+        {
             return self.timed_out;
         }
         self.timed_out = true;
@@ -117,7 +227,13 @@ impl AsyncRead for BoundedStream {
         if self.expired(cx) {
             return Poll::Ready(Err(timed_out()));
         }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        // The first byte after a response starts the next request's head.
+        if self.phase == Phase::Idle && buf.filled().len() > before {
+            self.enter(Phase::Head);
+        }
+        read
     }
 }
 
@@ -127,10 +243,12 @@ impl AsyncWrite for BoundedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.expired(cx) {
+            return Poll::Ready(Err(timed_out()));
+        }
         let written = Pin::new(&mut self.stream).poll_write(cx, buf);
-        if let Poll::Ready(Ok(_)) = written {
-            let next = Instant::now() + self.idle;
-            self.deadline.as_mut().reset(next);
+        if self.phase == Phase::Idle && matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.enter(Phase::Idle);
         }
         written
     }
@@ -141,5 +259,123 @@ impl AsyncWrite for BoundedStream {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const REQUEST: &[u8] = b"GET /fast HTTP/1.1\r\nHost: rankwatch\r\n\r\n";
+
+    /// A server of one fast and one slow route on a loopback port, under `timeouts`.
+    async fn serve(timeouts: HttpTimeouts) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new()
+            .route("/fast", get(|| async { "fast" }))
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    "slow"
+                }),
+            );
+        let listener = BoundedListener::new(listener, 4, timeouts);
+        tokio::spawn(async move { axum::serve(listener, tracking_requests(router)).await });
+        addr
+    }
+
+    /// The body of the next response on `stream`, or `None` if it was closed first.
+    async fn response(stream: &mut tokio::net::TcpStream) -> Option<String> {
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length: "))
+                    .and_then(|length| length.parse().ok())
+                    .expect("a response with a length");
+                if body.len() >= length {
+                    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                    return Some(body.to_owned());
+                }
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(read) => bytes.extend(&chunk[..read]),
+            }
+        }
+    }
+
+    fn timeouts(header_ms: u64, idle_ms: u64) -> HttpTimeouts {
+        HttpTimeouts {
+            header: Duration::from_millis(header_ms),
+            idle: Duration::from_millis(idle_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_handler_is_cut_by_neither_deadline() {
+        let addr = serve(timeouts(100, 100)).await;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(response(&mut stream).await.as_deref(), Some("slow"));
+        // The same connection serves another request right after.
+        stream.write_all(REQUEST).await.unwrap();
+        assert_eq!(response(&mut stream).await.as_deref(), Some("fast"));
+    }
+
+    #[tokio::test]
+    async fn a_head_sent_slowly_is_cut_at_the_header_deadline() {
+        let addr = serve(timeouts(300, 60_000)).await;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = Instant::now();
+        // A byte every 50 ms keeps reading busy, but the head takes 2 s.
+        for byte in REQUEST {
+            if stream.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(response(&mut stream).await, None);
+        assert!(started.elapsed() < Duration::from_millis(1500));
+    }
+
+    #[tokio::test]
+    async fn a_later_head_has_the_header_deadline_from_its_first_byte() {
+        let addr = serve(timeouts(2_000, 300)).await;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(REQUEST).await.unwrap();
+        assert_eq!(response(&mut stream).await.as_deref(), Some("fast"));
+        // Sent over about 1 s, past the idle deadline but within the header one.
+        for part in REQUEST.chunks(4) {
+            stream.write_all(part).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(response(&mut stream).await.as_deref(), Some("fast"));
+        // Nothing more is sent: the connection is idle and closed.
+        let started = Instant::now();
+        assert_eq!(response(&mut stream).await, None);
+        assert!(started.elapsed() < Duration::from_millis(1500));
+    }
+
+    #[tokio::test]
+    async fn a_connection_kept_busy_outlives_many_idle_deadlines() {
+        let addr = serve(timeouts(300, 300)).await;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        for _ in 0..12 {
+            stream.write_all(REQUEST).await.unwrap();
+            assert_eq!(response(&mut stream).await.as_deref(), Some("fast"));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
     }
 }

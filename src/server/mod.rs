@@ -138,18 +138,20 @@ pub async fn serve(
     );
     let http = axum::serve(
         http_listener,
-        http::router(
-            engine.clone(),
-            recorder.clone(),
-            settings.windows.clone(),
-            shutdown.clone(),
-            fleet.as_ref().map(|f| f.reachable.clone()),
-        )
-        .merge(status::router(
-            engine.clone(),
-            engine_settings.report_config(),
-            status::StatusSettings::new(&engine_settings, &settings),
-        )),
+        http_limits::tracking_requests(
+            http::router(
+                engine.clone(),
+                recorder.clone(),
+                settings.windows.clone(),
+                shutdown.clone(),
+                fleet.as_ref().map(|f| f.reachable.clone()),
+            )
+            .merge(status::router(
+                engine.clone(),
+                engine_settings.report_config(),
+                status::StatusSettings::new(&engine_settings, &settings),
+            )),
+        ),
     )
     .with_graceful_shutdown(serving.clone().cancelled_owned());
     let saver = state_file.map(|file| {
