@@ -611,6 +611,9 @@ pub fn run(
         .set("client.id", &owner)
         .set("group.id", &settings.group)
         .set("enable.auto.commit", "false")
+        // Commits name their offsets (those of the snapshots): storing
+        // each record's offset as it is read would only take a lock per record.
+        .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", "10000")

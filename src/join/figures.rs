@@ -3,7 +3,7 @@
 //! to another instance travels with its open state only, so that each list
 //! and each event is counted by exactly one instance.
 
-use super::persist::{sorted_user_refs, OpenState};
+use super::persist::{sorted_user_refs, OpenState, UsersAhead};
 use super::{Counters, Engine, GroupAggregates};
 use postcard::ser_flavors::Flavor;
 
@@ -60,7 +60,7 @@ impl Engine {
                 groups,
                 aggregates: &[],
                 counters: Counters::default(),
-                users: sorted_user_refs(&self.shards),
+                users: UsersAhead(sorted_user_refs(&self.shards)),
             },
             output,
         )

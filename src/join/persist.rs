@@ -6,7 +6,8 @@
 
 use super::{user::UserState, Counters, GroupAggregates, Groups, Shard};
 use crate::event::Nanos;
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Everything an engine holds that a restart must not lose.
 #[derive(Serialize, Deserialize)]
@@ -29,7 +30,33 @@ pub(super) struct OpenState<'a> {
     pub(super) groups: Groups,
     pub(super) aggregates: &'a [GroupAggregates],
     pub(super) counters: Counters,
-    pub(super) users: Vec<(u64, &'a UserState)>,
+    pub(super) users: UsersAhead<'a>,
+}
+
+/// Users by id, serialized as the `Vec` they are, while the states of the
+/// users a few places ahead are loaded into the cache: ids are hashes, so
+/// the walk through them is in no order of memory, and each user is a
+/// chain of three loads (its state, its lists, their items).
+pub(super) struct UsersAhead<'a>(pub(super) Vec<(u64, &'a UserState)>);
+
+impl Serialize for UsersAhead<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let users = &self.0;
+        let mut sequence = serializer.serialize_seq(Some(users.len()))?;
+        for (index, user) in users.iter().enumerate() {
+            if let Some((_, ahead)) = users.get(index + 8) {
+                ahead.prefetch_state();
+            }
+            if let Some((_, ahead)) = users.get(index + 4) {
+                ahead.prefetch_lists();
+            }
+            if let Some((_, ahead)) = users.get(index + 2) {
+                ahead.prefetch();
+            }
+            sequence.serialize_element(user)?;
+        }
+        sequence.end()
+    }
 }
 
 impl EngineState {

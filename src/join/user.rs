@@ -163,6 +163,18 @@ impl UserState {
         self.open.iter().rev().any(|m| m.request == request)
     }
 
+    /// Starts loading this state itself, the first step of a walk through
+    /// users in no order of memory: [`Self::prefetch_lists`] follows it,
+    /// then [`Self::prefetch`].
+    pub fn prefetch_state(&self) {
+        prefetch(self);
+    }
+
+    /// Starts loading the open lists' headers.
+    pub fn prefetch_lists(&self) {
+        prefetch(self.open.as_ptr());
+    }
+
     /// Starts loading the items and credits of the latest open lists, which
     /// an interaction searches first.
     pub fn prefetch(&self) {
