@@ -519,6 +519,19 @@ impl Rebalancer {
         }
     }
 
+    /// The slot of partition `id`'s last stored snapshot, as the state
+    /// topic says: after a write that failed, its manifest may have been
+    /// stored all the same (a broker that took it but did not answer), and
+    /// the next snapshot must not overwrite the chunks it names.
+    fn stored_slot(&self, id: i32) -> Result<u8, String> {
+        match self.state.last_manifest(id) {
+            Ok(last) => Ok(last.map_or(0, |(manifest, _)| manifest.slot)),
+            Err(error) => Err(format!(
+                "cannot tell which slot the last snapshot is in: {error}"
+            )),
+        }
+    }
+
     /// Asks partition `id`'s task for a checkpoint.
     fn ask_checkpoint(&self, id: i32, last: bool) -> Result<oneshot::Receiver<Checkpoint>, String> {
         let (work, unsaved) = self
@@ -549,12 +562,15 @@ impl Rebalancer {
             .blocking_recv()
             .map_err(|_| "the partition's task has stopped".to_owned())?;
         let next_offset = checkpoint.next_offset;
-        let previous = self
+        let (mut previous, unsaved) = self
             .fleet
             .owned
             .get(&id)
-            .map(|o| o.manifest.clone())
+            .map(|o| (o.manifest.clone(), o.unsaved))
             .ok_or("not owned")?;
+        if unsaved && checkpoint.state.is_some() {
+            previous.slot = self.stored_slot(id)?;
+        }
         let snapshot = match checkpoint.state {
             None if !last => return Ok((next_offset, None)),
             None => Pending::new(

@@ -38,6 +38,12 @@ const SCAN_STEP: i64 = 64;
 /// How long one read from the state topic may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long librdkafka tries to deliver a record of the state topic, in
+/// milliseconds. Its report is awaited without a timeout of our own: a
+/// record reported as failed is then no longer on its way, so a manifest
+/// given up on cannot land after the next snapshot has reused its slot.
+const DELIVERY_TIMEOUT_MS: &str = "10000";
+
 /// How long the broker may hold a fetch of the state topic, in milliseconds.
 const READ_WAIT_MS: &str = "10";
 
@@ -204,6 +210,7 @@ impl StateTopic {
             .clone()
             .set("acks", "all")
             .set("linger.ms", "0")
+            .set("message.timeout.ms", DELIVERY_TIMEOUT_MS)
             .set("message.max.bytes", (2 * CHUNK_BYTES).to_string())
             .create()?;
         let reader = client
@@ -351,16 +358,17 @@ impl StateTopic {
             .map_err(|(error, _)| self.kafka(partition)(error))
     }
 
-    /// The offset the broker stored a queued record at.
+    /// The offset the broker stored a queued record at, by librdkafka's
+    /// report (within [`DELIVERY_TIMEOUT_MS`]).
     async fn delivered(
         &self,
         partition: i32,
         delivery: DeliveryFuture,
     ) -> Result<i64, SnapshotError> {
-        match tokio::time::timeout(READ_TIMEOUT, delivery).await {
-            Ok(Ok(Ok(delivery))) => Ok(delivery.offset),
-            Ok(Ok(Err((error, _)))) => Err(self.kafka(partition)(error)),
-            Ok(Err(_)) | Err(_) => Err(self.kafka(partition)(rdkafka::error::KafkaError::Canceled)),
+        match delivery.await {
+            Ok(Ok(delivery)) => Ok(delivery.offset),
+            Ok(Err((error, _))) => Err(self.kafka(partition)(error)),
+            Err(_) => Err(self.kafka(partition)(rdkafka::error::KafkaError::Canceled)),
         }
     }
 
