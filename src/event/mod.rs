@@ -17,7 +17,12 @@ use std::{borrow::Cow, fmt};
 
 /// The hash that stands for an id string everywhere past the edge.
 pub fn id_hash(id: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+    id_hash_bytes(id.as_bytes())
+}
+
+/// [`id_hash`] of an id's bytes (a Kafka record's key, its user id).
+pub fn id_hash_bytes(id: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id)
 }
 
 /// `bytes` as text, or `None` when they are not UTF-8. Ids and log lines

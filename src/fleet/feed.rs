@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-/// A record of the partition, borrowed from librdkafka until the next one.
+/// A record of the partition, borrowed from librdkafka with its batch.
 pub struct Fetched<'a> {
     /// Its offset in the partition.
     pub offset: i64,
@@ -113,31 +113,57 @@ impl Feed {
         self.arrived.notify_one();
     }
 
-    /// Reads up to `max` records without waiting, handing each to `visit`
-    /// in offset order, and returns how many were read (errors included).
-    /// Fewer than `max` means the queue was emptied, and [`Feed::arrived`]
-    /// wakes when the next record comes. A fetch error is handed over as
-    /// its message, in place of a record.
-    pub fn read(&self, max: usize, mut visit: impl FnMut(Result<Fetched<'_>, String>)) -> usize {
+    /// Reads up to `max` records without waiting, in offset order. Fewer
+    /// than `max` means the queue was emptied, and [`Feed::arrived`] wakes
+    /// when the next record comes.
+    pub fn read(&self, max: usize) -> Batch {
         let mut messages: Vec<*mut rd::rd_kafka_message_t> = vec![std::ptr::null_mut(); max];
         // SAFETY: `messages` has room for `max` pointers; a timeout of 0
         // never blocks. librdkafka fills the first `read` of them with
-        // messages this code owns until it destroys them below.
+        // messages the batch owns until it destroys them when dropped.
         let read = unsafe {
             rd::rd_kafka_consume_batch_queue(self.queue.as_ptr(), 0, messages.as_mut_ptr(), max)
         };
-        let read = usize::try_from(read).unwrap_or(0);
-        for &message in &messages[..read] {
-            // SAFETY: `message` is a valid message of this batch, read
-            // before it is destroyed; its key and payload point to `key_len`
-            // and `len` bytes (or are null), and the slices made of them do
-            // not outlive the call to `visit`.
-            unsafe {
-                visit(fetched(&*message));
-                rd::rd_kafka_message_destroy(message);
-            }
+        messages.truncate(usize::try_from(read).unwrap_or(0));
+        Batch { messages }
+    }
+}
+
+/// Records read from a partition's queue, owned until dropped.
+pub struct Batch {
+    messages: Vec<*mut rd::rd_kafka_message_t>,
+}
+
+impl Batch {
+    /// How many records were read (errors included).
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether the queue held no record.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The records in offset order; a fetch error is handed over as its
+    /// message, in place of a record.
+    pub fn records(&self) -> impl Iterator<Item = Result<Fetched<'_>, String>> {
+        // SAFETY: every pointer is a valid message of this batch, destroyed
+        // only when the batch is dropped; its key and payload point to
+        // `key_len` and `len` bytes (or are null), and the slices made of
+        // them borrow the batch.
+        self.messages
+            .iter()
+            .map(|&message| unsafe { fetched(&*message) })
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        for &message in &self.messages {
+            // SAFETY: each message is this batch's own, destroyed once.
+            unsafe { rd::rd_kafka_message_destroy(message) };
         }
-        read
     }
 }
 
