@@ -19,7 +19,9 @@ mod common;
 use broker::{Broker, PARTITIONS, POLL, POLLS};
 use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, replay_json};
+use postcard::ser_flavors::Flavor;
 use prost::Message;
+use rankwatch::fleet::snapshot::{Chunks, Manifest, Pending, StateTopic, CHUNK_BYTES};
 use rankwatch::proto::{self, EventBatch};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -659,4 +661,52 @@ async fn a_relay_acknowledges_only_what_the_broker_stored() {
     let mut lines = sent;
     lines.extend(lines_by_value(&closing_records()));
     assert_fleet_matches(&fleet, &replayed(&broker, &lines));
+}
+
+/// A snapshot of more chunks than librdkafka's queue holds at once (here 2
+/// records; by default a gigabyte) is written all the same: a full queue is
+/// waited out, not taken for a failed snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_larger_than_the_producer_queue_is_written_whole() {
+    let broker = Broker::in_memory();
+    broker.create_topic("snapshots.state").await;
+    let mut client = broker.client();
+    client.set("queue.buffering.max.messages", "2");
+    let runtime = tokio::runtime::Handle::current();
+    let payload_bytes = 5 * CHUNK_BYTES + 1;
+    let (written, last) = tokio::task::spawn_blocking(move || {
+        let state = StateTopic::connect(&client, "snapshots.state", "snapshots", runtime).unwrap();
+        let mut payload = Chunks::default();
+        payload.try_extend(&vec![7; payload_bytes]).unwrap();
+        let manifest = Manifest {
+            version: 0,
+            fingerprint: "fp".to_owned(),
+            id: 9,
+            slot: 1,
+            chunks: 0,
+            first_chunk: 0,
+            checksum: 0,
+            next_offset: 42,
+            handed_over: true,
+            owner: "rankwatch-test".to_owned(),
+        };
+        let written = state.write_all(vec![Pending::new(3, Some(payload), manifest)]);
+        (written, state.last_manifest(3).unwrap())
+    })
+    .await
+    .unwrap();
+    let [(3, Ok((manifest, bytes)))] = written.as_slice() else {
+        panic!(
+            "the snapshot was not written: {:?}",
+            written
+                .iter()
+                .map(|(p, w)| (p, w.as_ref().err().map(ToString::to_string)))
+                .collect::<Vec<_>>()
+        );
+    };
+    assert_eq!(*bytes, payload_bytes);
+    assert_eq!(manifest.chunks, 6);
+    assert_eq!(manifest.next_offset, 42);
+    let (stored, _) = last.expect("a manifest in the state topic");
+    assert_eq!(&stored, manifest);
 }

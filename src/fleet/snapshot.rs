@@ -18,6 +18,7 @@
 use crate::join::EngineState;
 use postcard::ser_flavors::Flavor;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -43,6 +44,11 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// record reported as failed is then no longer on its way, so a manifest
 /// given up on cannot land after the next snapshot has reused its slot.
 const DELIVERY_TIMEOUT_MS: &str = "10000";
+
+/// How long a record waits for room in librdkafka's queue before its
+/// snapshot fails, and how often it looks for room meanwhile.
+const QUEUE_FULL_TIMEOUT: Duration = Duration::from_secs(10);
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(10);
 
 /// How long the broker may hold a fetch of the state topic, in milliseconds.
 const READ_WAIT_MS: &str = "10";
@@ -92,7 +98,7 @@ pub enum SnapshotError {
     Kafka {
         topic: String,
         partition: i32,
-        source: rdkafka::error::KafkaError,
+        source: KafkaError,
     },
     /// A record or the state in it cannot be read.
     #[error("state topic {topic} partition {partition}: {reason}")]
@@ -205,7 +211,7 @@ impl StateTopic {
         topic: &str,
         group: &str,
         runtime: tokio::runtime::Handle,
-    ) -> Result<Self, rdkafka::error::KafkaError> {
+    ) -> Result<Self, KafkaError> {
         let producer = client
             .clone()
             .set("acks", "all")
@@ -232,7 +238,7 @@ impl StateTopic {
         })
     }
 
-    fn kafka(&self, partition: i32) -> impl Fn(rdkafka::error::KafkaError) -> SnapshotError + '_ {
+    fn kafka(&self, partition: i32) -> impl Fn(KafkaError) -> SnapshotError + '_ {
         move |source| SnapshotError::Kafka {
             topic: self.topic.clone(),
             partition,
@@ -342,20 +348,31 @@ impl StateTopic {
         Ok(first)
     }
 
-    /// Queues one record without waiting for the broker.
+    /// Queues one record without waiting for the broker. When librdkafka's
+    /// queue is full (a state of more than a gigabyte in flight), it waits
+    /// for the queue to drain, up to [`QUEUE_FULL_TIMEOUT`].
     fn queue(
         &self,
         partition: i32,
         key: &str,
         value: &[u8],
     ) -> Result<DeliveryFuture, SnapshotError> {
-        let record = FutureRecord::to(&self.topic)
-            .partition(partition)
-            .key(key)
-            .payload(value);
-        self.producer
-            .send_result(record)
-            .map_err(|(error, _)| self.kafka(partition)(error))
+        let deadline = Instant::now() + QUEUE_FULL_TIMEOUT;
+        loop {
+            let record = FutureRecord::to(&self.topic)
+                .partition(partition)
+                .key(key)
+                .payload(value);
+            match self.producer.send_result(record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                    if Instant::now() < deadline =>
+                {
+                    std::thread::sleep(QUEUE_FULL_PAUSE);
+                }
+                Err((error, _)) => return Err(self.kafka(partition)(error)),
+            }
+        }
     }
 
     /// The offset the broker stored a queued record at, by librdkafka's
@@ -368,7 +385,7 @@ impl StateTopic {
         match delivery.await {
             Ok(Ok(delivery)) => Ok(delivery.offset),
             Ok(Err((error, _))) => Err(self.kafka(partition)(error)),
-            Err(_) => Err(self.kafka(partition)(rdkafka::error::KafkaError::Canceled)),
+            Err(_) => Err(self.kafka(partition)(KafkaError::Canceled)),
         }
     }
 
@@ -485,11 +502,9 @@ impl StateTopic {
         let deadline = Instant::now() + READ_TIMEOUT;
         loop {
             if Instant::now() > deadline {
-                return Err(self.kafka(partition)(
-                    rdkafka::error::KafkaError::MessageConsumption(
-                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
-                    ),
-                ));
+                return Err(self.kafka(partition)(KafkaError::MessageConsumption(
+                    RDKafkaErrorCode::OperationTimedOut,
+                )));
             }
             let Some(message) = self.reader.poll(Duration::from_millis(100)) else {
                 continue;
@@ -519,10 +534,9 @@ pub async fn ensure_state_topic(
     topic: &str,
     state_topic: &str,
     shutdown: &tokio_util::sync::CancellationToken,
-) -> Result<usize, rdkafka::error::KafkaError> {
+) -> Result<usize, KafkaError> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
-    use rdkafka::types::RDKafkaErrorCode;
     let admin: AdminClient<DefaultClientContext> = client.create()?;
     let partitions_of = |name: &str| {
         admin
@@ -537,7 +551,7 @@ pub async fn ensure_state_topic(
             Err(error) => tracing::warn!(%error, "the broker cannot be reached; retrying"),
         }
         tokio::select! {
-            _ = shutdown.cancelled() => return Err(rdkafka::error::KafkaError::Canceled),
+            _ = shutdown.cancelled() => return Err(KafkaError::Canceled),
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
         }
     };
@@ -561,7 +575,7 @@ pub async fn ensure_state_topic(
             Ok(_) => tracing::info!(state_topic, partitions, "state topic created"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => {
-                return Err(rdkafka::error::KafkaError::AdminOp(code)).inspect_err(|_| {
+                return Err(KafkaError::AdminOp(code)).inspect_err(|_| {
                     tracing::error!(topic = name, "cannot create the state topic");
                 })
             }
