@@ -253,6 +253,9 @@ impl Rebalancer {
                 (0, 0)
             }
         };
+        // Read again, not taken from the wait: an owner hands over (a last
+        // manifest) and then leaves the group, so the manifest the wait read
+        // before it saw the owner gone may be the periodic one before the handover.
         let restored = (1..=RESTORE_ATTEMPTS)
             .map(|attempt| {
                 self.state.read_last(id).inspect_err(|error| {
