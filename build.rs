@@ -29,7 +29,7 @@ fn compile_raw_collector_server() {
         Method::builder()
             .name(name)
             .route_name(route)
-            .input_type("crate::server::codec::RawBatch")
+            .input_type("crate::engine::RawBatch")
             .output_type("crate::proto::IngestAck")
             .codec_path("crate::server::codec::RawCodec")
     };

@@ -11,12 +11,13 @@
 //!   works out the figures of `/metrics` (`Snapshot::of`) SCRAPES times
 //!   (default 5), printing each one's time and a digest of the figures.
 
-use rankwatch::config::{defaults, EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{defaults, EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{id_hash, Event, Impression, Interaction, Nanos, NANOS_PER_SECOND};
 use rankwatch::export::Snapshot;
 use rankwatch::join::Engine;
 use rankwatch::metrics::{CoverageFigures, CoverageMode};
-use rankwatch::replay::{replay, ReplayOptions};
+use rankwatch::replay::{replay, ReplayOptions, ReplaySetup};
 use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
@@ -64,7 +65,7 @@ fn settings() -> EngineSettings {
 /// Replays `log` as `serve`'s engine would evaluate it.
 fn ingest(log: &str, coverage: bool) {
     let settings = settings();
-    let mut setup = settings.replay_setup();
+    let mut setup = ReplaySetup::new(&settings);
     setup.join = settings.join(&defaults::WINDOWS);
     if !coverage {
         setup.join.coverage = CoverageMode::Off;

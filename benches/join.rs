@@ -6,7 +6,8 @@
 //! the number of lists finalized before.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{id_hash, Event, Impression, Interaction, Nanos, NANOS_PER_SECOND};
 use rankwatch::join::Engine;
 use std::borrow::Cow;

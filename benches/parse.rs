@@ -4,7 +4,8 @@
 //! (protobuf, ids borrowed) on a batch of 100 events, in events per second.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::json::parse_line;
 use rankwatch::event::wire::parse_batch;
 use rankwatch::proto::{event::Kind, Event, EventBatch, Impression, Interaction};

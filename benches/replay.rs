@@ -3,9 +3,10 @@
 //! two, in events per second.
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{format_rfc3339, Nanos, NANOS_PER_SECOND};
-use rankwatch::replay::{replay, ReplayOptions};
+use rankwatch::replay::{replay, ReplayOptions, ReplaySetup};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -99,7 +100,7 @@ fn bench_replay(c: &mut Criterion) {
         .expect("the default settings are valid");
     let check = replay(
         std::slice::from_ref(&log),
-        settings.replay_setup(),
+        ReplaySetup::new(&settings),
         ReplayOptions::default(),
         |_| {},
         |_| {},
@@ -126,7 +127,7 @@ fn bench_replay(c: &mut Criterion) {
             b.iter(|| {
                 replay(
                     std::slice::from_ref(&log),
-                    settings.replay_setup(),
+                    ReplaySetup::new(&settings),
                     options,
                     |_| {},
                     |_| {},

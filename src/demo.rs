@@ -2,9 +2,12 @@
 //! and a worse model, so a new user sees live, differing metrics on the
 //! status page at `/` and at `/metrics` within a minute.
 
-use crate::config::{parse_duration, EngineSettings, ServerSettings};
+use crate::config::parse_duration;
+use crate::engine::EngineSettings;
+use crate::fleet::FleetSettings;
 use crate::loadgen::{self, ModelSpec, Traffic, TrafficConfig, DEFAULT_MODELS};
-use crate::server;
+use crate::serve::serve;
+use crate::server::ServerSettings;
 use anyhow::Context;
 use std::str::FromStr;
 use std::time::Duration;
@@ -45,15 +48,17 @@ pub async fn run(
     args: DemoArgs,
     mut engine: EngineSettings,
     server: ServerSettings,
+    fleet: Option<FleetSettings>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if engine.control_model.is_none() {
         engine.control_model = args.models.first().map(|model| model.name.clone());
     }
     let (bound_sender, bound) = oneshot::channel();
-    let serving = tokio::spawn(server::serve(
+    let serving = tokio::spawn(serve(
         engine,
         server,
+        fleet,
         shutdown.clone(),
         move |bound| {
             let _ = bound_sender.send(bound);

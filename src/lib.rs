@@ -47,19 +47,26 @@
 //! knows nothing of gRPC, HTTP or files; `serve` and `replay` are thin shells
 //! around the same engine, so offline and online figures cannot drift apart.
 
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
 pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod engine;
 pub mod event;
 pub mod export;
 pub mod fleet;
 pub mod join;
 pub mod loadgen;
 pub mod metrics;
+pub mod process;
 pub mod query;
 pub mod replay;
 pub mod sequential;
+pub mod serve;
 pub mod server;
 pub mod state;
 pub mod window;

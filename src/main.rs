@@ -3,13 +3,16 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings, ServerArgs, ServerSettings};
+use rankwatch::config::{EngineArgs, FileSettings, ServerArgs};
 use rankwatch::demo::{self, DemoArgs};
+use rankwatch::engine::EngineSettings;
 use rankwatch::export::Report;
+use rankwatch::fleet::FleetSettings;
 use rankwatch::loadgen::{self, LoadgenArgs};
 use rankwatch::query::{self, QueryArgs};
-use rankwatch::replay::{self, ReplayOptions};
-use rankwatch::server;
+use rankwatch::replay::{self, ReplayOptions, ReplaySetup};
+use rankwatch::serve;
+use rankwatch::server::ServerSettings;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -193,7 +196,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let engine = EngineSettings::resolve(&args.engine, &file)?;
     let server = ServerSettings::resolve(&args.server, &file)?;
-    run_until_signal(|shutdown| server::serve(engine, server, shutdown, |_| {}))
+    let fleet = FleetSettings::resolve(&args.server.fleet, &file.fleet)?;
+    run_until_signal(|shutdown| serve::serve(engine, server, fleet, shutdown, |_| {}))
 }
 
 fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
@@ -201,7 +205,8 @@ fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let engine = EngineSettings::resolve(&args.engine, &file)?.with_quick_join(&args.engine, &file);
     let server = ServerSettings::resolve(&args.server, &file)?;
-    run_until_signal(|shutdown| demo::run(args.demo, engine, server, shutdown))
+    let fleet = FleetSettings::resolve(&args.server.fleet, &file.fleet)?;
+    run_until_signal(|shutdown| demo::run(args.demo, engine, server, fleet, shutdown))
 }
 
 fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
@@ -230,7 +235,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     } else {
         ProgressBar::hidden()
     };
-    let mut setup = settings.replay_setup();
+    let mut setup = ReplaySetup::new(&settings);
     if args.sketch_coverage {
         setup.join.coverage = settings.coverage_mode();
     }

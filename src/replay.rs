@@ -4,10 +4,11 @@
 //! the engine strictly in file order, so the report does not depend on the
 //! thread count or the chunk size.
 
+use crate::engine::EngineSettings;
 use crate::event::{json::parse_line, Event, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
 use crate::join::{Engine, JoinSettings};
-use crate::metrics::ListEvaluator;
+use crate::metrics::{CoverageMode, ListEvaluator};
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -51,6 +52,23 @@ pub struct ReplaySetup {
     pub validator: Validator,
     /// The settings the report prints.
     pub report: ReportConfig,
+}
+
+impl ReplaySetup {
+    /// What `settings` evaluate a log with: no rolling windows, no wall
+    /// clock, exact coverage.
+    pub fn new(settings: &EngineSettings) -> Self {
+        let mut join = settings.join(&[]);
+        if join.coverage != CoverageMode::Off {
+            join.coverage = CoverageMode::Exact;
+        }
+        Self {
+            join,
+            evaluator: settings.evaluator(),
+            validator: settings.validator(None),
+            report: settings.report_config(),
+        }
+    }
 }
 
 /// How a replay runs; none of it changes the report.

@@ -29,13 +29,28 @@ const FILE_NAME: &str = "rankwatch.state";
 pub enum StateError {
     /// Reading or writing failed.
     #[error("state file {path}")]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
     /// The file is damaged (wrong magic, short, bad checksum, undecodable).
     #[error("state file {path} is corrupt: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The file was written by another format version or under other metric settings.
     #[error("state file {path} is incompatible: {reason}")]
-    Incompatible { path: PathBuf, reason: String },
+    Incompatible {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// A state directory the server cannot save to, found at start.
@@ -215,7 +230,8 @@ impl StateFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{EngineArgs, EngineSettings, FileSettings};
+    use crate::config::{EngineArgs, FileSettings};
+    use crate::engine::EngineSettings;
     use crate::event::json::parse_line;
     use crate::join::Engine;
 

@@ -10,11 +10,12 @@
 
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::format_rfc3339;
 use rankwatch::export::Report;
 use rankwatch::metrics::{Discount, Gain, ListEvaluator, Metric, MetricSettings};
-use rankwatch::replay::{replay, ReplayOptions};
+use rankwatch::replay::{replay, ReplayOptions, ReplaySetup};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -521,7 +522,7 @@ fn run(
     let mut bad_lines = Vec::new();
     let report = replay(
         paths,
-        settings.replay_setup(),
+        ReplaySetup::new(settings),
         ReplayOptions {
             threads,
             chunk_lines,

@@ -12,11 +12,14 @@ use std::collections::BTreeMap;
 /// One model against the control on one surface, for one metric at one K.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
+    /// The surface.
     pub surface: String,
     /// The segment values both groups share; left out when there are none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub segments: BTreeMap<String, String>,
+    /// The model.
     pub model: String,
+    /// The control model.
     pub control: String,
     /// Keyed `metric@K`, as in the groups' metrics.
     pub metric: String,

@@ -4,7 +4,7 @@
 //! counts do not add up across instances: each instance's gauge covers the
 //! lists it finalized.
 
-use super::prometheus::{Kind, LabelSet, SeriesWriter, SINCE_START};
+use super::series::{Kind, LabelSet, SeriesWriter, SINCE_START};
 use super::GroupSnapshot;
 use crate::metrics::CoverageFigures;
 

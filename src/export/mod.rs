@@ -6,6 +6,7 @@ pub mod coverage;
 pub mod positions;
 pub mod prometheus;
 mod report;
+mod series;
 mod snapshot;
 
 pub use comparison::{compare, Comparison, NamedTotals};

@@ -3,7 +3,7 @@
 //! type, so that `rate(interactions) / rate(lists)` is CTR by rank across
 //! any number of instances.
 
-use super::prometheus::{Kind, LabelSet, SeriesWriter};
+use super::series::{Kind, LabelSet, SeriesWriter};
 use super::GroupSnapshot;
 
 /// Lists that showed at least `rank` items.

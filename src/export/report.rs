@@ -14,8 +14,11 @@ use std::fmt::Write as _;
 /// The report.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
+    /// The settings the figures were computed under.
     pub config: ReportConfig,
+    /// The join's counters.
     pub counters: ReportCounters,
+    /// The figures of each group.
     pub groups: Vec<GroupReport>,
     /// Every other model against the control (SPEC §9); present when a control model is set.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -25,9 +28,13 @@ pub struct Report {
 /// The settings that shaped the figures, built by whoever configured the engine.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReportConfig {
+    /// Cutoffs K, sorted.
     pub k: Vec<usize>,
+    /// The attribution window, in seconds.
     pub attribution_window_s: f64,
+    /// The allowed lateness, in seconds.
     pub allowed_lateness_s: f64,
+    /// The gain's name.
     pub gain: String,
     /// The model the others are compared against, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -37,11 +44,17 @@ pub struct ReportConfig {
 /// Event outcomes, shaped as in SPEC §6.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReportCounters {
+    /// Impressions opened.
     pub impressions: u64,
+    /// Interactions accepted.
     pub interactions: u64,
+    /// Interactions credited to an impression.
     pub credited: u64,
+    /// Interactions credited to none, by reason.
     pub unattributed: BTreeMap<String, u64>,
+    /// Late events, by kind.
     pub late: BTreeMap<String, u64>,
+    /// Retried events ignored, by kind.
     pub duplicates: BTreeMap<String, u64>,
     /// Only reasons that occurred.
     pub rejected: BTreeMap<String, u64>,
@@ -53,12 +66,16 @@ pub struct ReportCounters {
 /// One group: a model on a surface, with its segment values.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GroupReport {
+    /// The model.
     pub model: String,
+    /// The surface.
     pub surface: String,
     /// The value of each segment label; left out when none is configured.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub segments: BTreeMap<String, String>,
+    /// Finalized lists.
     pub lists: u64,
+    /// Finalized lists with an engaged item.
     pub engaged_lists: u64,
     /// Keyed `metric@K`, and `r_precision`, which has no cutoff.
     pub metrics: BTreeMap<String, MeanPair>,
@@ -103,9 +120,13 @@ fn position_points(curve: &PositionCurve, types: &[String]) -> Vec<PositionPoint
 /// `{"all": …, "engaged": …, "se_all": …, "se_engaged": …}` (SPEC §9).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct MeanPair {
+    /// The mean over all lists.
     pub all: f64,
+    /// The mean over engaged lists.
     pub engaged: f64,
+    /// Standard error of `all`.
     pub se_all: f64,
+    /// Standard error of `engaged`.
     pub se_engaged: f64,
 }
 

@@ -18,7 +18,7 @@ use super::feed::Feed;
 use super::partition::{self, Checkpoint, Partition, PartitionSettings, Start, Work};
 use super::snapshot::{Manifest, Pending, StateTopic};
 use super::FleetSettings;
-use crate::config::EngineSettings;
+use crate::engine::EngineSettings;
 use crate::join::{Engine, EngineState};
 use dashmap::DashMap;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
@@ -253,64 +253,15 @@ impl Rebalancer {
                 (0, 0)
             }
         };
-        // Read again, not taken from the wait: an owner hands over (a last
-        // manifest) and then leaves the group, so the manifest the wait read
-        // before it saw the owner gone may be the periodic one before the handover.
-        let restored = (1..=RESTORE_ATTEMPTS)
-            .map(|attempt| {
-                self.state.read_last(id).inspect_err(|error| {
-                    tracing::warn!(error = %error, partition = id, attempt, "reading the partition's snapshot failed");
-                })
-            })
-            .find(Result::is_ok);
-        let (engine, manifest, recount_until) = match restored {
-            Some(Ok(Some(restored))) if restored.manifest.fingerprint == fleet.fingerprint => {
-                let manifest = restored.manifest;
-                let recount_until = if manifest.handed_over {
-                    manifest.next_offset
-                } else {
-                    high
-                };
-                let engine = restored
-                    .state
-                    .map_or_else(|| fleet.empty_engine(), |state| fleet.restore(state));
-                (engine, manifest, recount_until)
-            }
-            Some(Ok(Some(restored))) => {
-                restore_failed(id, "it was computed under other metric settings");
-                let manifest = Manifest {
-                    chunks: 0,
-                    fingerprint: fleet.fingerprint.clone(),
-                    ..restored.manifest
-                };
-                (fleet.empty_engine(), manifest, 0)
-            }
-            Some(Ok(None)) => (fleet.empty_engine(), self.first_manifest(low), low),
-            _ => {
-                restore_failed(id, "the state topic cannot be read");
-                let engine = fleet.empty_engine();
-                let (partition, work) = partition::start(
-                    id,
-                    Start {
-                        engine,
-                        next_offset: 0,
-                        recount_until: 0,
-                    },
-                    feed,
-                    fleet.partition.clone(),
-                );
-                let manifest = self.first_manifest(0);
-                fleet.owned.insert(
-                    id,
-                    Owned {
-                        partition,
-                        work,
-                        manifest,
-                        unsaved: false,
-                    },
-                );
-                return None;
-            }
+        let Some((engine, manifest, recount_until)) = self.restore_one(id, low, high) else {
+            restore_failed(id, "the state topic cannot be read");
+            let start = Start {
+                engine: fleet.empty_engine(),
+                next_offset: 0,
+                recount_until: 0,
+            };
+            self.start_one(id, feed, start, self.first_manifest(0));
+            return None;
         };
         let next_offset = manifest.next_offset.max(low);
         let claim = Manifest {
@@ -329,26 +280,70 @@ impl Rebalancer {
             recount_until,
             "partition taken"
         );
-        let (partition, work) = partition::start(
-            id,
-            Start {
-                engine,
-                next_offset,
-                recount_until,
-            },
-            feed,
-            fleet.partition.clone(),
-        );
-        fleet.owned.insert(
+        let start = Start {
+            engine,
+            next_offset,
+            recount_until,
+        };
+        self.start_one(id, feed, start, claim);
+        Some(next_offset)
+    }
+
+    /// Partition `id`'s engine, manifest and the offset up to which its
+    /// lists may be counted again, from its last snapshot; `None` when the
+    /// state topic cannot be read. `low` and `high` are the partition's
+    /// first and next offsets.
+    fn restore_one(&self, id: i32, low: i64, high: i64) -> Option<(Engine, Manifest, i64)> {
+        let fleet = &self.fleet;
+        // Read again, not taken from the wait: an owner hands over (a last
+        // manifest) and then leaves the group, so the manifest the wait read
+        // before it saw the owner gone may be the periodic one before the handover.
+        let restored = (1..=RESTORE_ATTEMPTS)
+            .map(|attempt| {
+                self.state.read_last(id).inspect_err(|error| {
+                    tracing::warn!(error = %error, partition = id, attempt, "reading the partition's snapshot failed");
+                })
+            })
+            .find(Result::is_ok)?
+            .ok()?;
+        Some(match restored {
+            Some(restored) if restored.manifest.fingerprint == fleet.fingerprint => {
+                let manifest = restored.manifest;
+                let recount_until = if manifest.handed_over {
+                    manifest.next_offset
+                } else {
+                    high
+                };
+                let engine = restored
+                    .state
+                    .map_or_else(|| fleet.empty_engine(), |state| fleet.restore(state));
+                (engine, manifest, recount_until)
+            }
+            Some(restored) => {
+                restore_failed(id, "it was computed under other metric settings");
+                let manifest = Manifest {
+                    chunks: 0,
+                    fingerprint: fleet.fingerprint.clone(),
+                    ..restored.manifest
+                };
+                (fleet.empty_engine(), manifest, 0)
+            }
+            None => (fleet.empty_engine(), self.first_manifest(low), low),
+        })
+    }
+
+    /// Starts partition `id`'s task from `start`, reading `feed`, and owns it.
+    fn start_one(&self, id: i32, feed: Feed, start: Start, manifest: Manifest) {
+        let (partition, work) = partition::start(id, start, feed, self.fleet.partition.clone());
+        self.fleet.owned.insert(
             id,
             Owned {
                 partition,
                 work,
-                manifest: claim,
+                manifest,
                 unsaved: false,
             },
         );
-        Some(next_offset)
     }
 
     /// The manifest of a partition that has had no owner.

@@ -8,6 +8,8 @@
 //! wrapped), so this module calls librdkafka's C API for the partition
 //! queue, its wake-up callback and the batch read. It owns nothing else.
 
+#![allow(unsafe_code)] // explained at each block (SAFETY)
+
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use std::ffi::{c_void, CString};
@@ -177,24 +179,32 @@ unsafe fn fetched(message: &rd::rd_kafka_message_t) -> Result<Fetched<'_>, Strin
         let error: rdkafka::error::RDKafkaErrorCode = message.err.into();
         return Err(error.to_string());
     }
+    // SAFETY: the caller vouches for the key and the payload.
+    let (key, value) = unsafe {
+        (
+            bytes(message.key, message.key_len),
+            bytes(message.payload, message.len),
+        )
+    };
     Ok(Fetched {
         offset: message.offset,
-        key: bytes(message.key, message.key_len),
-        value: bytes(message.payload, message.len).unwrap_or_default(),
+        key,
+        value: value.unwrap_or_default(),
     })
 }
 
 /// # Safety
 /// `data` must point to `len` readable bytes, or be null.
 unsafe fn bytes<'a>(data: *mut c_void, len: usize) -> Option<&'a [u8]> {
-    (!data.is_null()).then(|| std::slice::from_raw_parts(data.cast::<u8>(), len))
+    // SAFETY: the caller vouches for `data` and `len`.
+    (!data.is_null()).then(|| unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) })
 }
 
 /// librdkafka's wake-up callback: a record arrived in an empty queue.
 unsafe extern "C" fn wake(_: *mut rd::rd_kafka_t, opaque: *mut c_void) {
     // SAFETY: `opaque` is the `Arc<Notify>` boxed in `Feed::split`, which
     // outlives every call (see `Drop`).
-    let arrived = &*opaque.cast::<Arc<Notify>>();
+    let arrived = unsafe { &*opaque.cast::<Arc<Notify>>() };
     arrived.notify_one();
 }
 

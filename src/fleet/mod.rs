@@ -18,13 +18,12 @@ mod reports;
 pub mod settings;
 pub mod snapshot;
 
-pub use settings::{FleetArgs, FleetFile, FleetMode, FleetSettings};
+pub use settings::{FleetMode, FleetSettings};
 
+use crate::engine::{Command, EngineHandle, EngineSettings, Readiness};
 use crate::export::{Report, Snapshot};
-use crate::server::{Command, EngineHandle};
 use consume::Fleet;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -33,20 +32,17 @@ use tokio_util::sync::CancellationToken;
 /// How often the broker's reachability is checked.
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 
-/// Whether the broker answered the last probe; `/readyz` reads it.
-#[derive(Clone, Debug, Default)]
-pub struct BrokerReachable(Arc<AtomicBool>);
+/// The part of readiness that the broker's reachability sets.
+const BROKER: &str = "kafka broker";
 
-impl BrokerReachable {
-    /// The broker answered the last probe.
-    pub fn get(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+/// Records whether the broker answered the last probe, for `/readyz` and the gauge.
+fn set_reachable(readiness: &Readiness, up: bool) {
+    if up {
+        readiness.ready(BROKER);
+    } else {
+        readiness.not_ready(BROKER, "unreachable");
     }
-
-    fn set(&self, up: bool) {
-        self.0.store(up, Ordering::Relaxed);
-        metrics::gauge!("rankwatch_kafka_broker_up").set(f64::from(u8::from(up)));
-    }
+    metrics::gauge!("rankwatch_kafka_broker_up").set(f64::from(u8::from(up)));
 }
 
 /// Describes the fleet's series, and creates the counters at zero so that
@@ -129,13 +125,14 @@ pub fn describe() {
 /// Checks every [`PROBE_EVERY`] that the broker answers, until `shutdown`.
 pub fn probe_broker(
     settings: &FleetSettings,
-    reachable: BrokerReachable,
+    readiness: Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), rdkafka::error::KafkaError> {
     let client: BaseConsumer = settings.client().create()?;
     let client = Arc::new(client);
     let topic = settings.topic.clone();
-    reachable.set(false);
+    set_reachable(&readiness, false);
+    let mut reachable = false;
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(PROBE_EVERY);
         loop {
@@ -149,10 +146,11 @@ pub fn probe_broker(
             })
             .await
             .unwrap_or(false);
-            if answered != reachable.get() {
+            if answered != reachable {
                 tracing::info!(reachable = answered, "kafka broker");
             }
-            reachable.set(answered);
+            reachable = answered;
+            set_reachable(&readiness, answered);
         }
     });
     Ok(())
@@ -160,7 +158,9 @@ pub fn probe_broker(
 
 /// A consuming instance running: its handle, and the thread that owns the consumer.
 pub struct Consuming {
+    /// Where batches and questions for figures go.
     pub engine: EngineHandle,
+    /// The thread that owns the consumer.
     pub consumer: std::thread::JoinHandle<()>,
 }
 
@@ -224,15 +224,17 @@ pub struct Started {
     /// for a consuming instance once it has handed its partitions over and
     /// lingered for `shutdown_linger`, so that its last counts are scraped.
     pub serving: CancellationToken,
-    /// Whether the broker answers, for `/readyz`.
-    pub reachable: BrokerReachable,
 }
 
 /// How the engines of fleet mode are made.
 pub struct EngineSetup {
-    pub settings: crate::config::EngineSettings,
+    /// The engine's settings.
+    pub settings: EngineSettings,
+    /// The rolling windows.
     pub windows: Vec<Duration>,
+    /// Whether the watermark follows the wall clock while a partition is idle.
     pub wall_clock_advance: bool,
+    /// Validates each event.
     pub validator: crate::event::Validator,
     /// Names the metric settings a snapshot was computed under.
     pub fingerprint: String,
@@ -244,11 +246,11 @@ pub struct EngineSetup {
 pub async fn start(
     settings: &FleetSettings,
     setup: EngineSetup,
+    readiness: Readiness,
     shutdown: CancellationToken,
 ) -> Result<Started, rdkafka::error::KafkaError> {
     describe();
-    let reachable = BrokerReachable::default();
-    probe_broker(settings, reachable.clone(), shutdown.clone())?;
+    probe_broker(settings, readiness, shutdown.clone())?;
     match settings.mode {
         FleetMode::Relay => {
             let engine = crate::join::Engine::new(
@@ -261,7 +263,6 @@ pub async fn start(
                 engine,
                 collector: true,
                 serving: shutdown,
-                reachable,
             })
         }
         FleetMode::Consume => {
@@ -288,7 +289,6 @@ pub async fn start(
                 engine: consuming.engine,
                 collector: false,
                 serving,
-                reachable,
             })
         }
     }

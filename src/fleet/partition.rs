@@ -45,8 +45,11 @@ pub enum Work {
     /// is being handed over); with `unsaved`, carry the state even if
     /// nothing changed (the last snapshot of it was not stored).
     Checkpoint {
+        /// The partition is being handed over: the last checkpoint.
         last: bool,
+        /// State changed since the last snapshot.
         unsaved: bool,
+        /// Where the answer goes.
         reply: oneshot::Sender<Checkpoint>,
     },
 }
@@ -71,12 +74,15 @@ impl Partition {
 /// How a partition's task runs.
 #[derive(Clone)]
 pub struct PartitionSettings {
+    /// Validates each event.
     pub validator: Validator,
+    /// Whether the watermark follows the wall clock while a partition is idle.
     pub wall_clock_advance: bool,
 }
 
 /// Where a partition starts.
 pub struct Start {
+    /// Where batches and questions for figures go.
     pub engine: Engine,
     /// The first record to read.
     pub next_offset: i64,

@@ -10,12 +10,12 @@
 
 use super::reports::{self, ReportQueue};
 use super::FleetSettings;
+use crate::engine::{Applied, Command, EngineHandle, RawBatch};
 use crate::event::wire::{parse_batch_with_events, WireError};
 use crate::event::Validator;
 use crate::export::{Report, ReportConfig, Snapshot};
 use crate::join::Engine;
 use crate::proto::{IngestAck, Rejection};
-use crate::server::{Applied, Command, EngineHandle, RawBatch};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
@@ -62,7 +62,7 @@ struct Relay {
 pub fn start(
     settings: &FleetSettings,
     engine: Engine,
-    engine_settings: crate::config::EngineSettings,
+    engine_settings: crate::engine::EngineSettings,
     validator: Validator,
     capacity: usize,
 ) -> Result<EngineHandle, KafkaError> {

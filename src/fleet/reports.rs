@@ -8,6 +8,8 @@
 //! It owns the queue handle and the socket pair; the callbacks are the
 //! producer context's.
 
+#![allow(unsafe_code)] // explained at each block (SAFETY)
+
 use rdkafka::bindings as ffi;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use std::io::ErrorKind;

@@ -96,15 +96,21 @@ pub enum SnapshotError {
     /// The broker did not take or return a record.
     #[error("state topic {topic} partition {partition}: {source}")]
     Kafka {
+        /// The topic.
         topic: String,
+        /// The partition.
         partition: i32,
+        /// Why.
         source: KafkaError,
     },
     /// A record or the state in it cannot be read.
     #[error("state topic {topic} partition {partition}: {reason}")]
     Corrupt {
+        /// The topic.
         topic: String,
+        /// The partition.
         partition: i32,
+        /// What is wrong.
         reason: String,
     },
 }
@@ -192,7 +198,9 @@ pub type Written = Result<(Manifest, usize), SnapshotError>;
 
 /// A snapshot read back: its manifest and the open state it holds.
 pub struct Restored {
+    /// The snapshot's manifest.
     pub manifest: Manifest,
+    /// The open state, if the snapshot held any.
     pub state: Option<EngineState>,
 }
 

@@ -117,7 +117,8 @@ pub(super) fn sorted_user_refs(shards: &[Shard]) -> Vec<(u64, &UserState)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{EngineArgs, EngineSettings, FileSettings};
+    use crate::config::{EngineArgs, FileSettings};
+    use crate::engine::EngineSettings;
     use crate::event::json::parse_line;
     use crate::join::Engine;
 

@@ -286,6 +286,7 @@ impl UserState {
 /// Asks the CPU to start loading the cache line at `address`: a hint that
 /// never faults, whatever the address.
 #[inline(always)]
+#[allow(unsafe_code)]
 fn prefetch<T>(address: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch instruction reads nothing into the program and

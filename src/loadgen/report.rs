@@ -1,10 +1,14 @@
 //! What a load run achieved: events/s, ack latency percentiles, the
 //! loadgen's own CPU time, rejections by reason.
 
-use super::stream::DRAIN_TIMEOUT;
+#![allow(unsafe_code)] // explained at each block (SAFETY)
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
+
+/// How long a stream waits for its outstanding acks after its last batch.
+pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Ack latency percentiles over a run's batches.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -2,21 +2,18 @@
 //! number in flight, and matches each ack to its batch.
 
 use super::pacer::Pacer;
+use super::report::DRAIN_TIMEOUT;
 use super::sender::IngestClient;
 use super::source::BatchSource;
 use super::stats::{Sent, StreamStats};
 use super::LoadError;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
-
-/// How long a stopping stream waits for its outstanding acks.
-pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How one stream sends.
 #[derive(Clone, Copy, Debug)]

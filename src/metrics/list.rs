@@ -84,16 +84,27 @@ impl Default for MetricSettings {
 /// A per-list metric. The discriminant is the metric's slot in a row of values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Metric {
+    /// Hit rate.
     HitRate,
+    /// Mean reciprocal rank.
     Mrr,
+    /// Precision.
     Precision,
+    /// Recall.
     Recall,
+    /// Average precision.
     Map,
+    /// Normalized DCG.
     Ndcg,
+    /// Discounted cumulative gain.
     Dcg,
+    /// Half-life utility.
     HalfLifeUtility,
+    /// Pairwise accuracy.
     PairwiseAccuracy,
+    /// Expected reciprocal rank.
     Err,
+    /// Rank-biased precision.
     Rbp,
 }
 

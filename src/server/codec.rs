@@ -3,14 +3,11 @@
 //! leave through prost.
 
 use crate::codec::{Frame, FrameCodec};
+use crate::engine::RawBatch;
 use crate::proto::IngestAck;
 use bytes::Bytes;
 use tonic::codec::{DecodeBuf, EncodeBuf};
 use tonic::Status;
-
-/// An `EventBatch` as received, undecoded.
-#[derive(Clone, Debug)]
-pub struct RawBatch(pub Bytes);
 
 impl Frame for RawBatch {
     fn encode_frame(self, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {

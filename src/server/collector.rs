@@ -2,14 +2,14 @@
 //! reads, validates and applies it event by event, and acknowledges it with
 //! its rejections, in order.
 
-use super::codec::RawBatch;
-use super::engine_task::{Applied, EngineHandle};
 use super::tasks::Tasks;
 use super::telemetry::{
     BATCH_DURATION_SECONDS, INGEST_STREAMS, STREAMS_FAILED_TOTAL, STREAMS_REFUSED_TOTAL,
     STREAMS_TIMED_OUT_TOTAL,
 };
 use super::wire_service::collector_server::Collector;
+use crate::engine::RawBatch;
+use crate::engine::{Applied, EngineHandle};
 use crate::proto::IngestAck;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
@@ -106,6 +106,88 @@ enum Pending {
     End(Status),
 }
 
+/// The reading half of an `Ingest` stream: hands each batch to the engine
+/// in arrival order and queues its pending ack.
+struct BatchReader {
+    engine: EngineHandle,
+    shutdown: CancellationToken,
+    idle_timeout: Duration,
+    /// Where an ack fails when the engine has stopped.
+    failures: mpsc::Sender<Result<IngestAck, Status>>,
+}
+
+impl BatchReader {
+    /// Reads `inbound` until it ends, fails, idles past the timeout or the
+    /// server shuts down; each batch's pending ack goes to `pending`.
+    async fn read(self, mut inbound: Streaming<RawBatch>, pending: mpsc::Sender<Pending>) {
+        let stream_failed = Arc::new(AtomicBool::new(false));
+        loop {
+            let message = tokio::select! {
+                _ = self.shutdown.cancelled() => {
+                    let _ = pending.send(Pending::End(shut_down_mid_stream())).await;
+                    return;
+                }
+                message = tokio::time::timeout(self.idle_timeout, inbound.message()) => message,
+            };
+            let Ok(message) = message else {
+                metrics::counter!(STREAMS_TIMED_OUT_TOTAL).increment(1);
+                let _ = pending
+                    .send(Pending::End(idle_stream(self.idle_timeout)))
+                    .await;
+                return;
+            };
+            let batch = match message {
+                Ok(Some(batch)) => batch,
+                Ok(None) => return,
+                Err(status) => {
+                    // An oversize message was counted where it was found.
+                    if status.code() != tonic::Code::ResourceExhausted {
+                        metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
+                    }
+                    // After the acks of the batches before it.
+                    let _ = pending.send(Pending::End(status)).await;
+                    return;
+                }
+            };
+            let started = Instant::now();
+            let Ok(applied) = self.engine.submit(batch, stream_failed.clone()).await else {
+                let _ = self.failures.send(Err(engine_stopped())).await;
+                return;
+            };
+            if pending
+                .send(Pending::Batch(started, applied))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// The answering half of an `Ingest` stream: sends each batch's ack once
+/// it is applied, in the order the batches came.
+async fn acknowledge_in_order(
+    mut in_order: mpsc::Receiver<Pending>,
+    acks: mpsc::Sender<Result<IngestAck, Status>>,
+) {
+    while let Some(next) = in_order.recv().await {
+        let (started, applied) = match next {
+            Pending::Batch(started, applied) => (started, applied),
+            Pending::End(status) => {
+                let _ = acks.send(Err(status)).await;
+                break;
+            }
+        };
+        let reply = reply(applied.await.ok());
+        metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
+        let failed = reply.is_err();
+        if acks.send(reply).await.is_err() || failed {
+            break;
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Collector for CollectorService {
     type IngestStream = AckStream;
@@ -121,74 +203,22 @@ impl Collector for CollectorService {
                 self.max_streams
             )));
         };
-        let mut inbound = request.into_inner();
         let (acks, response) = mpsc::channel(self.max_inflight_batches);
-        let (pending, mut in_order) = mpsc::channel::<Pending>(self.max_inflight_batches);
-        let (engine, shutdown) = (self.engine.clone(), self.shutdown.clone());
-        let failures = acks.clone();
-        let stream_failed = Arc::new(AtomicBool::new(false));
-        let idle_timeout = self.idle_timeout;
+        let (pending, in_order) = mpsc::channel::<Pending>(self.max_inflight_batches);
+        let reader = BatchReader {
+            engine: self.engine.clone(),
+            shutdown: self.shutdown.clone(),
+            idle_timeout: self.idle_timeout,
+            failures: acks.clone(),
+        };
+        let inbound = request.into_inner();
         self.tasks.spawn(async move {
             let _permit = permit;
             metrics::gauge!(INGEST_STREAMS).increment(1.0);
-            loop {
-                let message = tokio::select! {
-                    _ = shutdown.cancelled() => {
-                        let _ = pending.send(Pending::End(shut_down_mid_stream())).await;
-                        break;
-                    }
-                    message = tokio::time::timeout(idle_timeout, inbound.message()) => message,
-                };
-                let Ok(message) = message else {
-                    metrics::counter!(STREAMS_TIMED_OUT_TOTAL).increment(1);
-                    let _ = pending.send(Pending::End(idle_stream(idle_timeout))).await;
-                    break;
-                };
-                let batch = match message {
-                    Ok(Some(batch)) => batch,
-                    Ok(None) => break,
-                    Err(status) => {
-                        // An oversize message was counted where it was found.
-                        if status.code() != tonic::Code::ResourceExhausted {
-                            metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
-                        }
-                        // After the acks of the batches before it.
-                        let _ = pending.send(Pending::End(status)).await;
-                        break;
-                    }
-                };
-                let started = Instant::now();
-                let Ok(applied) = engine.submit(batch, stream_failed.clone()).await else {
-                    let _ = failures.send(Err(engine_stopped())).await;
-                    break;
-                };
-                if pending
-                    .send(Pending::Batch(started, applied))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
+            reader.read(inbound, pending).await;
             metrics::gauge!(INGEST_STREAMS).decrement(1.0);
         });
-        self.tasks.spawn(async move {
-            while let Some(next) = in_order.recv().await {
-                let (started, applied) = match next {
-                    Pending::Batch(started, applied) => (started, applied),
-                    Pending::End(status) => {
-                        let _ = acks.send(Err(status)).await;
-                        break;
-                    }
-                };
-                let reply = reply(applied.await.ok());
-                metrics::histogram!(BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
-                let failed = reply.is_err();
-                if acks.send(reply).await.is_err() || failed {
-                    break;
-                }
-            }
-        });
+        self.tasks.spawn(acknowledge_in_order(in_order, acks));
         Ok(Response::new(Box::pin(ReceiverStream::new(response))))
     }
 

@@ -1,7 +1,7 @@
 //! `rankwatch.v1.Evaluation`: the report of SPEC §6 over gRPC, since start
 //! or for one rolling window.
 
-use super::engine_task::EngineHandle;
+use crate::engine::EngineHandle;
 use crate::export::{Comparison, Report};
 use crate::proto::{self, evaluation_server::Evaluation};
 use std::time::Duration;

@@ -1,10 +1,10 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/healthz` (alive) and
 //! `/readyz` (ready to ingest).
 
-use super::engine_task::EngineHandle;
 use crate::clock::wall_clock;
+use crate::engine::EngineHandle;
+use crate::engine::Readiness;
 use crate::export::prometheus;
-use crate::fleet::BrokerReachable;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -22,7 +22,7 @@ struct Shared {
     process: metrics_process::Collector,
     windows: Vec<Duration>,
     shutdown: CancellationToken,
-    broker: Option<BrokerReachable>,
+    readiness: Readiness,
 }
 
 /// The HTTP routes.
@@ -31,7 +31,7 @@ pub fn router(
     recorder: PrometheusHandle,
     windows: Vec<Duration>,
     shutdown: CancellationToken,
-    broker: Option<BrokerReachable>,
+    readiness: Readiness,
 ) -> Router {
     let process = metrics_process::Collector::default();
     process.describe();
@@ -41,7 +41,7 @@ pub fn router(
         process,
         windows,
         shutdown,
-        broker,
+        readiness,
     });
     Router::new()
         .route("/metrics", get(metrics))
@@ -70,13 +70,13 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 
 async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     if shared.shutdown.is_cancelled() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else if shared.broker.as_ref().is_some_and(|b| !b.get()) {
-        (
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "kafka broker unreachable\n",
-        )
-    } else {
-        (StatusCode::OK, "ready\n")
+            "shutting down\n".to_owned(),
+        );
+    }
+    match shared.readiness.problems() {
+        Some(problems) => (StatusCode::SERVICE_UNAVAILABLE, problems),
+        None => (StatusCode::OK, "ready\n".to_owned()),
     }
 }

@@ -4,9 +4,10 @@
 //! pipeline's health and the settings in force. Like `/metrics` it reads one
 //! snapshot of the engine per request and renders it off the engine's task.
 
-use super::engine_task::EngineHandle;
+use super::ServerSettings;
 use crate::clock::wall_clock;
-use crate::config::{EngineSettings, ServerSettings};
+use crate::engine::EngineHandle;
+use crate::engine::EngineSettings;
 use crate::event::{Nanos, NANOS_PER_SECOND};
 use crate::export::{Report, ReportConfig, Snapshot};
 use crate::metrics::Discount;

@@ -1,9 +1,11 @@
 //! The server's own health series: their names, written once here, the
 //! process-wide Prometheus recorder that holds them, their descriptions and
-//! the configured limits. The list-metric series are `export::prometheus`'s.
+//! the configured limits. The list-metric series are `export::prometheus`'s,
+//! the engine's own are `engine`'s.
 
-use super::periodic::Every;
-use crate::config::{EngineSettings, ServerSettings};
+use super::ServerSettings;
+use crate::clock::Every;
+use crate::engine::EngineSettings;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -23,18 +25,8 @@ pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
 pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
 /// Counter: HTTP connections closed by `http_header_timeout` or `http_idle_timeout`.
 pub const HTTP_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_http_connections_timed_out_total";
-/// Counter: groups retired after `group_idle_timeout` without an impression.
-pub const GROUPS_RETIRED_TOTAL: &str = "rankwatch_groups_retired_total";
 /// Gauge: configured limits, by the label `limit`.
 pub const LIMIT: &str = "rankwatch_limit";
-/// Counter: state snapshots written.
-pub const STATE_SAVES_TOTAL: &str = "rankwatch_state_saves_total";
-/// Counter: state snapshots that could not be written.
-pub const STATE_SAVE_FAILURES_TOTAL: &str = "rankwatch_state_save_failures_total";
-/// Counter: saved states that could not be restored at start.
-pub const STATE_RESTORE_FAILURES_TOTAL: &str = "rankwatch_state_restore_failures_total";
-/// Gauge: size of the last saved state.
-pub const STATE_BYTES: &str = "rankwatch_state_bytes";
 
 /// How often the recorder's upkeep runs (the exporter's own default).
 const RECORDER_UPKEEP: Duration = Duration::from_secs(5);
@@ -87,35 +79,13 @@ fn describe_health_series() {
         HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
         "HTTP connections closed by http_header_timeout or http_idle_timeout."
     );
-    metrics::describe_counter!(
-        GROUPS_RETIRED_TOTAL,
-        "Groups retired after group_idle_timeout without an impression (gone from the list metrics, their slots under max_groups freed)."
-    );
     metrics::describe_gauge!(LIMIT, "Configured limits, by name.");
-    metrics::describe_counter!(
-        STATE_SAVES_TOTAL,
-        "State snapshots written to the state directory."
-    );
-    metrics::describe_counter!(
-        STATE_SAVE_FAILURES_TOTAL,
-        "State snapshots that could not be written."
-    );
-    metrics::describe_counter!(
-        STATE_RESTORE_FAILURES_TOTAL,
-        "Saved states that could not be restored at start (the server started empty)."
-    );
-    metrics::describe_gauge!(
-        STATE_BYTES,
-        metrics::Unit::Bytes,
-        "Size of the last saved state."
-    );
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!(STREAMS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_FAILED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
-    metrics::counter!(GROUPS_RETIRED_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
 }
 

@@ -1,7 +1,7 @@
 //! TLS of the gRPC listener: the rustls configuration read from the PEM
 //! files of the settings.
 
-use crate::config::TlsSettings;
+use super::TlsSettings;
 use anyhow::Context;
 use std::path::Path;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};

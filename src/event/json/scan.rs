@@ -8,6 +8,8 @@
 //! and the line goes to serde_json, which stays the reference for every
 //! rule of the format (escapes, `null`, unknown keys, duplicates, errors).
 
+#![allow(unsafe_code)] // explained at each block (SAFETY)
+
 use super::{JsonImpression, JsonInteraction, Labels, Line, Text};
 use std::borrow::Cow;
 

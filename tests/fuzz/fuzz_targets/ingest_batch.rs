@@ -19,7 +19,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{wire::parse_batch, Nanos, Validator};
 use rankwatch::export::{prometheus::render, Report, Snapshot};
 use rankwatch::join::{Engine, JoinSettings};

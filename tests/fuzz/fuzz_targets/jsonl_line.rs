@@ -7,7 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{json::parse_line, Validator};
 use rankwatch_fuzz::{check_accepted, check_rejection, InputPath};
 use std::sync::LazyLock;

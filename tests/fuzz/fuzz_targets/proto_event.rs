@@ -15,7 +15,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{wire::parse_batch, Nanos, Validator};
 use rankwatch::proto::EventBatch;
 use rankwatch_fuzz::{check_accepted, check_rejection, InputPath};

@@ -14,7 +14,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::export::{prometheus::render, Snapshot};
 use rankwatch::join::{Engine, JoinSettings};
 use rankwatch::state::StateFile;

@@ -8,7 +8,8 @@
 //!   the log, whole and as bare payloads (the target loads both ways).
 
 use prost::Message;
-use rankwatch::config::{EngineArgs, EngineSettings, FileSettings};
+use rankwatch::config::{EngineArgs, FileSettings};
+use rankwatch::engine::EngineSettings;
 use rankwatch::event::{json::parse_line, parse_rfc3339, Nanos, NANOS_PER_SECOND};
 use rankwatch::join::Engine;
 use rankwatch::proto::{self, event::Kind};

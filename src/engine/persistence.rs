@@ -3,33 +3,54 @@
 //! file format is `state`'s; this module decides when to read and write it,
 //! and counts.
 
-use super::engine_task::EngineHandle;
-use super::periodic::Every;
-use super::telemetry::{
-    STATE_BYTES, STATE_RESTORE_FAILURES_TOTAL, STATE_SAVES_TOTAL, STATE_SAVE_FAILURES_TOTAL,
-};
-use crate::config::{EngineSettings, ServerSettings};
+use super::{EngineHandle, EngineSettings};
+use crate::clock::Every;
 use crate::join::Engine;
 use crate::state::StateFile;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Counter: state snapshots written.
+pub const STATE_SAVES_TOTAL: &str = "rankwatch_state_saves_total";
+/// Counter: state snapshots that could not be written.
+pub const STATE_SAVE_FAILURES_TOTAL: &str = "rankwatch_state_save_failures_total";
+/// Counter: saved states that could not be restored at start.
+pub const STATE_RESTORE_FAILURES_TOTAL: &str = "rankwatch_state_restore_failures_total";
+/// Gauge: size of the last saved state.
+pub const STATE_BYTES: &str = "rankwatch_state_bytes";
+
+/// Describes the series of saving and restoring.
+pub(super) fn describe() {
+    metrics::describe_counter!(
+        STATE_SAVES_TOTAL,
+        "State snapshots written to the state directory."
+    );
+    metrics::describe_counter!(
+        STATE_SAVE_FAILURES_TOTAL,
+        "State snapshots that could not be written."
+    );
+    metrics::describe_counter!(
+        STATE_RESTORE_FAILURES_TOTAL,
+        "Saved states that could not be restored at start (the server started empty)."
+    );
+    metrics::describe_gauge!(
+        STATE_BYTES,
+        metrics::Unit::Bytes,
+        "Size of the last saved state."
+    );
+}
+
 /// The engine to start with: the saved state when there is a usable one.
 /// An unusable state file is set aside with a loud log line and a counter,
 /// and the server starts empty rather than not at all.
-pub fn restore(
-    engine: &EngineSettings,
-    server: &ServerSettings,
-    file: Option<&StateFile>,
-) -> Engine {
-    let fresh = || Engine::new(engine.join(&server.windows), engine.evaluator());
+pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&StateFile>) -> Engine {
+    let fresh = || Engine::new(engine.join(windows), engine.evaluator());
     metrics::counter!(STATE_RESTORE_FAILURES_TOTAL).absolute(0);
     let Some(file) = file else { return fresh() };
     match file.load() {
         Ok(Some(state)) => {
-            let restored =
-                Engine::from_state(engine.join(&server.windows), engine.evaluator(), state);
+            let restored = Engine::from_state(engine.join(windows), engine.evaluator(), state);
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),

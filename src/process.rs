@@ -1,6 +1,8 @@
 //! Settings of the whole process rather than of a listener: how the kernel
 //! backs its memory, and how many files it may open.
 
+#![allow(unsafe_code)] // explained at each block (SAFETY)
+
 /// Stops the kernel from backing this process's memory with transparent
 /// huge pages, unless `huge_pages`. Faulting in a fresh 2 MiB page stalls
 /// the thread for milliseconds, and at 1,000 batches/s those stalls were

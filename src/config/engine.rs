@@ -1,0 +1,481 @@
+//! The engine's settings from flags, environment and the file: metric
+//! definitions, grades, segments and the engine's limits.
+
+use super::choices::{DiscountName, GainName};
+use super::{
+    at_least_one, bounded, defaults, help, invalid, parse_duration, pick, resolved, shown_choice,
+    shown_duration, shown_grades, shown_list, ConfigError, FileSettings,
+};
+use crate::engine::EngineSettings;
+use crate::event::GradeTable;
+use crate::join::SegmentSettings;
+use crate::metrics::{Discount, Gain, MetricSettings};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn parse_grade(text: &str) -> Result<(String, f64), String> {
+    let Some((name, grade)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not TYPE=GRADE, e.g. click=1"));
+    };
+    match grade.trim().parse() {
+        Ok(grade) => Ok((name.trim().to_owned(), grade)),
+        Err(_) => Err(format!("grade of {name:?} is not a number")),
+    }
+}
+
+/// Join and metric settings, shared by `serve` and `replay`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct EngineArgs {
+    /// TOML config file; flags and RANKWATCH_* variables override its keys.
+    #[arg(long, env = "RANKWATCH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// How long after an impression its interactions count.
+    #[arg(long, env = "RANKWATCH_ATTRIBUTION_WINDOW", value_parser = parse_duration,
+        help = help("How long after an impression its interactions count", shown_duration(defaults::ATTRIBUTION_WINDOW)))]
+    pub attribution_window: Option<Duration>,
+    /// How far the watermark trails the latest event time.
+    #[arg(long, env = "RANKWATCH_ALLOWED_LATENESS", value_parser = parse_duration,
+        help = help("How far the watermark trails the latest event time", shown_duration(defaults::ALLOWED_LATENESS)))]
+    pub allowed_lateness: Option<Duration>,
+    /// Cutoffs K.
+    #[arg(long, env = "RANKWATCH_K", value_delimiter = ',',
+        help = help("Cutoffs K, comma-separated", shown_list(defaults::K)))]
+    pub k: Option<Vec<usize>>,
+    /// Gain of DCG, nDCG and half-life utility.
+    #[arg(long, env = "RANKWATCH_GAIN",
+        help = help("Gain of DCG, nDCG and half-life utility", shown_choice(defaults::GAIN)))]
+    pub gain: Option<GainName>,
+    /// Discount of DCG and nDCG.
+    #[arg(long, env = "RANKWATCH_DISCOUNT",
+        help = help("Discount of DCG and nDCG", shown_choice(defaults::DISCOUNT)))]
+    pub discount: Option<DiscountName>,
+    /// Logarithm base of the jarvelin discount.
+    #[arg(long, env = "RANKWATCH_LOG_BASE",
+        help = help("Logarithm base of the jarvelin discount", defaults::LOG_BASE))]
+    pub log_base: Option<f64>,
+    /// Half-life α of half-life utility, in ranks.
+    #[arg(long, env = "RANKWATCH_HALF_LIFE",
+        help = help("Half-life α of half-life utility, in ranks", defaults::HALF_LIFE))]
+    pub half_life: Option<f64>,
+    /// ERR's largest grade g_max.
+    #[arg(long, env = "RANKWATCH_G_MAX",
+        help = help("ERR's largest grade g_max: grade g stops the user with probability (2^min(g, g_max) - 1) / 2^g_max", defaults::G_MAX))]
+    pub g_max: Option<f64>,
+    /// RBP's persistence p.
+    #[arg(long, env = "RANKWATCH_RBP_P",
+        help = help("RBP's persistence p, the chance of reading on to the next rank, between 0 and 1", defaults::RBP_P))]
+    pub rbp_p: Option<f64>,
+    /// Deepest rank of the position curves.
+    #[arg(long, env = "RANKWATCH_POSITION_CURVE_DEPTH",
+        help = help("Deepest rank of the position curves (lists and interactions by rank); 0 turns them off", defaults::POSITION_CURVE_DEPTH))]
+    pub position_curve_depth: Option<usize>,
+    /// Most items whose exposure one coverage sketch keeps.
+    #[arg(long, env = "RANKWATCH_MAX_EXPOSURE_ITEMS",
+        help = help("Most items whose exposure each group's coverage keeps per window pane and since start: exact up to it, estimated from sketches past it (replay is always exact); 0 turns coverage off", defaults::MAX_EXPOSURE_ITEMS))]
+    pub max_exposure_items: Option<usize>,
+    /// Grade of an interaction type, TYPE=GRADE, repeatable.
+    #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
+        help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
+    pub grades: Option<Vec<(String, f64)>>,
+    /// Limit: most items in one impression.
+    #[arg(long, env = "RANKWATCH_MAX_ITEMS",
+        help = help("Limit: most items in one impression; longer lists are rejected (too_many_items)", defaults::MAX_ITEMS))]
+    pub max_items: Option<usize>,
+    /// Limit: longest model or surface name or segment value.
+    #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
+        help = help("Limit: longest model or surface name or segment value in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
+    pub max_label_bytes: Option<usize>,
+    /// Limit: most groups.
+    #[arg(long, env = "RANKWATCH_MAX_GROUPS",
+        help = help("Limit: most groups (model, surface and segment values); new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
+    pub max_groups: Option<usize>,
+    /// Impression label keys whose values are dimensions of every group.
+    #[arg(long, env = "RANKWATCH_SEGMENT_LABELS", value_delimiter = ',',
+        help = help("Impression label keys whose values are dimensions of every group and labels of every per-group series, comma-separated; other keys are ignored", "none"))]
+    pub segment_labels: Option<Vec<String>>,
+    /// Limit: most distinct values of each segment label.
+    #[arg(long, env = "RANKWATCH_MAX_SEGMENT_VALUES",
+        help = help("Limit: most distinct values of each segment label; later values fold into __other__, counted", defaults::MAX_SEGMENT_VALUES))]
+    pub max_segment_values: Option<usize>,
+    /// Limit: most open impressions.
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS",
+        help = help("Limit: most open impressions; a new impression past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS))]
+    pub max_open_impressions: Option<usize>,
+    /// Limit: most waiting interactions.
+    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
+        help = help("Limit: most waiting interactions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS))]
+    pub max_waiting_interactions: Option<usize>,
+    /// The model every other model on a surface is compared against.
+    #[arg(long, env = "RANKWATCH_CONTROL_MODEL",
+        help = help("The model every other model on a surface is compared against (SPEC §9)", "none"))]
+    pub control_model: Option<String>,
+}
+
+/// Most interaction types in the grade table: each is a column of every
+/// group's position curve.
+const MAX_INTERACTION_TYPES: usize = 64;
+
+/// Deepest position curve: each rank is a row of counters per group.
+const MAX_POSITION_CURVE_DEPTH: usize = 1000;
+
+/// `value`, unless it exceeds `max`.
+fn at_most(key: &'static str, value: usize, max: usize) -> Result<usize, ConfigError> {
+    if value > max {
+        return Err(invalid(
+            key,
+            format!("{value} is more than the most, {max}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// The grade table: the file's table replaces the defaults; flags add
+/// types or override them.
+fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigError> {
+    let base = match &file.grades {
+        Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
+        None => GradeTable::default(),
+    };
+    let grades = GradeTable::new(
+        base.pairs()
+            .iter()
+            .cloned()
+            .chain(args.grades.iter().flatten().cloned()),
+    );
+    if grades.pairs().len() > MAX_INTERACTION_TYPES {
+        return Err(invalid(
+            "grades",
+            format!(
+                "{} interaction types; at most {MAX_INTERACTION_TYPES} may be configured",
+                grades.pairs().len()
+            ),
+        ));
+    }
+    if let Some((name, grade)) = grades
+        .pairs()
+        .iter()
+        .find(|(_, g)| !(g.is_finite() && *g >= 0.0))
+    {
+        return Err(invalid(
+            "grades",
+            format!("grade of {name:?} is {grade}; grades are finite numbers >= 0"),
+        ));
+    }
+    Ok(grades)
+}
+
+/// Most segment labels: each multiplies the groups a model may have.
+const MAX_SEGMENT_LABELS: usize = 8;
+
+/// Labels that rankwatch's own series carry, which a segment label may not shadow.
+const SERIES_LABELS: [&str; 14] = [
+    "model", "surface", "k", "window", "scope", "rank", "type", "control", "metric", "reason",
+    "kind", "label", "le", "quantile",
+];
+
+/// The segment labels: flags and environment over the file; each a
+/// Prometheus label name of its own, at most [`MAX_SEGMENT_LABELS`].
+fn segment_labels(args: &EngineArgs, file: &FileSettings) -> Result<Vec<String>, ConfigError> {
+    let default = || defaults::SEGMENT_LABELS.map(str::to_owned).to_vec();
+    let labels: Vec<String> = resolved(
+        args.segment_labels.clone(),
+        file.segment_labels.clone(),
+        default(),
+    )
+    .into_iter()
+    .map(|label| label.trim().to_owned())
+    .filter(|label| !label.is_empty())
+    .collect();
+    if labels.len() > MAX_SEGMENT_LABELS {
+        return Err(invalid(
+            "segment_labels",
+            format!(
+                "{} labels; at most {MAX_SEGMENT_LABELS} may be named",
+                labels.len()
+            ),
+        ));
+    }
+    for (index, label) in labels.iter().enumerate() {
+        let mut chars = label.chars();
+        let well_formed = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !well_formed || label.starts_with("__") {
+            return Err(invalid(
+                "segment_labels",
+                format!("{label:?} is not a label name: letters, digits and _, not starting with a digit or __"),
+            ));
+        }
+        if SERIES_LABELS.contains(&label.as_str()) {
+            return Err(invalid(
+                "segment_labels",
+                format!("{label:?} is a label of rankwatch's own series; name the key otherwise"),
+            ));
+        }
+        if labels[..index].contains(label) {
+            return Err(invalid(
+                "segment_labels",
+                format!("{label:?} is named twice"),
+            ));
+        }
+    }
+    Ok(labels)
+}
+
+/// The control model, if any: flags and environment over the file; a blank name is an error.
+fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String>, ConfigError> {
+    let Some(name) = args
+        .control_model
+        .clone()
+        .or_else(|| file.control_model.clone())
+    else {
+        return Ok(defaults::CONTROL_MODEL);
+    };
+    if name.trim().is_empty() {
+        return Err(invalid(
+            "control_model",
+            "the control model's name is empty",
+        ));
+    }
+    Ok(Some(name))
+}
+
+impl EngineSettings {
+    /// Resolves flags and environment over `file` over defaults.
+    pub fn resolve(args: &EngineArgs, file: &FileSettings) -> Result<Self, ConfigError> {
+        let k = resolved(args.k.clone(), file.k.clone(), defaults::K.to_vec());
+        if k.is_empty() || k.contains(&0) {
+            return Err(invalid(
+                "k",
+                "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
+            ));
+        }
+        let resolve_limit =
+            |key, flag, file_value, default| at_least_one(key, resolved(flag, file_value, default));
+        Ok(Self {
+            attribution_window: bounded(
+                "attribution_window",
+                pick!(args, file, attribution_window, defaults::ATTRIBUTION_WINDOW),
+            )?,
+            allowed_lateness: bounded(
+                "allowed_lateness",
+                pick!(args, file, allowed_lateness, defaults::ALLOWED_LATENESS),
+            )?,
+            k,
+            metrics: metric_settings(args, file)?,
+            grades: grades(args, file)?,
+            position_curve_depth: at_most(
+                "position_curve_depth",
+                resolved(
+                    args.position_curve_depth,
+                    file.position_curve_depth,
+                    defaults::POSITION_CURVE_DEPTH,
+                ),
+                MAX_POSITION_CURVE_DEPTH,
+            )?,
+            max_exposure_items: resolved(
+                args.max_exposure_items,
+                file.max_exposure_items,
+                defaults::MAX_EXPOSURE_ITEMS,
+            ),
+            max_items: resolve_limit(
+                "max_items",
+                args.max_items,
+                file.max_items,
+                defaults::MAX_ITEMS,
+            )?,
+            max_label_bytes: resolve_limit(
+                "max_label_bytes",
+                args.max_label_bytes,
+                file.max_label_bytes,
+                defaults::MAX_LABEL_BYTES,
+            )?,
+            max_groups: resolve_limit(
+                "max_groups",
+                args.max_groups,
+                file.max_groups,
+                defaults::MAX_GROUPS,
+            )?,
+            segments: SegmentSettings {
+                labels: segment_labels(args, file)?,
+                max_values: resolve_limit(
+                    "max_segment_values",
+                    args.max_segment_values,
+                    file.max_segment_values,
+                    defaults::MAX_SEGMENT_VALUES,
+                )?,
+            },
+            max_open_impressions: resolve_limit(
+                "max_open_impressions",
+                args.max_open_impressions,
+                file.max_open_impressions,
+                defaults::MAX_OPEN_IMPRESSIONS,
+            )?,
+            max_waiting_interactions: resolve_limit(
+                "max_waiting_interactions",
+                args.max_waiting_interactions,
+                file.max_waiting_interactions,
+                defaults::MAX_WAITING_INTERACTIONS,
+            )?,
+            control_model: control_model(args, file)?,
+        })
+    }
+
+    /// These settings with the demo's join timing (a 10 s window, 2 s of
+    /// lateness) where neither flags, environment nor file set one, so
+    /// that lists finalize within seconds.
+    pub fn with_quick_join(mut self, args: &EngineArgs, file: &FileSettings) -> Self {
+        if args
+            .attribution_window
+            .or(file.attribution_window)
+            .is_none()
+        {
+            self.attribution_window = Duration::from_secs(10);
+        }
+        if args.allowed_lateness.or(file.allowed_lateness).is_none() {
+            self.allowed_lateness = Duration::from_secs(2);
+        }
+        self
+    }
+}
+
+/// A number that must be finite and greater than `min`.
+fn greater_than(key: &'static str, value: f64, min: f64) -> Result<f64, ConfigError> {
+    if !(value.is_finite() && value > min) {
+        return Err(invalid(
+            key,
+            format!("{value} must be a number greater than {min}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Gain, discount, half-life, ERR's largest grade and RBP's persistence.
+fn metric_settings(args: &EngineArgs, file: &FileSettings) -> Result<MetricSettings, ConfigError> {
+    let half_life = greater_than(
+        "half_life",
+        resolved(args.half_life, file.half_life, defaults::HALF_LIFE),
+        1.0,
+    )?;
+    let g_max = greater_than(
+        "g_max",
+        resolved(args.g_max, file.g_max, defaults::G_MAX),
+        0.0,
+    )?;
+    let rbp_p = resolved(args.rbp_p, file.rbp_p, defaults::RBP_P);
+    if !(rbp_p > 0.0 && rbp_p < 1.0) {
+        return Err(invalid(
+            "rbp_p",
+            format!("{rbp_p} must be a number between 0 and 1, exclusive"),
+        ));
+    }
+    let log_base = greater_than(
+        "log_base",
+        resolved(args.log_base, file.log_base, defaults::LOG_BASE),
+        1.0,
+    )?;
+    let discount = match resolved(args.discount, file.discount, defaults::DISCOUNT) {
+        DiscountName::Log2 => Discount::Log2,
+        DiscountName::Jarvelin => Discount::Jarvelin { base: log_base },
+    };
+    let gain = match resolved(args.gain, file.gain, defaults::GAIN) {
+        GainName::Linear => Gain::Linear,
+        GainName::Exponential => Gain::Exponential,
+    };
+    Ok(MetricSettings {
+        gain,
+        discount,
+        half_life,
+        err_max_grade: g_max,
+        rbp_persistence: rbp_p,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_which_overrides_defaults() {
+        let file: FileSettings =
+            toml::from_str("k = [3, 7]\nallowed_lateness = \"10s\"\ngain = \"exponential\"\n[grades]\nview = 0.5\n").unwrap();
+        let args = EngineArgs {
+            k: Some(vec![50]),
+            grades: Some(vec![("buy".into(), 4.0)]),
+            ..Default::default()
+        };
+        let settings = EngineSettings::resolve(&args, &file).unwrap();
+        assert_eq!(settings.k, vec![50]);
+        assert_eq!(settings.allowed_lateness, Duration::from_secs(10));
+        assert_eq!(settings.attribution_window, Duration::from_secs(300));
+        assert_eq!(settings.metrics.gain, Gain::Exponential);
+        assert_eq!(settings.grades.grade("view"), Some(0.5));
+        assert_eq!(
+            settings.grades.grade("click"),
+            None,
+            "the file's table replaces the defaults"
+        );
+        assert_eq!(
+            settings.grades.grade("buy"),
+            Some(4.0),
+            "flags add to the table"
+        );
+        let flag_only = EngineSettings::resolve(&args, &FileSettings::default()).unwrap();
+        assert_eq!(
+            (
+                flag_only.grades.grade("click"),
+                flag_only.grades.grade("buy")
+            ),
+            (Some(1.0), Some(4.0))
+        );
+    }
+
+    #[test]
+    fn the_control_model_comes_from_the_flag_then_the_file() {
+        let file: FileSettings = toml::from_str("control_model = \"v7\"").unwrap();
+        let none = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default());
+        assert_eq!(none.unwrap().control_model, None);
+        let from_file = EngineSettings::resolve(&EngineArgs::default(), &file).unwrap();
+        assert_eq!(from_file.control_model.as_deref(), Some("v7"));
+        assert_eq!(
+            from_file.report_config().control_model.as_deref(),
+            Some("v7")
+        );
+        let flag = EngineArgs {
+            control_model: Some("v8".into()),
+            ..Default::default()
+        };
+        let from_flag = EngineSettings::resolve(&flag, &file).unwrap();
+        assert_eq!(from_flag.control_model.as_deref(), Some("v8"));
+        let blank = EngineArgs {
+            control_model: Some(" ".into()),
+            ..Default::default()
+        };
+        let error = EngineSettings::resolve(&blank, &file)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("control_model"), "{error}");
+    }
+
+    #[test]
+    fn explains_bad_values() {
+        let bad = EngineArgs {
+            half_life: Some(1.0),
+            ..Default::default()
+        };
+        let error = EngineSettings::resolve(&bad, &FileSettings::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("half_life"), "{error}");
+        let unknown = toml::from_str::<FileSettings>("attribution_windw = \"5m\"")
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("attribution_windw"), "{unknown}");
+        let duration = toml::from_str::<FileSettings>("allowed_lateness = \"soon\"")
+            .unwrap_err()
+            .to_string();
+        assert!(duration.contains("30s"), "{duration}");
+    }
+}

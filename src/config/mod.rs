@@ -1,0 +1,304 @@
+//! Settings: TOML file, `RANKWATCH_*` environment variables and flags, with
+//! defaults and validation. Precedence: flag, environment, file, default.
+//!
+//! Only the commands import this module. Each component owns a plain
+//! settings type ([`crate::engine::EngineSettings`],
+//! [`crate::server::ServerSettings`], [`crate::fleet::FleetSettings`]); the
+//! files here resolve one each from flags, environment and the file:
+//! [`engine`], [`server`], [`fleet`].
+
+pub mod choices;
+pub mod defaults;
+pub mod engine;
+pub mod fleet;
+pub mod server;
+
+pub use choices::{DiscountName, GainName};
+pub use engine::EngineArgs;
+pub use fleet::{FleetArgs, FleetFile};
+pub use server::ServerArgs;
+
+use crate::event::GradeTable;
+use clap::ValueEnum;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A setting that is missing, malformed or out of range.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for rankwatch.
+    #[error("config file {path}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("setting `{key}`: {message}")]
+    Invalid {
+        /// The setting.
+        key: &'static str,
+        /// What is wrong and what to give instead.
+        message: String,
+    },
+}
+
+pub(crate) fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// Parses a duration written like `300ms`, `30s`, `5m`, `1h`, with a hint when it is not one.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (write durations like 300ms, 30s, 5m, 1h)"))
+}
+
+/// A setting's value: the flag or its environment variable (clap has
+/// already merged the two, the flag first), else the file's key, else the default.
+pub(crate) fn resolved<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
+    flag.or(file).unwrap_or(default)
+}
+
+/// The largest value of a limit: far past any machine's memory for the
+/// limits that count things, and within what a queue, a semaphore or a
+/// gRPC frame (32-bit lengths) can hold.
+const MAX_LIMIT: usize = 1 << 32;
+
+/// The longest duration a setting may have: a year, so that every
+/// deadline and interval built from one stays far from overflowing.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A limit's value, which must be between 1 and [`MAX_LIMIT`].
+fn at_least_one(key: &'static str, value: usize) -> Result<usize, ConfigError> {
+    if !(1..=MAX_LIMIT).contains(&value) {
+        return Err(invalid(
+            key,
+            format!("{value} is out of range: give a whole number from 1 to {MAX_LIMIT}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// A duration that must be longer than zero and at most [`MAX_DURATION`].
+fn positive(key: &'static str, value: Duration) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(invalid(key, "must be longer than 0s"));
+    }
+    bounded(key, value)
+}
+
+/// A duration of at most [`MAX_DURATION`] (zero allowed).
+fn bounded(key: &'static str, value: Duration) -> Result<Duration, ConfigError> {
+    if value > MAX_DURATION {
+        return Err(invalid(
+            key,
+            format!(
+                "{} is out of range: at most {}",
+                humantime::format_duration(value),
+                humantime::format_duration(MAX_DURATION)
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// A setting's value from flags and environment, else the file, else its default.
+macro_rules! pick {
+    ($args:ident, $file:ident, $key:ident, $default:expr) => {
+        $crate::config::resolved($args.$key.clone(), $file.$key.clone(), $default)
+    };
+}
+pub(crate) use pick;
+
+/// The help line of a setting: `text` and the default it falls back to.
+fn help(text: &str, default: impl std::fmt::Display) -> String {
+    format!("{text} [default: {default}]")
+}
+
+/// A duration as settings write it (`5m`, `30s`).
+fn shown_duration(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(duration)
+}
+
+/// A list as flags write it, comma-separated.
+fn shown_list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|item| item.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The name of a choice as flags and files write it.
+fn shown_choice(choice: impl ValueEnum) -> String {
+    choice
+        .to_possible_value()
+        .map(|value| value.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// The default table of grades, as `--grade` writes it.
+fn shown_grades() -> String {
+    let table = GradeTable::default();
+    let pairs: Vec<String> = table
+        .pairs()
+        .iter()
+        .map(|(name, grade)| format!("{name}={grade}"))
+        .collect();
+    pairs.join(" ")
+}
+
+mod duration_serde {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
+
+    pub fn many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Duration>>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts
+            .iter()
+            .map(|t| super::parse_duration(t).map_err(serde::de::Error::custom))
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+}
+
+/// The TOML config file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    grpc_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    attribution_window: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    allowed_lateness: Option<Duration>,
+    wall_clock_advance: Option<bool>,
+    huge_pages: Option<bool>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    max_future_skew: Option<Duration>,
+    k: Option<Vec<usize>>,
+    gain: Option<GainName>,
+    discount: Option<DiscountName>,
+    log_base: Option<f64>,
+    half_life: Option<f64>,
+    g_max: Option<f64>,
+    rbp_p: Option<f64>,
+    position_curve_depth: Option<usize>,
+    max_exposure_items: Option<usize>,
+    #[serde(default, deserialize_with = "duration_serde::many")]
+    windows: Option<Vec<Duration>>,
+    grades: Option<BTreeMap<String, f64>>,
+    state_dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    snapshot_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    drain_timeout: Option<Duration>,
+    max_items: Option<usize>,
+    max_label_bytes: Option<usize>,
+    max_groups: Option<usize>,
+    segment_labels: Option<Vec<String>>,
+    max_segment_values: Option<usize>,
+    max_open_impressions: Option<usize>,
+    max_waiting_interactions: Option<usize>,
+    control_model: Option<String>,
+    max_message_size: Option<usize>,
+    max_streams: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    max_inflight_batches: Option<usize>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    ingest_idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    group_idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    http_header_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    http_idle_timeout: Option<Duration>,
+    max_http_connections: Option<usize>,
+    /// The fleet keys (`kafka_*`, `shutdown_linger`), read apart.
+    #[serde(skip)]
+    pub fleet: FleetFile,
+}
+
+impl FileSettings {
+    /// Reads `path`, or nothing when no file is given.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let parse_error = |source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
+        let fleet: toml::Table = table
+            .keys()
+            .filter(|key| FleetFile::owns(key))
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|key| table.remove_entry(&key))
+            .collect();
+        let mut settings: Self = table.try_into().map_err(parse_error)?;
+        settings.fleet = fleet.try_into().map_err(parse_error)?;
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineSettings;
+    use crate::server::ServerSettings;
+
+    #[test]
+    fn the_readme_settings_example_is_a_valid_file() {
+        let readme = include_str!("../../README.md");
+        let example = readme
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("the README has a TOML example");
+        let file: FileSettings = toml::from_str(example).unwrap();
+        let server = ServerSettings::resolve(&ServerArgs::default(), &file).unwrap();
+        assert!(!server.huge_pages);
+        let huge = ServerArgs {
+            huge_pages: Some(true),
+            ..Default::default()
+        };
+        assert!(ServerSettings::resolve(&huge, &file).unwrap().huge_pages);
+        assert_eq!(
+            EngineSettings::resolve(&EngineArgs::default(), &file)
+                .unwrap()
+                .k,
+            vec![1, 5, 10, 20]
+        );
+    }
+}

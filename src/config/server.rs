@@ -1,0 +1,188 @@
+//! The server's settings from flags, environment and the file: listeners,
+//! their limits, TLS, state and shutdown.
+
+use super::fleet::FleetArgs;
+use super::{
+    at_least_one, bounded, defaults, help, invalid, parse_duration, pick, positive, shown_duration,
+    shown_list, ConfigError, FileSettings,
+};
+use crate::server::{ServerSettings, TlsSettings};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of the server, beyond the engine's.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ServerArgs {
+    /// gRPC listen address.
+    #[arg(long, env = "RANKWATCH_GRPC_ADDR",
+        help = help("gRPC listen address", defaults::GRPC_ADDR))]
+    pub grpc_addr: Option<SocketAddr>,
+    /// HTTP listen address for /metrics, /healthz, /readyz.
+    #[arg(long, env = "RANKWATCH_HTTP_ADDR",
+        help = help("HTTP listen address for /metrics, /healthz, /readyz", defaults::HTTP_ADDR))]
+    pub http_addr: Option<SocketAddr>,
+    /// Advance the watermark with the wall clock when traffic stops.
+    #[arg(long, env = "RANKWATCH_WALL_CLOCK_ADVANCE",
+        help = help("Advance the watermark with the wall clock when traffic stops", defaults::WALL_CLOCK_ADVANCE))]
+    pub wall_clock_advance: Option<bool>,
+    /// Let the kernel back the heap with transparent huge pages.
+    #[arg(long, env = "RANKWATCH_HUGE_PAGES",
+        help = help("Let the kernel back the heap with transparent huge pages: less CPU per event under heavy load, but a batch that faults in a fresh 2 MiB page waits milliseconds", defaults::HUGE_PAGES))]
+    pub huge_pages: Option<bool>,
+    /// Reject events further ahead of the wall clock than this.
+    #[arg(long, env = "RANKWATCH_MAX_FUTURE_SKEW", value_parser = parse_duration,
+        help = help("Reject events further ahead of the wall clock than this (time_in_future)", shown_duration(defaults::MAX_FUTURE_SKEW)))]
+    pub max_future_skew: Option<Duration>,
+    /// Rolling windows of the exported gauges.
+    #[arg(long, env = "RANKWATCH_WINDOWS", value_delimiter = ',', value_parser = parse_duration,
+        help = help("Rolling windows of the exported gauges, comma-separated", shown_list(defaults::WINDOWS.map(shown_duration))))]
+    pub windows: Option<Vec<Duration>>,
+    /// Directory for saved state; none means no persistence.
+    #[arg(long, env = "RANKWATCH_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// How often state is saved to the state directory.
+    #[arg(long, env = "RANKWATCH_SNAPSHOT_INTERVAL", value_parser = parse_duration,
+        help = help("How often state is saved to the state directory", shown_duration(defaults::SNAPSHOT_INTERVAL)))]
+    pub snapshot_interval: Option<Duration>,
+    /// At shutdown, how long open streams and requests may take to finish.
+    #[arg(long, env = "RANKWATCH_DRAIN_TIMEOUT", value_parser = parse_duration,
+        help = help("At shutdown, how long open streams and requests may take to finish before they are cut", shown_duration(defaults::DRAIN_TIMEOUT)))]
+    pub drain_timeout: Option<Duration>,
+    /// Limit: largest gRPC message in bytes.
+    #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE",
+        help = help("Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED)", defaults::MAX_MESSAGE_SIZE))]
+    pub max_message_size: Option<usize>,
+    /// Limit: most concurrent ingest streams.
+    #[arg(long, env = "RANKWATCH_MAX_STREAMS",
+        help = help("Limit: most concurrent ingest streams; more are refused (RESOURCE_EXHAUSTED)", defaults::MAX_STREAMS))]
+    pub max_streams: Option<usize>,
+    /// Limit: batches queued for the engine across all streams.
+    #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES",
+        help = help("Limit: batches queued for the engine across all streams before ingest waits (back-pressure); a unary IngestBatch past it is refused (RESOURCE_EXHAUSTED)", defaults::MAX_INFLIGHT_BATCHES))]
+    pub max_inflight_batches: Option<usize>,
+    /// How long an Ingest stream may send nothing before it is ended.
+    #[arg(long, env = "RANKWATCH_INGEST_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an Ingest stream may send nothing before it is ended (UNAVAILABLE) and its permit freed", shown_duration(defaults::INGEST_IDLE_TIMEOUT)))]
+    pub ingest_idle_timeout: Option<Duration>,
+    /// How long a group may receive no impression before it is retired.
+    #[arg(long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long a group (model, surface and segment values) may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed; not in fleet mode", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
+    pub group_idle_timeout: Option<Duration>,
+    /// How long an HTTP client may take to send a request's head.
+    #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an HTTP client may take to send a request's head (the first from the connection's accept, later ones from their first byte) before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
+    pub http_header_timeout: Option<Duration>,
+    /// How long an HTTP connection may stay idle between requests.
+    #[arg(long, env = "RANKWATCH_HTTP_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an HTTP connection may stay idle between requests (no byte read or written) before it is closed; not while a request is being answered", shown_duration(defaults::HTTP_IDLE_TIMEOUT)))]
+    pub http_idle_timeout: Option<Duration>,
+    /// Limit: most open HTTP connections.
+    #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
+        help = help("Limit: most open HTTP connections; more are closed at once", defaults::MAX_HTTP_CONNECTIONS))]
+    pub max_http_connections: Option<usize>,
+    /// PEM certificate chain: serve gRPC over TLS (with --tls-key) [default: plaintext].
+    #[arg(long, env = "RANKWATCH_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "RANKWATCH_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: require client certificates signed by them (mutual TLS).
+    #[arg(long, env = "RANKWATCH_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    /// The settings of fleet mode.
+    pub fleet: FleetArgs,
+}
+
+impl ServerSettings {
+    /// Resolves flags and environment over `file` over defaults, each in its range.
+    pub fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Self, ConfigError> {
+        let windows = pick!(args, file, windows, defaults::WINDOWS.to_vec());
+        if windows.is_empty() || windows.iter().any(|w| *w < Duration::from_secs(1)) {
+            return Err(invalid(
+                "windows",
+                "give at least one window of 1s or more, e.g. 1m,5m,1h",
+            ));
+        }
+        for window in &windows {
+            bounded("windows", *window)?;
+        }
+        let skew = pick!(args, file, max_future_skew, defaults::MAX_FUTURE_SKEW);
+        let snapshot = pick!(args, file, snapshot_interval, defaults::SNAPSHOT_INTERVAL);
+        let drain = pick!(args, file, drain_timeout, defaults::DRAIN_TIMEOUT);
+        let message = pick!(args, file, max_message_size, defaults::MAX_MESSAGE_SIZE);
+        let streams = pick!(args, file, max_streams, defaults::MAX_STREAMS);
+        let inflight = pick!(
+            args,
+            file,
+            max_inflight_batches,
+            defaults::MAX_INFLIGHT_BATCHES
+        );
+        let ingest_idle = pick!(
+            args,
+            file,
+            ingest_idle_timeout,
+            defaults::INGEST_IDLE_TIMEOUT
+        );
+        let group_idle = pick!(args, file, group_idle_timeout, defaults::GROUP_IDLE_TIMEOUT);
+        let header = pick!(
+            args,
+            file,
+            http_header_timeout,
+            defaults::HTTP_HEADER_TIMEOUT
+        );
+        let http_idle = pick!(args, file, http_idle_timeout, defaults::HTTP_IDLE_TIMEOUT);
+        let http = pick!(
+            args,
+            file,
+            max_http_connections,
+            defaults::MAX_HTTP_CONNECTIONS
+        );
+        Ok(Self {
+            tls: TlsSettings::resolve(args, file)?,
+            grpc_addr: pick!(args, file, grpc_addr, defaults::GRPC_ADDR),
+            http_addr: pick!(args, file, http_addr, defaults::HTTP_ADDR),
+            wall_clock_advance: pick!(args, file, wall_clock_advance, defaults::WALL_CLOCK_ADVANCE),
+            huge_pages: pick!(args, file, huge_pages, defaults::HUGE_PAGES),
+            max_future_skew: bounded("max_future_skew", skew)?,
+            windows,
+            state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
+            snapshot_interval: positive("snapshot_interval", snapshot)?,
+            drain_timeout: bounded("drain_timeout", drain)?,
+            max_message_size: at_least_one("max_message_size", message)?,
+            max_streams: at_least_one("max_streams", streams)?,
+            max_inflight_batches: at_least_one("max_inflight_batches", inflight)?,
+            ingest_idle_timeout: positive("ingest_idle_timeout", ingest_idle)?,
+            group_idle_timeout: positive("group_idle_timeout", group_idle)?,
+            http_header_timeout: positive("http_header_timeout", header)?,
+            http_idle_timeout: positive("http_idle_timeout", http_idle)?,
+            max_http_connections: at_least_one("max_http_connections", http)?,
+        })
+    }
+}
+
+impl TlsSettings {
+    /// TLS when both a certificate and its key are set; none when nothing is.
+    fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Option<Self>, ConfigError> {
+        let cert = args.tls_cert.clone().or_else(|| file.tls_cert.clone());
+        let key = args.tls_key.clone().or_else(|| file.tls_key.clone());
+        let client_ca = args
+            .tls_client_ca
+            .clone()
+            .or_else(|| file.tls_client_ca.clone());
+        match (cert, key, client_ca) {
+            (Some(cert), Some(key), client_ca) => Ok(Some(Self {
+                cert,
+                key,
+                client_ca,
+            })),
+            (None, None, None) => Ok(None),
+            _ => Err(invalid(
+                "tls_cert/tls_key",
+                "TLS needs both tls_cert and tls_key (and tls_client_ca only with them)",
+            )),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The engine's owner: one task that applies batches in arrival order and
+//! answers for snapshots and reports. Batches reach it over one bounded
+//! channel, so a full queue pushes back on the ingest streams; questions
+//! (snapshots for `/metrics`, reports) come over a second channel that it
+//! serves first, so that a scrape never waits behind the queued batches,
+//! only behind the one being applied. The state to save is asked for
+//! behind the queued batches, so that a save holds every batch acknowledged
+//! before it. It is a task of the runtime rather than a thread of its own:
+//! handing batches between threads cost 17% more CPU per event on a
+//! one-core sidecar.
+
+use super::command::{Applied, Command};
+use super::RawBatch;
+use crate::event::wire::parse_batch;
+use crate::event::Validator;
+use crate::export::{Report, ReportConfig, Snapshot};
+use crate::join::Engine;
+use crate::proto::{IngestAck, Rejection};
+use std::sync::atomic::Ordering;
+use tokio::sync::mpsc;
+
+/// Counter: groups retired after `group_idle_timeout` without an impression.
+pub const GROUPS_RETIRED_TOTAL: &str = "rankwatch_groups_retired_total";
+
+/// Runs the engine until every sender of `commands` is gone.
+pub(super) async fn run(
+    mut engine: Engine,
+    validator: Validator,
+    report_config: ReportConfig,
+    mut commands: mpsc::Receiver<Command>,
+    mut questions: mpsc::Receiver<Command>,
+) {
+    let mut idle = true;
+    loop {
+        let command = tokio::select! {
+            biased;
+            Some(question) = questions.recv() => question,
+            command = commands.recv() => match command {
+                Some(command) => command,
+                None => break,
+            },
+        };
+        match command {
+            Command::Apply {
+                batch,
+                stream_failed,
+                done,
+            } => {
+                if stream_failed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let applied = apply(&mut engine, &validator, &batch);
+                match &applied {
+                    Ok(ack) => idle &= ack.accepted == 0,
+                    Err(_) => stream_failed.store(true, Ordering::Relaxed),
+                }
+                let _ = done.send(applied);
+            }
+            Command::AdvanceIfIdle { now } => {
+                if idle {
+                    engine.advance_to(now);
+                }
+                idle = true;
+            }
+            Command::RetireIdleGroups { now, idle } => {
+                let retired = engine.retire_idle_groups(now, idle);
+                metrics::counter!(GROUPS_RETIRED_TOTAL).increment(retired as u64);
+            }
+            Command::Snapshot { reply } => {
+                let _ = reply.send(Snapshot::of(&engine, report_config.control_model.clone()));
+            }
+            Command::Report { window, reply } => {
+                let report = match window {
+                    None => Report::since_start(&engine, &report_config),
+                    Some(index) => Report::window(&engine, &report_config, index),
+                };
+                let _ = reply.send(report);
+            }
+            Command::State { reply } => {
+                let _ = reply.send(engine.to_state());
+            }
+        }
+    }
+}
+
+/// Reads and validates one batch, then applies it event by event, having
+/// first prefetched the state of every event's user.
+fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
+    let view = parse_batch(&batch.0)?;
+    let now = crate::clock::wall_clock();
+    engine.received_at(now);
+    let mut ack = IngestAck {
+        sequence: view.sequence,
+        accepted: 0,
+        rejections: Vec::new(),
+    };
+    let events: Vec<_> = view
+        .events
+        .iter()
+        .map(|event| validator.view(event, &view, now))
+        .collect();
+    for event in events.iter().flatten() {
+        engine.prefetch(event.user());
+    }
+    for (index, event) in events.into_iter().enumerate() {
+        match event {
+            Ok(event) => match engine.apply(event) {
+                None => ack.accepted += 1,
+                Some(shed) => ack.rejections.push(Rejection {
+                    index: index as u32,
+                    reason: shed.reason().to_owned(),
+                    message: shed.message().to_owned(),
+                }),
+            },
+            Err(rejection) => {
+                engine.reject(rejection.reason);
+                ack.rejections.push(Rejection {
+                    index: index as u32,
+                    reason: rejection.reason.as_str().to_owned(),
+                    message: rejection.message,
+                });
+            }
+        }
+    }
+    Ok(ack)
+}

@@ -1,0 +1,189 @@
+//! `rankwatch serve`: wires an engine to the listeners. It binds them,
+//! chooses the engine (a local one restored from `state_dir`, or fleet
+//! mode's relay or consumer), starts the engine's periodic work and the
+//! state saver, and hands the listeners the engine's handle and readiness.
+//! Neither `server` nor `fleet` knows of the other; this command does.
+
+use crate::engine::persistence::{self, Saver};
+use crate::engine::{self, periodic, EngineHandle, EngineSettings, Readiness};
+use crate::event::Validator;
+use crate::fleet::{FleetSettings, Started};
+use crate::server::{self, Bound, Listeners, Served, ServerSettings, StatusSettings};
+use crate::state::StateFile;
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+/// Binds both listeners, then serves until `shutdown` is cancelled. `on_bound`
+/// hears the bound addresses (port 0 picks free ports). With `fleet` set,
+/// fleet mode's engine answers (docs/SPEC.md §10); otherwise a local one.
+pub async fn serve(
+    engine_settings: EngineSettings,
+    settings: ServerSettings,
+    fleet: Option<FleetSettings>,
+    shutdown: CancellationToken,
+    on_bound: impl FnOnce(Bound),
+) -> anyhow::Result<()> {
+    let state_file = match &fleet {
+        None => prepare_state_file(&engine_settings, &settings)?,
+        Some(_) => {
+            if settings.state_dir.is_some() {
+                tracing::warn!(
+                    "state_dir is not used in fleet mode: partition state lives in the state topic"
+                );
+            }
+            None
+        }
+    };
+    crate::process::configure_memory(settings.huge_pages);
+    crate::process::raise_file_limit();
+    let recorder = server::recorder()?;
+    engine::describe();
+    server::export_limits(&engine_settings, &settings);
+    let listeners = Listeners::bind(&settings).await?;
+    let bound = listeners.bound()?;
+    tracing::info!(grpc_addr = %bound.grpc, http_addr = %bound.http, "rankwatch serving");
+    on_bound(bound);
+
+    let readiness = Readiness::default();
+    let (started, saver) = start_engine(
+        &engine_settings,
+        &settings,
+        fleet.as_ref(),
+        state_file,
+        &readiness,
+        &shutdown,
+    )
+    .await?;
+    let served = Served {
+        engine: started.engine,
+        readiness,
+        collector: started.collector,
+        serving: started.serving,
+        report: engine_settings.report_config(),
+        status: StatusSettings::new(&engine_settings, &settings),
+    };
+    server::run(listeners, served, &settings, recorder, shutdown).await?;
+    if let Some(saver) = saver {
+        saver.finish().await.context("saving state at shutdown")?;
+    }
+    tracing::info!("rankwatch stopped");
+    Ok(())
+}
+
+/// The engine that answers: fleet mode's when `fleet` is set, else a local
+/// one restored from `state_file`, with the saver of its state.
+async fn start_engine(
+    engine_settings: &EngineSettings,
+    settings: &ServerSettings,
+    fleet: Option<&FleetSettings>,
+    state_file: Option<StateFile>,
+    readiness: &Readiness,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(Started, Option<Saver>)> {
+    let validator = engine_settings.validator(Some(settings.max_future_skew));
+    Ok(match fleet {
+        Some(fleet) => {
+            let started = start_fleet(
+                fleet,
+                engine_settings,
+                settings,
+                validator,
+                readiness,
+                shutdown,
+            )
+            .await?;
+            (started, None)
+        }
+        None => {
+            let engine = start_local(
+                engine_settings,
+                settings,
+                validator,
+                state_file.as_ref(),
+                shutdown,
+            );
+            let saver = state_file.map(|file| {
+                Saver::start(
+                    engine.clone(),
+                    file,
+                    settings.snapshot_interval,
+                    shutdown.clone(),
+                )
+            });
+            // A local engine's listeners stop at shutdown.
+            let started = Started {
+                engine,
+                collector: true,
+                serving: shutdown.clone(),
+            };
+            (started, saver)
+        }
+    })
+}
+
+/// The state file of a local engine, checked usable, if `state_dir` is set.
+fn prepare_state_file(
+    engine: &EngineSettings,
+    settings: &ServerSettings,
+) -> anyhow::Result<Option<StateFile>> {
+    let Some(dir) = settings.state_dir.as_deref() else {
+        return Ok(None);
+    };
+    let file = StateFile::new(dir, engine.fingerprint(&settings.windows));
+    if file.prepare()? {
+        tracing::warn!(path = %file.path().display(), "removed the temporary file of a save that was cut short");
+    }
+    Ok(Some(file))
+}
+
+/// A local engine, restored from `state_file` when it holds a usable
+/// state, with its periodic work: retiring idle groups and, unless turned
+/// off, advancing the watermark with the wall clock.
+fn start_local(
+    engine_settings: &EngineSettings,
+    settings: &ServerSettings,
+    validator: Validator,
+    state_file: Option<&StateFile>,
+    shutdown: &CancellationToken,
+) -> EngineHandle {
+    let engine = EngineHandle::start(
+        persistence::restore(engine_settings, &settings.windows, state_file),
+        validator,
+        engine_settings.clone(),
+        settings.max_inflight_batches,
+    );
+    tokio::spawn(periodic::retire_idle_groups(
+        engine.clone(),
+        settings.group_idle_timeout,
+        shutdown.clone(),
+    ));
+    if settings.wall_clock_advance {
+        tokio::spawn(periodic::advance_with_wall_clock(
+            engine.clone(),
+            shutdown.clone(),
+        ));
+    }
+    engine
+}
+
+/// Starts fleet mode: the relay's producer, or the consumer.
+async fn start_fleet(
+    fleet: &FleetSettings,
+    engine: &EngineSettings,
+    settings: &ServerSettings,
+    validator: Validator,
+    readiness: &Readiness,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Started> {
+    let setup = crate::fleet::EngineSetup {
+        settings: engine.clone(),
+        windows: settings.windows.clone(),
+        wall_clock_advance: settings.wall_clock_advance,
+        validator,
+        fingerprint: engine.fingerprint(&settings.windows),
+        capacity: settings.max_inflight_batches,
+    };
+    crate::fleet::start(fleet, setup, readiness.clone(), shutdown.clone())
+        .await
+        .context("starting fleet mode")
+}
