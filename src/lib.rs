@@ -60,6 +60,7 @@ pub mod event;
 pub mod export;
 pub mod fleet;
 pub mod join;
+pub mod kafka_check;
 pub mod loadgen;
 pub mod metrics;
 pub mod process;

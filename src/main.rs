@@ -7,7 +7,9 @@ use rankwatch::config::{EngineArgs, FileSettings, ServerArgs};
 use rankwatch::demo::{self, DemoArgs};
 use rankwatch::engine::EngineSettings;
 use rankwatch::export::Report;
-use rankwatch::fleet::FleetSettings;
+use rankwatch::config::FleetArgs;
+use rankwatch::fleet::{FleetMode, FleetSettings};
+use rankwatch::kafka_check;
 use rankwatch::loadgen::{self, LoadgenArgs};
 use rankwatch::query::{self, QueryArgs};
 use rankwatch::replay::{self, ReplayOptions, ReplaySetup};
@@ -42,6 +44,8 @@ enum Command {
     Replay(ReplayArgs),
     /// Print the report of a running server (`Evaluation.GetMetrics`), since start or for one window.
     Query(QueryCommand),
+    /// Check the Kafka topics and consumer group that fleet mode needs; exit 0 only when all holds.
+    KafkaCheck(KafkaCheckCommand),
 }
 
 #[derive(clap::Args)]
@@ -88,6 +92,19 @@ struct ReplayArgs {
 }
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Changes nothing. Exit codes: 0 every requirement holds (a missing state topic \
+is created by the first consuming instance); 1 a requirement does not hold, or the broker cannot \
+be asked; each problem is printed with the command that fixes it."
+)]
+struct KafkaCheckCommand {
+    #[command(flatten)]
+    fleet: FleetArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(clap::Args)]
 struct QueryCommand {
     #[command(flatten)]
     query: QueryArgs,
@@ -124,6 +141,7 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => run_loadgen(args),
         Command::Replay(args) => run_replay(args),
         Command::Query(args) => run_query(args),
+        Command::KafkaCheck(args) => run_kafka_check(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -275,6 +293,25 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let report = runtime.block_on(query::fetch(&args.query))?;
     print_report(&report, args.format)
+}
+
+fn run_kafka_check(mut args: KafkaCheckCommand) -> anyhow::Result<()> {
+    let file = FileSettings::load(args.engine.config.as_deref())?;
+    let engine = EngineSettings::resolve(&args.engine, &file)?;
+    if args.fleet.kafka_mode.is_none() && file.fleet.kafka_mode.is_none() {
+        args.fleet.kafka_mode = Some(FleetMode::Consume);
+    }
+    let Some(fleet) = FleetSettings::resolve(&args.fleet, &file.fleet)? else {
+        anyhow::bail!("no fleet settings");
+    };
+    let checked = run_until_signal(|_| async move {
+        kafka_check::check(&fleet, engine.attribution_window, engine.allowed_lateness).await
+    })?;
+    print_out(&checked.text)?;
+    if !checked.ok {
+        anyhow::bail!("fleet mode's requirements do not hold (see PROBLEM above)");
+    }
+    Ok(())
 }
 
 fn print_report(report: &Report, format: Format) -> anyhow::Result<()> {

@@ -17,6 +17,7 @@ pub mod relay;
 mod reports;
 pub mod settings;
 pub mod snapshot;
+pub mod topics;
 
 pub use settings::{FleetMode, FleetSettings};
 
@@ -156,33 +157,36 @@ pub fn probe_broker(
     Ok(())
 }
 
-/// A consuming instance running: its handle, and the thread that owns the consumer.
-pub struct Consuming {
-    /// Where batches and questions for figures go.
-    pub engine: EngineHandle,
-    /// The thread that owns the consumer.
-    pub consumer: std::thread::JoinHandle<()>,
-}
-
-/// Starts consume mode: the consumer thread and the task that answers for
-/// the figures of this instance's partitions.
-pub async fn consume(
-    fleet: Fleet,
+/// Consumes once the topics give the handoff guarantees: the consumer
+/// thread is started only then, so that no partition is evaluated whose
+/// handoff would count lists twice. After `shutdown`, waits for the
+/// consumer to hand its partitions over and keeps serving for
+/// `shutdown_linger` before cancelling `serving`.
+async fn consume_when_usable(
+    fleet: Arc<Fleet>,
+    readiness: Readiness,
     shutdown: CancellationToken,
-) -> Result<Consuming, rdkafka::error::KafkaError> {
-    let settings = fleet.settings();
-    snapshot::ensure_state_topic(
-        &settings.client(),
-        &settings.topic,
-        &settings.state_topic,
-        &shutdown,
-    )
-    .await?;
-    let fleet = Arc::new(fleet);
-    let consumer = consume::run(fleet.clone(), shutdown, tokio::runtime::Handle::current())?;
-    let (engine, commands) = EngineHandle::channel(64);
-    tokio::spawn(answer(fleet, commands));
-    Ok(Consuming { engine, consumer })
+    serving: CancellationToken,
+) {
+    let settings = fleet.settings().clone();
+    let engine = fleet.engine_settings();
+    let need = topics::Need::Consume {
+        retention: engine.attribution_window + engine.allowed_lateness + settings.commit_interval,
+    };
+    if !topics::wait_until_usable(&settings, need, &readiness, &shutdown).await {
+        // Nothing was evaluated, so there are no last figures to linger for.
+        serving.cancel();
+        return;
+    }
+    match consume::run(fleet, shutdown.clone(), tokio::runtime::Handle::current()) {
+        Ok(consumer) => linger(consumer, settings.shutdown_linger, shutdown, serving).await,
+        Err(error) => {
+            tracing::error!(%error, "NOT CONSUMING: the consumer cannot be created");
+            readiness.not_ready("kafka consumer", error.to_string());
+            shutdown.cancelled().await;
+            serving.cancel();
+        }
+    }
 }
 
 /// Answers for the figures of a consuming instance.
@@ -250,7 +254,7 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> Result<Started, rdkafka::error::KafkaError> {
     describe();
-    probe_broker(settings, readiness, shutdown.clone())?;
+    probe_broker(settings, readiness.clone(), shutdown.clone())?;
     match settings.mode {
         FleetMode::Relay => {
             let engine = crate::join::Engine::new(
@@ -259,6 +263,11 @@ pub async fn start(
             );
             let capacity = setup.capacity;
             let engine = relay::start(settings, engine, setup.settings, setup.validator, capacity)?;
+            let (settings, shutdown_check) = (settings.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                topics::wait_until_usable(&settings, topics::Need::Produce, &readiness, &shutdown_check)
+                    .await
+            });
             Ok(Started {
                 engine,
                 collector: true,
@@ -277,16 +286,18 @@ pub async fn start(
                 partition,
                 setup.fingerprint,
             );
-            let consuming = consume(fleet, shutdown.clone()).await?;
+            let fleet = Arc::new(fleet);
+            let (engine, commands) = EngineHandle::channel(64);
+            tokio::spawn(answer(fleet.clone(), commands));
             let serving = CancellationToken::new();
-            tokio::spawn(linger(
-                consuming.consumer,
-                settings.shutdown_linger,
+            tokio::spawn(consume_when_usable(
+                fleet,
+                readiness,
                 shutdown,
                 serving.clone(),
             ));
             Ok(Started {
-                engine: consuming.engine,
+                engine,
                 collector: false,
                 serving,
             })

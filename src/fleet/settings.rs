@@ -49,6 +49,11 @@ impl FleetSettings {
         config
             .set("bootstrap.servers", &self.brokers)
             .set("client.id", "rankwatch")
+            // Never let a request of ours make a broker auto-create a topic
+            // (Apache Kafka does by default, with its default partition
+            // count and no compaction): topics are checked through the
+            // admin API and the state topic is created as it must be.
+            .set("allow.auto.create.topics", "false")
             // Reconnect quickly once an unreachable broker returns.
             .set("reconnect.backoff.max.ms", "1000");
         for (key, value) in &self.connection {

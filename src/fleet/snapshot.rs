@@ -534,64 +534,6 @@ impl StateTopic {
     }
 }
 
-/// Creates the state topic (compacted, as many partitions as the event
-/// topic) unless it exists; returns the event topic's partition count.
-/// Waits, retrying, while the event topic does not exist yet.
-pub async fn ensure_state_topic(
-    client: &ClientConfig,
-    topic: &str,
-    state_topic: &str,
-    shutdown: &tokio_util::sync::CancellationToken,
-) -> Result<usize, KafkaError> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = client.create()?;
-    let partitions_of = |name: &str| {
-        admin
-            .inner()
-            .fetch_metadata(Some(name), READ_TIMEOUT)
-            .map(|m| m.topics().first().map_or(0, |t| t.partitions().len()))
-    };
-    let partitions = loop {
-        match partitions_of(topic) {
-            Ok(n) if n > 0 => break n,
-            Ok(_) => tracing::warn!(topic, "the event topic does not exist yet; waiting"),
-            Err(error) => tracing::warn!(%error, "the broker cannot be reached; retrying"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return Err(KafkaError::Canceled),
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
-    };
-    let existing = partitions_of(state_topic).unwrap_or(0);
-    if existing >= partitions {
-        return Ok(partitions);
-    }
-    if existing > 0 {
-        tracing::error!(
-            state_topic,
-            existing,
-            partitions,
-            "the state topic has fewer partitions than the event topic; add partitions to it"
-        );
-        return Ok(partitions);
-    }
-    let new = NewTopic::new(state_topic, partitions as i32, TopicReplication::Fixed(-1))
-        .set("cleanup.policy", "compact");
-    for result in admin.create_topics([&new], &AdminOptions::new()).await? {
-        match result {
-            Ok(_) => tracing::info!(state_topic, partitions, "state topic created"),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((name, code)) => {
-                return Err(KafkaError::AdminOp(code)).inspect_err(|_| {
-                    tracing::error!(topic = name, "cannot create the state topic");
-                })
-            }
-        }
-    }
-    Ok(partitions)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,6 +46,9 @@ impl Destination {
         ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("client.id", "rankwatch-loadgen")
+            // A missing topic fails, rather than being created by a broker
+            // that auto-creates topics with its default partition count.
+            .set("allow.auto.create.topics", "false")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "1")

@@ -67,6 +67,9 @@ class KafkaCollector(EventSink):
             "linger.ms": linger * 1000,
             "queue.buffering.max.messages": queue_size,
             "client.id": "rankwatch-python",
+            # A misspelled topic must fail, not be created by a broker that
+            # auto-creates topics with its default partition count.
+            "allow.auto.create.topics": False,
         }
         settings.update(config or {})
         self._topic = topic
