@@ -146,8 +146,12 @@ fn start_local(
     state_file: Option<&StateFile>,
     shutdown: &CancellationToken,
 ) -> EngineHandle {
+    let mut restored = persistence::restore(engine_settings, &settings.windows, state_file);
+    if settings.wall_clock_advance {
+        restored.cap_time_at_wall_clock();
+    }
     let engine = EngineHandle::start(
-        persistence::restore(engine_settings, &settings.windows, state_file),
+        restored,
         validator,
         engine_settings.clone(),
         settings.max_inflight_batches,

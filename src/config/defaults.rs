@@ -30,6 +30,10 @@ pub const RBP_P: f64 = 0.8;
 pub const MAX_ITEMS: usize = 1000;
 /// `max_exposure_items`.
 pub const MAX_EXPOSURE_ITEMS: usize = 4096;
+/// `max_grade`: exponential gain stays below 2^64.
+pub const MAX_GRADE: f64 = 64.0;
+/// `max_ack_rejections`.
+pub const MAX_ACK_REJECTIONS: usize = 100;
 /// `max_label_bytes`.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// `max_groups`.

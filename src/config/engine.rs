@@ -86,6 +86,14 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
         help = help("Limit: longest model or surface name or segment value in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
     pub max_label_bytes: Option<usize>,
+    /// Limit: rejections detailed in one ack.
+    #[arg(long, env = "RANKWATCH_MAX_ACK_REJECTIONS",
+        help = help("Limit: rejections an ack details (index, reason, message); the others of its batch are counted by reason, so that an ack stays small whatever the batch holds", defaults::MAX_ACK_REJECTIONS))]
+    pub max_ack_rejections: Option<usize>,
+    /// Limit: largest grade.
+    #[arg(long, env = "RANKWATCH_MAX_GRADE",
+        help = help("Limit: largest grade of an interaction, explicit or from the grade table; a larger explicit grade is rejected (invalid_grade). Its gain must be at most 1e30, so that every figure stays finite", defaults::MAX_GRADE))]
+    pub max_grade: Option<f64>,
     /// Limit: most groups.
     #[arg(long, env = "RANKWATCH_MAX_GROUPS",
         help = help("Limit: most groups (model, surface and segment values); new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
@@ -132,7 +140,11 @@ fn at_most(key: &'static str, value: usize, max: usize) -> Result<usize, ConfigE
 
 /// The grade table: the file's table replaces the defaults; flags add
 /// types or override them.
-fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigError> {
+fn grades(
+    args: &EngineArgs,
+    file: &FileSettings,
+    max_grade: f64,
+) -> Result<GradeTable, ConfigError> {
     let base = match &file.grades {
         Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
         None => GradeTable::default(),
@@ -160,6 +172,12 @@ fn grades(args: &EngineArgs, file: &FileSettings) -> Result<GradeTable, ConfigEr
         return Err(invalid(
             "grades",
             format!("grade of {name:?} is {grade}; grades are finite numbers >= 0"),
+        ));
+    }
+    if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| *g > max_grade) {
+        return Err(invalid(
+            "grades",
+            format!("grade of {name:?} is {grade}, more than max_grade = {max_grade}; raise max_grade or lower the grade"),
         ));
     }
     Ok(grades)
@@ -252,6 +270,8 @@ impl EngineSettings {
                 "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
             ));
         }
+        let metrics = metric_settings(args, file)?;
+        let max_grade = max_grade(args, file, metrics.gain)?;
         let resolve_limit =
             |key, flag, file_value, default| at_least_one(key, resolved(flag, file_value, default));
         Ok(Self {
@@ -264,8 +284,15 @@ impl EngineSettings {
                 pick!(args, file, allowed_lateness, defaults::ALLOWED_LATENESS),
             )?,
             k,
-            metrics: metric_settings(args, file)?,
-            grades: grades(args, file)?,
+            metrics,
+            grades: grades(args, file, max_grade)?,
+            max_grade,
+            max_ack_rejections: resolve_limit(
+                "max_ack_rejections",
+                args.max_ack_rejections,
+                file.max_ack_rejections,
+                defaults::MAX_ACK_REJECTIONS,
+            )?,
             position_curve_depth: at_most(
                 "position_curve_depth",
                 resolved(
@@ -339,6 +366,27 @@ impl EngineSettings {
         }
         self
     }
+}
+
+/// The largest gain any figure may sum: with every grade's gain at most
+/// this, sums and sums of squares over billions of lists of billions of
+/// items stay far from overflowing.
+const MAX_GAIN: f64 = 1e30;
+
+/// `max_grade`: greater than 0, and its gain at most [`MAX_GAIN`].
+fn max_grade(args: &EngineArgs, file: &FileSettings, gain: Gain) -> Result<f64, ConfigError> {
+    let max_grade = pick!(args, file, max_grade, defaults::MAX_GRADE);
+    let gained = match gain {
+        Gain::Linear => max_grade,
+        Gain::Exponential => max_grade.exp2() - 1.0,
+    };
+    if !(max_grade.is_finite() && max_grade > 0.0 && gained <= MAX_GAIN) {
+        return Err(invalid(
+            "max_grade",
+            format!("{max_grade} is out of range: give a number greater than 0 whose gain is at most 1e30 (with exponential gain, at most 99)"),
+        ));
+    }
+    Ok(max_grade)
 }
 
 /// A number that must be finite and greater than `min`.

@@ -217,6 +217,8 @@ pub struct FileSettings {
     drain_timeout: Option<Duration>,
     max_items: Option<usize>,
     max_label_bytes: Option<usize>,
+    max_grade: Option<f64>,
+    max_ack_rejections: Option<usize>,
     max_groups: Option<usize>,
     segment_labels: Option<Vec<String>>,
     max_segment_values: Option<usize>,

@@ -42,6 +42,7 @@ impl EngineHandle {
             engine,
             validator,
             settings.report_config(),
+            settings.max_ack_rejections,
             receiver,
             asked,
         ));

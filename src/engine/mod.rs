@@ -7,6 +7,7 @@
 //! each other; this module uses the pure stages (`event`, `join`,
 //! `export`) and knows nothing of gRPC, HTTP or Kafka.
 
+mod ack;
 mod batch;
 mod command;
 mod handle;
@@ -16,6 +17,7 @@ pub mod persistence;
 mod readiness;
 mod settings;
 
+pub use ack::AckBuilder;
 pub use batch::RawBatch;
 pub use command::{Applied, Command};
 pub use handle::{EngineHandle, EngineStopped};

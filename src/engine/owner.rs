@@ -10,12 +10,11 @@
 //! one-core sidecar.
 
 use super::command::{Applied, Command};
-use super::RawBatch;
+use super::{AckBuilder, RawBatch};
 use crate::event::wire::parse_batch;
 use crate::event::Validator;
 use crate::export::{Report, ReportConfig, Snapshot};
 use crate::join::Engine;
-use crate::proto::{IngestAck, Rejection};
 use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 
@@ -27,6 +26,7 @@ pub(super) async fn run(
     mut engine: Engine,
     validator: Validator,
     report_config: ReportConfig,
+    max_ack_rejections: usize,
     mut commands: mpsc::Receiver<Command>,
     mut questions: mpsc::Receiver<Command>,
 ) {
@@ -49,7 +49,7 @@ pub(super) async fn run(
                 if stream_failed.load(Ordering::Relaxed) {
                     continue;
                 }
-                let applied = apply(&mut engine, &validator, &batch);
+                let applied = apply(&mut engine, &validator, &batch, max_ack_rejections);
                 match &applied {
                     Ok(ack) => idle &= ack.accepted == 0,
                     Err(_) => stream_failed.store(true, Ordering::Relaxed),
@@ -85,15 +85,16 @@ pub(super) async fn run(
 
 /// Reads and validates one batch, then applies it event by event, having
 /// first prefetched the state of every event's user.
-fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applied {
+fn apply(
+    engine: &mut Engine,
+    validator: &Validator,
+    batch: &RawBatch,
+    max_ack_rejections: usize,
+) -> Applied {
     let view = parse_batch(&batch.0)?;
     let now = crate::clock::wall_clock();
     engine.received_at(now);
-    let mut ack = IngestAck {
-        sequence: view.sequence,
-        accepted: 0,
-        rejections: Vec::new(),
-    };
+    let mut ack = AckBuilder::new(view.sequence, max_ack_rejections);
     let events: Vec<_> = view
         .events
         .iter()
@@ -105,22 +106,14 @@ fn apply(engine: &mut Engine, validator: &Validator, batch: &RawBatch) -> Applie
     for (index, event) in events.into_iter().enumerate() {
         match event {
             Ok(event) => match engine.apply(event) {
-                None => ack.accepted += 1,
-                Some(shed) => ack.rejections.push(Rejection {
-                    index: index as u32,
-                    reason: shed.reason().to_owned(),
-                    message: shed.message().to_owned(),
-                }),
+                None => ack.accept(),
+                Some(shed) => ack.reject(index, shed.reason(), || shed.message().to_owned()),
             },
             Err(rejection) => {
                 engine.reject(rejection.reason);
-                ack.rejections.push(Rejection {
-                    index: index as u32,
-                    reason: rejection.reason.as_str().to_owned(),
-                    message: rejection.message,
-                });
+                ack.reject(index, rejection.reason.as_str(), || rejection.message);
             }
         }
     }
-    Ok(ack)
+    Ok(ack.finish())
 }

@@ -30,6 +30,10 @@ pub struct EngineSettings {
     pub max_items: usize,
     /// Longest model or surface name, in bytes.
     pub max_label_bytes: usize,
+    /// Most rejections an ack details; the others are counted by reason.
+    pub max_ack_rejections: usize,
+    /// Largest grade of an interaction.
+    pub max_grade: f64,
     /// Most groups.
     pub max_groups: usize,
     /// The segment labels and the bound on their values.
@@ -109,6 +113,7 @@ impl EngineSettings {
             max_items: self.max_items,
             max_future_skew: max_future_skew.map(nanos),
             max_label_bytes: self.max_label_bytes,
+            max_grade: self.max_grade,
             segment_labels: self.segments.labels.clone(),
         }
     }

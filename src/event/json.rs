@@ -222,6 +222,7 @@ mod tests {
             max_items: 100,
             max_future_skew: None,
             max_label_bytes: 256,
+            max_grade: 64.0,
             segment_labels: vec!["country".to_owned()],
         }
     }

@@ -81,6 +81,8 @@ pub struct Validator {
     pub max_future_skew: Option<Nanos>,
     /// Longest `model`, `surface` or segment value, in bytes.
     pub max_label_bytes: usize,
+    /// Largest grade; a larger explicit grade is rejected.
+    pub max_grade: f64,
     /// The label keys whose values become segments of a group, in order;
     /// an impression's other labels are ignored.
     pub segment_labels: Vec<String>,
@@ -220,11 +222,14 @@ impl Validator {
         };
         let grade = match raw.grade {
             None => type_grade,
-            Some(grade) if grade.is_finite() && grade >= 0.0 => grade,
+            Some(grade) if grade.is_finite() && grade >= 0.0 && grade <= self.max_grade => grade,
             Some(grade) => {
                 return Err(Rejection::new(
                     Reason::InvalidGrade,
-                    format!("grade {grade} is invalid; an explicit grade is a finite number >= 0"),
+                    format!(
+                        "grade {grade} is invalid; an explicit grade is a number from 0 to max_grade = {}",
+                        self.max_grade
+                    ),
                 ))
             }
         };
@@ -379,6 +384,7 @@ mod tests {
             max_items: 3,
             max_future_skew: Some(10),
             max_label_bytes: 8,
+            max_grade: 64.0,
             segment_labels: vec!["country".to_owned(), "app".to_owned()],
         }
     }

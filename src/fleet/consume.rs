@@ -123,15 +123,27 @@ impl Fleet {
     }
 
     fn empty_engine(&self) -> Engine {
-        Engine::new(self.engine.join(&self.windows), self.engine.evaluator())
+        self.clocked(Engine::new(
+            self.engine.join(&self.windows),
+            self.engine.evaluator(),
+        ))
     }
 
     fn restore(&self, state: EngineState) -> Engine {
-        Engine::from_state(
+        self.clocked(Engine::from_state(
             self.engine.join(&self.windows),
             self.engine.evaluator(),
             state,
-        )
+        ))
+    }
+
+    /// `engine`, whose `T` rises at most to the wall clock where the
+    /// watermark also follows it.
+    fn clocked(&self, mut engine: Engine) -> Engine {
+        if self.partition.wall_clock_advance {
+            engine.cap_time_at_wall_clock();
+        }
+        engine
     }
 
     /// Moves the figures of a handed-over partition to the retired ones, and

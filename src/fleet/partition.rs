@@ -199,6 +199,7 @@ impl Task {
         let partition = self.applier.partition.clone();
         let mut engine = partition.engine();
         let now: Nanos = crate::clock::wall_clock();
+        engine.received_at(now);
         let batch = self.feed.read(RECORDS_PER_READ);
         for key in batch.records().filter_map(|r| r.ok()?.key) {
             engine.prefetch(id_hash_bytes(key));

@@ -10,12 +10,12 @@
 
 use super::reports::{self, ReportQueue};
 use super::FleetSettings;
-use crate::engine::{Applied, Command, EngineHandle, RawBatch};
+use crate::engine::{AckBuilder, Applied, Command, EngineHandle, RawBatch};
 use crate::event::wire::{parse_batch_with_events, WireError};
 use crate::event::Validator;
 use crate::export::{Report, ReportConfig, Snapshot};
 use crate::join::Engine;
-use crate::proto::{IngestAck, Rejection};
+use crate::proto::IngestAck;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
@@ -37,6 +37,8 @@ struct Relay {
     validator: Validator,
     engine: Engine,
     report: ReportConfig,
+    /// Most rejections an ack details.
+    max_ack_rejections: usize,
 }
 
 /// Starts the relay; the handle takes batches as the engine's does.
@@ -90,6 +92,7 @@ pub fn start(
         validator,
         engine,
         report: engine_settings.report_config(),
+        max_ack_rejections: engine_settings.max_ack_rejections,
     };
     let (handle, commands) = EngineHandle::channel(capacity);
     tokio::spawn(relay.run(commands));
@@ -239,29 +242,21 @@ impl Relay {
     ) -> Result<(IngestAck, Vec<(&'b str, &'b [u8])>), WireError> {
         let (view, encoded) = parse_batch_with_events(&batch.0)?;
         let now = crate::clock::wall_clock();
-        let mut ack = IngestAck {
-            sequence: view.sequence,
-            accepted: 0,
-            rejections: Vec::new(),
-        };
+        let mut ack = AckBuilder::new(view.sequence, self.max_ack_rejections);
         let mut accepted = Vec::with_capacity(view.events.len());
         for (index, (event, bytes)) in view.events.iter().zip(encoded).enumerate() {
             match self.validator.view(event, &view, now) {
                 Ok(_) => {
                     accepted.push((event.user_id().unwrap_or_default(), bytes));
-                    ack.accepted += 1;
+                    ack.accept();
                 }
                 Err(rejection) => {
                     self.engine.reject(rejection.reason);
-                    ack.rejections.push(Rejection {
-                        index: index as u32,
-                        reason: rejection.reason.as_str().to_owned(),
-                        message: rejection.message,
-                    });
+                    ack.reject(index, rejection.reason.as_str(), || rejection.message);
                 }
             }
         }
-        Ok((ack, accepted))
+        Ok((ack.finish(), accepted))
     }
 
     /// Queues one record of `batch` (waiting while the client's queue is full).

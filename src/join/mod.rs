@@ -167,6 +167,8 @@ pub struct Engine {
     /// When the events being applied were received (wall clock), for the
     /// groups' idle times; 0 unless the server sets it.
     received_at: Nanos,
+    /// Whether `T` rises at most to `received_at` (see [`Engine::cap_time_at_wall_clock`]).
+    time_capped: bool,
 }
 
 impl Engine {
@@ -197,12 +199,22 @@ impl Engine {
             waiting_interactions: 0,
             closed_since_prefetch: 0,
             received_at: 0,
+            time_capped: false,
         }
     }
 
     /// Sets when the events applied next were received (wall clock).
     pub fn received_at(&mut self, now: Nanos) {
         self.received_at = now;
+    }
+
+    /// From now on an event raises `T` at most to the wall clock it was
+    /// received at ([`Self::received_at`]): one applied ahead of the clock
+    /// (within the allowed skew) is joined at its own time, but cannot
+    /// finalize the other clients' lists early (docs/SPEC.md §3). For an
+    /// engine whose watermark also advances with the wall clock; not saved.
+    pub fn cap_time_at_wall_clock(&mut self) {
+        self.time_capped = true;
     }
 
     /// Retires every group that received no impression during `idle` up
@@ -256,7 +268,10 @@ impl Engine {
     /// Applies one accepted event, then moves the watermark past its time.
     /// Returns the limit that shed it, if one did.
     pub fn apply(&mut self, event: Event<'_>) -> Option<Shed> {
-        let time = event.time();
+        let time = match self.time_capped {
+            true => event.time().min(self.received_at),
+            false => event.time(),
+        };
         let shed = match event {
             Event::Impression(impression) => self.impression(impression),
             Event::Interaction(interaction) => self.interaction(interaction),

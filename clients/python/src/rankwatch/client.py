@@ -262,6 +262,9 @@ class Collector(EventSink):
             self._settled += len(batch.events)
             for rejection in ack.rejections:
                 self._rejected[rejection.reason] += 1
+            # Past the server's max_ack_rejections, rejections are only counted.
+            for counted in ack.more_rejections:
+                self._rejected[counted.reason] += counted.count
             self._backoff = self._first_backoff
             self._send_due()
             self._state.notify_all()
