@@ -53,7 +53,12 @@ pub async fn check(
         "needs          retention.ms of the event topic at least {} (attribution window + lateness + commit interval)",
         retention.as_millis()
     );
-    let _ = writeln!(text, "consumer group {}  {}", settings.group, group(settings));
+    let _ = writeln!(
+        text,
+        "consumer group {}  {}",
+        settings.group,
+        group(settings)
+    );
     write_verdict(&mut text, &found, &problems, settings);
     Ok(Checked {
         text,

@@ -3,11 +3,11 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use rankwatch::config::FleetArgs;
 use rankwatch::config::{EngineArgs, FileSettings, ServerArgs};
 use rankwatch::demo::{self, DemoArgs};
 use rankwatch::engine::EngineSettings;
 use rankwatch::export::Report;
-use rankwatch::config::FleetArgs;
 use rankwatch::fleet::{FleetMode, FleetSettings};
 use rankwatch::kafka_check;
 use rankwatch::loadgen::{self, LoadgenArgs};

@@ -260,7 +260,10 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
             while let Some(ack) = acks.message().await.unwrap() {
                 accepted += u64::from(ack.accepted);
                 assert!(ack.rejections.iter().all(|r| r.reason.starts_with("shed_max_")));
+                assert!(ack.more_rejections.iter().all(|c| c.reason.starts_with("shed_max_")));
+                // Past max_ack_rejections an ack counts rejections by reason.
                 shed += ack.rejections.len() as u64;
+                shed += ack.more_rejections.iter().map(|c| u64::from(c.count)).sum::<u64>();
             }
             (accepted, shed)
         }));

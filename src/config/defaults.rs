@@ -34,6 +34,12 @@ pub const MAX_EXPOSURE_ITEMS: usize = 4096;
 pub const MAX_GRADE: f64 = 64.0;
 /// `max_ack_rejections`.
 pub const MAX_ACK_REJECTIONS: usize = 100;
+/// `max_open_impressions_per_user`.
+pub const MAX_OPEN_IMPRESSIONS_PER_USER: usize = 1000;
+/// `max_waiting_interactions_per_user`.
+pub const MAX_WAITING_INTERACTIONS_PER_USER: usize = 1000;
+/// `max_interactions_per_impression`.
+pub const MAX_INTERACTIONS_PER_IMPRESSION: usize = 1000;
 /// `max_label_bytes`.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// `max_groups`.

@@ -86,6 +86,18 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
         help = help("Limit: longest model or surface name or segment value in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
     pub max_label_bytes: Option<usize>,
+    /// Limit: most open impressions of one user.
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS_PER_USER",
+        help = help("Limit: most open impressions of one user (a user id shared by many people, such as \"guest\", holds many); a new one past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS_PER_USER))]
+    pub max_open_impressions_per_user: Option<usize>,
+    /// Limit: most waiting interactions of one user.
+    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS_PER_USER",
+        help = help("Limit: most interactions of one user waiting for their impressions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS_PER_USER))]
+    pub max_waiting_interactions_per_user: Option<usize>,
+    /// Limit: most interactions credited to one impression.
+    #[arg(long, env = "RANKWATCH_MAX_INTERACTIONS_PER_IMPRESSION",
+        help = help("Limit: most interactions credited to one impression as they arrive; more are shed and counted", defaults::MAX_INTERACTIONS_PER_IMPRESSION))]
+    pub max_interactions_per_impression: Option<usize>,
     /// Limit: rejections detailed in one ack.
     #[arg(long, env = "RANKWATCH_MAX_ACK_REJECTIONS",
         help = help("Limit: rejections an ack details (index, reason, message); the others of its batch are counted by reason, so that an ack stays small whatever the batch holds", defaults::MAX_ACK_REJECTIONS))]
@@ -287,6 +299,24 @@ impl EngineSettings {
             metrics,
             grades: grades(args, file, max_grade)?,
             max_grade,
+            max_open_impressions_per_user: resolve_limit(
+                "max_open_impressions_per_user",
+                args.max_open_impressions_per_user,
+                file.max_open_impressions_per_user,
+                defaults::MAX_OPEN_IMPRESSIONS_PER_USER,
+            )?,
+            max_waiting_interactions_per_user: resolve_limit(
+                "max_waiting_interactions_per_user",
+                args.max_waiting_interactions_per_user,
+                file.max_waiting_interactions_per_user,
+                defaults::MAX_WAITING_INTERACTIONS_PER_USER,
+            )?,
+            max_interactions_per_impression: resolve_limit(
+                "max_interactions_per_impression",
+                args.max_interactions_per_impression,
+                file.max_interactions_per_impression,
+                defaults::MAX_INTERACTIONS_PER_IMPRESSION,
+            )?,
             max_ack_rejections: resolve_limit(
                 "max_ack_rejections",
                 args.max_ack_rejections,

@@ -68,12 +68,20 @@ mod tests {
         let mut ack = AckBuilder::new(7, 2);
         ack.accept();
         for index in 1..6 {
-            let reason = if index % 2 == 0 { "empty_event" } else { "missing_user_id" };
+            let reason = if index % 2 == 0 {
+                "empty_event"
+            } else {
+                "missing_user_id"
+            };
             ack.reject(index, reason, || format!("event {index}"));
         }
         let ack = ack.finish();
         assert_eq!((ack.sequence, ack.accepted), (7, 1));
-        let detailed: Vec<_> = ack.rejections.iter().map(|r| (r.index, r.reason.as_str())).collect();
+        let detailed: Vec<_> = ack
+            .rejections
+            .iter()
+            .map(|r| (r.index, r.reason.as_str()))
+            .collect();
         assert_eq!(detailed, [(1, "missing_user_id"), (2, "empty_event")]);
         let counted: Vec<_> = ack
             .more_rejections

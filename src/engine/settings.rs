@@ -42,6 +42,12 @@ pub struct EngineSettings {
     pub max_open_impressions: usize,
     /// Most waiting interactions.
     pub max_waiting_interactions: usize,
+    /// Most open impressions of one user.
+    pub max_open_impressions_per_user: usize,
+    /// Most waiting interactions of one user.
+    pub max_waiting_interactions_per_user: usize,
+    /// Most interactions credited to one impression as they arrive.
+    pub max_interactions_per_impression: usize,
     /// The model compared against; none means no comparisons.
     pub control_model: Option<String>,
 }
@@ -57,6 +63,9 @@ impl EngineSettings {
             segments: self.segments.clone(),
             max_open_impressions: self.max_open_impressions,
             max_waiting_interactions: self.max_waiting_interactions,
+            max_open_impressions_per_user: self.max_open_impressions_per_user,
+            max_waiting_interactions_per_user: self.max_waiting_interactions_per_user,
+            max_interactions_per_impression: self.max_interactions_per_impression,
             windows: windows.iter().map(|&w| nanos(w)).collect(),
             position_curve_depth: self.position_curve_depth,
             interaction_types: self.grades.types(),

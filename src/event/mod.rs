@@ -4,6 +4,7 @@
 
 #![allow(unsafe_code)] // explained at each block (SAFETY)
 
+pub mod hashed;
 pub mod json;
 mod quoted;
 pub mod raw;

@@ -163,8 +163,16 @@ impl ReportCounters {
                 .map(|(reason, n)| (reason.as_str().to_owned(), *n))
                 .collect(),
             shed: [
-                ("impressions", counters.shed_impressions),
-                ("interactions", counters.shed_interactions),
+                (
+                    "impressions",
+                    counters.shed_impressions + counters.shed_open_per_user,
+                ),
+                (
+                    "interactions",
+                    counters.shed_interactions
+                        + counters.shed_waiting_per_user
+                        + counters.shed_interactions_per_impression,
+                ),
             ]
             .into_iter()
             .filter(|(_, n)| *n > 0)

@@ -265,8 +265,13 @@ pub async fn start(
             let engine = relay::start(settings, engine, setup.settings, setup.validator, capacity)?;
             let (settings, shutdown_check) = (settings.clone(), shutdown.clone());
             tokio::spawn(async move {
-                topics::wait_until_usable(&settings, topics::Need::Produce, &readiness, &shutdown_check)
-                    .await
+                topics::wait_until_usable(
+                    &settings,
+                    topics::Need::Produce,
+                    &readiness,
+                    &shutdown_check,
+                )
+                .await
             });
             Ok(Started {
                 engine,

@@ -53,6 +53,12 @@ pub struct Counters {
     pub shed_impressions: u64,
     /// Interactions shed because `max_waiting_interactions` were waiting.
     pub shed_interactions: u64,
+    /// Impressions shed because their user had `max_open_impressions_per_user` open.
+    pub shed_open_per_user: u64,
+    /// Interactions shed because their user had `max_waiting_interactions_per_user` waiting.
+    pub shed_waiting_per_user: u64,
+    /// Interactions shed because their impression held `max_interactions_per_impression`.
+    pub shed_interactions_per_impression: u64,
     /// Rejected events by reason.
     pub rejected: BTreeMap<Reason, u64>,
 }
@@ -69,10 +75,16 @@ impl Counters {
 
     /// Events received in batches, valid or not: accepted + rejected + shed.
     pub fn received(&self) -> u64 {
-        self.accepted()
-            + self.rejected.values().sum::<u64>()
-            + self.shed_impressions
+        self.accepted() + self.rejected.values().sum::<u64>() + self.shed()
+    }
+
+    /// Events shed under every limit.
+    pub fn shed(&self) -> u64 {
+        self.shed_impressions
             + self.shed_interactions
+            + self.shed_open_per_user
+            + self.shed_waiting_per_user
+            + self.shed_interactions_per_impression
     }
 
     /// Counts one unattributed interaction.

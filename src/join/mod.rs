@@ -19,6 +19,7 @@ pub use counters::{Counters, Unattributed};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
 
+use crate::event::hashed::IdentityHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{
     Coverage, CoverageMode, GroupTotals, ListEvaluator, PositionCurve, ShownList, Slot,
@@ -27,7 +28,7 @@ use crate::window::{CoverageWindows, RollingWindows};
 use due::DueQueue;
 use groups::{GroupId, Groups};
 use std::collections::HashMap;
-use user::{OpenImpression, UserState, Waiting};
+use user::{Attributed, OpenImpression, UserState, Waiting};
 
 /// Join timing and bounds.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,6 +47,12 @@ pub struct JoinSettings {
     pub max_open_impressions: usize,
     /// Most waiting interactions; a new one that would wait past it is shed.
     pub max_waiting_interactions: usize,
+    /// Most open impressions of one user; a new one past it is shed.
+    pub max_open_impressions_per_user: usize,
+    /// Most waiting interactions of one user; a new one that would wait past it is shed.
+    pub max_waiting_interactions_per_user: usize,
+    /// Most interactions credited to one impression as they arrive; more are shed.
+    pub max_interactions_per_impression: usize,
     /// Spans of the rolling windows kept per group (none in replay).
     pub windows: Vec<Nanos>,
     /// Deepest rank of the position curves; 0 keeps none.
@@ -63,6 +70,12 @@ pub enum Shed {
     MaxOpenImpressions,
     /// `max_waiting_interactions` was reached.
     MaxWaitingInteractions,
+    /// The user had `max_open_impressions_per_user` open.
+    MaxOpenImpressionsPerUser,
+    /// The user had `max_waiting_interactions_per_user` waiting.
+    MaxWaitingInteractionsPerUser,
+    /// The impression held `max_interactions_per_impression` credits.
+    MaxInteractionsPerImpression,
 }
 
 impl Shed {
@@ -71,6 +84,9 @@ impl Shed {
         match self {
             Shed::MaxOpenImpressions => "shed_max_open_impressions",
             Shed::MaxWaitingInteractions => "shed_max_waiting_interactions",
+            Shed::MaxOpenImpressionsPerUser => "shed_max_open_impressions_per_user",
+            Shed::MaxWaitingInteractionsPerUser => "shed_max_waiting_interactions_per_user",
+            Shed::MaxInteractionsPerImpression => "shed_max_interactions_per_impression",
         }
     }
 
@@ -79,6 +95,9 @@ impl Shed {
         match self {
             Shed::MaxOpenImpressions => "valid, but not evaluated: max_open_impressions was reached; it is counted in rankwatch_events_shed_total",
             Shed::MaxWaitingInteractions => "valid, but not evaluated: max_waiting_interactions was reached; it is counted in rankwatch_events_shed_total",
+            Shed::MaxOpenImpressionsPerUser => "valid, but not evaluated: its user has max_open_impressions_per_user lists open (a user id shared by many people?); it is counted in rankwatch_events_shed_total",
+            Shed::MaxWaitingInteractionsPerUser => "valid, but not evaluated: its user has max_waiting_interactions_per_user interactions waiting for their impressions; it is counted in rankwatch_events_shed_total",
+            Shed::MaxInteractionsPerImpression => "valid, but not evaluated: its impression holds max_interactions_per_impression credited interactions; it is counted in rankwatch_events_shed_total",
         }
     }
 }
@@ -126,7 +145,7 @@ fn shard_index(user: u64, shards: usize) -> usize {
 }
 
 /// The users of one shard, by id.
-type Shard = HashMap<u64, UserState, user::IdentityHash>;
+type Shard = HashMap<u64, UserState, IdentityHash>;
 
 /// Lists finalized between two prefetches of the lists that close next.
 const CLOSING_PREFETCH_EVERY: u32 = 16;
@@ -442,6 +461,8 @@ impl Engine {
         }
         self.open_impressions += user.open.len();
         self.waiting_interactions += user.waiting.len();
+        let mut user = user;
+        user.restored();
         self.shard(id).insert(id, user);
     }
 
@@ -470,6 +491,15 @@ impl Engine {
             self.counters.shed_impressions += 1;
             return Some(Shed::MaxOpenImpressions);
         }
+        let max_per_user = self.settings.max_open_impressions_per_user;
+        if self
+            .shard(user_id)
+            .get(&user_id)
+            .is_some_and(|user| user.open.len() >= max_per_user)
+        {
+            self.counters.shed_open_per_user += 1;
+            return Some(Shed::MaxOpenImpressionsPerUser);
+        }
         let group = self.groups.id(
             &impression.model,
             &impression.surface,
@@ -496,9 +526,15 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         // A user without an entry holds nothing that the interaction could
         // match; it gets an entry only if the interaction waits.
+        let max_credits = self.settings.max_interactions_per_impression;
         if let Some(user) = self.shards[index].get_mut(&user_id) {
-            if user.attribute(interaction, window, &mut self.counters) {
-                return None;
+            match user.attribute(interaction, window, max_credits, &mut self.counters) {
+                Attributed::Settled => return None,
+                Attributed::Shed => {
+                    self.counters.shed_interactions_per_impression += 1;
+                    return Some(Shed::MaxInteractionsPerImpression);
+                }
+                Attributed::Waits => {}
             }
         }
         // One that finds nothing when the watermark has passed it gives up at once.
@@ -514,10 +550,13 @@ impl Engine {
             self.counters.shed_interactions += 1;
             return Some(Shed::MaxWaitingInteractions);
         }
-        self.counters.interactions += 1;
         let user = self.shards[index].entry(user_id).or_default();
-        user.waiting.reserve_exact(1);
-        user.waiting.push(Waiting { seq, interaction });
+        if user.waiting.len() >= self.settings.max_waiting_interactions_per_user {
+            self.counters.shed_waiting_per_user += 1;
+            return Some(Shed::MaxWaitingInteractionsPerUser);
+        }
+        self.counters.interactions += 1;
+        user.push_waiting(Waiting { seq, interaction });
         self.waiting_interactions += 1;
         self.give_ups.push((interaction.time, seq, user_id));
         None
@@ -634,6 +673,9 @@ mod tests {
             segments: SegmentSettings::default(),
             max_open_impressions: max_open,
             max_waiting_interactions: max_waiting,
+            max_open_impressions_per_user: usize::MAX,
+            max_waiting_interactions_per_user: usize::MAX,
+            max_interactions_per_impression: usize::MAX,
             windows: vec![],
             position_curve_depth: 20,
             interaction_types: vec!["click".to_owned()],
@@ -746,7 +788,7 @@ mod tests {
     #[test]
     fn open_state_stays_compact() {
         assert_eq!(std::mem::size_of::<OpenImpression>(), 72);
-        assert_eq!(std::mem::size_of::<UserState>(), 48);
+        assert_eq!(std::mem::size_of::<UserState>(), 56);
     }
 
     #[test]

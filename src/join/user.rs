@@ -2,9 +2,10 @@
 //! rules that only ever look inside one user.
 
 use super::{Counters, GroupId, Unattributed};
+use crate::event::hashed::IdentityHash;
 use crate::event::{Impression, Interaction, Nanos};
 use serde::{Deserialize, Serialize};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{HashMap, VecDeque};
 
 /// An open impression, stored compactly: item ids are hashes, and each
 /// credited interaction takes 24 bytes, in blocks of 2, 4, 8… (72 bytes in
@@ -140,6 +141,7 @@ impl OpenImpression {
 pub struct Waiting {
     /// Arrival order, unique across the engine.
     pub seq: u64,
+    /// The interaction.
     pub interaction: Interaction,
 }
 
@@ -150,6 +152,104 @@ pub struct UserState {
     pub open: Vec<OpenImpression>,
     /// Waiting interactions in arrival order.
     pub waiting: Vec<Waiting>,
+    /// What is looked up, for a user who holds many lists or interactions
+    /// (a shared id such as "guest"); rebuilt, not saved.
+    #[serde(skip)]
+    index: Option<Box<UserIndex>>,
+}
+
+/// A user holding more than this many lists and waiting interactions gets
+/// an index, so that an event's work does not grow with the user's state.
+const INDEX_FROM: usize = 16;
+
+/// What a user's events look up, by key instead of by scanning.
+#[derive(Clone, Debug, Default)]
+struct UserIndex {
+    /// Open impressions by request id: `(time, seq)`.
+    requests: HashMap<u64, (Nanos, u64), IdentityHash>,
+    /// Open impressions by item shown: `(time, seq)`, ascending.
+    items: HashMap<u64, VecDeque<(Nanos, u64)>, IdentityHash>,
+    /// Event ids of waiting interactions, with how many wait with each.
+    events: HashMap<u64, u32, IdentityHash>,
+    /// Waiting interactions by the request id they name: seqs, ascending.
+    named: HashMap<u64, Vec<u64>, IdentityHash>,
+    /// Waiting interactions without a request id, by item: seqs, ascending.
+    unnamed: HashMap<u64, Vec<u64>, IdentityHash>,
+}
+
+impl UserIndex {
+    fn add_open(&mut self, m: &OpenImpression) {
+        self.requests.insert(m.request, (m.time, m.seq));
+        for &item in m.items.iter() {
+            let lists = self.items.entry(item).or_default();
+            let at = lists.partition_point(|&key| key <= (m.time, m.seq));
+            lists.insert(at, (m.time, m.seq));
+        }
+    }
+
+    fn remove_open(&mut self, m: &OpenImpression) {
+        self.requests.remove(&m.request);
+        for item in m.items.iter() {
+            if let Some(lists) = self.items.get_mut(item) {
+                if let Some(at) = lists.iter().position(|&key| key == (m.time, m.seq)) {
+                    lists.remove(at);
+                }
+                if lists.is_empty() {
+                    self.items.remove(item);
+                }
+            }
+        }
+    }
+
+    /// The waiting interactions' keys: by request id, else by item.
+    fn waiting_key(&mut self, w: &Waiting) -> &mut Vec<u64> {
+        match w.interaction.request {
+            Some(request) => self.named.entry(request).or_default(),
+            None => self.unnamed.entry(w.interaction.item).or_default(),
+        }
+    }
+
+    fn add_waiting(&mut self, w: &Waiting) {
+        if let Some(event) = w.interaction.event {
+            *self.events.entry(event).or_default() += 1;
+        }
+        let seqs = self.waiting_key(w);
+        let at = seqs.partition_point(|&seq| seq <= w.seq);
+        seqs.insert(at, w.seq);
+    }
+
+    fn remove_waiting(&mut self, w: &Waiting) {
+        if let Some(event) = w.interaction.event {
+            if let Some(count) = self.events.get_mut(&event) {
+                *count -= 1;
+                if *count == 0 {
+                    self.events.remove(&event);
+                }
+            }
+        }
+        let seqs = self.waiting_key(w);
+        if let Ok(at) = seqs.binary_search(&w.seq) {
+            seqs.remove(at);
+        }
+        let empty = seqs.is_empty();
+        if empty {
+            match w.interaction.request {
+                Some(request) => self.named.remove(&request),
+                None => self.unnamed.remove(&w.interaction.item),
+            };
+        }
+    }
+}
+
+/// What became of an interaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attributed {
+    /// Credited, counted as unattributed, or counted as a duplicate.
+    Settled,
+    /// It must wait for its impression (not counted yet).
+    Waits,
+    /// Its impression holds `max_interactions_per_impression` already.
+    Shed,
 }
 
 impl UserState {
@@ -160,7 +260,26 @@ impl UserState {
 
     /// Whether an open impression has this request id.
     pub fn has_open_request(&self, request: u64) -> bool {
-        self.open.iter().rev().any(|m| m.request == request)
+        match &self.index {
+            Some(index) => index.requests.contains_key(&request),
+            None => self.open.iter().rev().any(|m| m.request == request),
+        }
+    }
+
+    /// Builds the index once the user holds many lists or interactions.
+    fn index_if_large(&mut self) {
+        if self.index.is_some() || self.open.len() + self.waiting.len() <= INDEX_FROM {
+            return;
+        }
+        let mut index = UserIndex::default();
+        self.open.iter().for_each(|m| index.add_open(m));
+        self.waiting.iter().for_each(|w| index.add_waiting(w));
+        self.index = Some(Box::new(index));
+    }
+
+    /// Rebuilds what is not saved, for a user just restored.
+    pub fn restored(&mut self) {
+        self.index_if_large();
     }
 
     /// Starts loading this state itself, the first step of a walk through
@@ -192,60 +311,129 @@ impl UserState {
             .iter()
             .rposition(|m| m.time <= open.time)
             .map_or(0, |i| i + 1);
+        if let Some(user_index) = &mut self.index {
+            user_index.add_open(&open);
+        }
         // Most users hold one list at a time: grow by one, not by the default four.
         self.open.reserve_exact(1);
         self.open.insert(index, open);
+        self.index_if_large();
     }
 
-    /// Removes and returns the open impression `seq`.
+    /// Adds an interaction that waits for its impression.
+    pub fn push_waiting(&mut self, waiting: Waiting) {
+        if let Some(index) = &mut self.index {
+            index.add_waiting(&waiting);
+        }
+        self.waiting.reserve_exact(1);
+        self.waiting.push(waiting);
+        self.index_if_large();
+    }
+
+    /// Removes and returns the open impression `seq`: lists close in the
+    /// order they opened, so the search starts from the front.
     pub fn take_open(&mut self, seq: u64) -> Option<OpenImpression> {
         let position = self.open.iter().position(|m| m.seq == seq)?;
-        Some(self.open.remove(position))
+        let open = self.open.remove(position);
+        if let Some(index) = &mut self.index {
+            index.remove_open(&open);
+        }
+        Some(open)
     }
 
-    /// Removes and returns the waiting interaction `seq`.
+    /// Removes and returns the waiting interaction `seq` (they are in seq order).
     pub fn take_waiting(&mut self, seq: u64) -> Option<Waiting> {
-        let position = self.waiting.iter().position(|w| w.seq == seq)?;
-        Some(self.waiting.remove(position))
+        let position = self.waiting.binary_search_by_key(&seq, |w| w.seq).ok()?;
+        let waiting = self.waiting.remove(position);
+        if let Some(index) = &mut self.index {
+            index.remove_waiting(&waiting);
+        }
+        Some(waiting)
     }
 
-    /// Credits, counts as unattributed or as a duplicate; returns `false`
-    /// when the interaction must wait for its impression (and is not counted yet).
-    pub fn attribute(&mut self, x: Interaction, window: Nanos, counters: &mut Counters) -> bool {
+    /// The position in `open` of the list `(time, seq)`.
+    fn position_of(&self, key: (Nanos, u64)) -> Option<usize> {
+        self.open
+            .binary_search_by(|m| (m.time, m.seq).cmp(&key))
+            .ok()
+    }
+
+    /// The position of the open list with request id `request`.
+    fn open_request(&self, request: u64) -> Option<usize> {
+        match &self.index {
+            Some(index) => self.position_of(*index.requests.get(&request)?),
+            None => self.open.iter().rposition(|m| m.request == request),
+        }
+    }
+
+    /// Whether an interaction with event id `event` is waiting.
+    fn is_waiting(&self, event: Option<u64>) -> bool {
+        let Some(event) = event else {
+            return false;
+        };
+        match &self.index {
+            Some(index) => index.events.contains_key(&event),
+            None => self
+                .waiting
+                .iter()
+                .any(|w| w.interaction.event == Some(event)),
+        }
+    }
+
+    /// Credits, counts as unattributed or as a duplicate, or says that the
+    /// interaction must wait for its impression (not counted yet) or is
+    /// shed because its impression holds `max_credits` interactions already.
+    pub fn attribute(
+        &mut self,
+        x: Interaction,
+        window: Nanos,
+        max_credits: usize,
+        counters: &mut Counters,
+    ) -> Attributed {
         let target = match x.request {
-            Some(request) => match self.open.iter().rposition(|m| m.request == request) {
+            Some(request) => match self.open_request(request) {
                 Some(index) => match self.open[index].matching_rank(&x, window) {
                     Some(rank) => Some((index, rank)),
                     None => {
                         counters.interactions += 1;
                         counters.unattributed(self.open[index].mismatch(&x));
-                        return true;
+                        return Attributed::Settled;
                     }
                 },
                 None => None,
             },
             None => self.latest_match(&x, window),
         };
-        let waiting_retry =
-            x.event.is_some() && self.waiting.iter().any(|w| w.interaction.event == x.event);
         let credited_retry =
             target.is_some_and(|(index, _)| self.open[index].has_credited_event(x.event));
-        if waiting_retry || credited_retry {
+        if credited_retry || self.is_waiting(x.event) {
             counters.duplicate_interactions += 1;
-            return true;
+            return Attributed::Settled;
         }
         let Some((index, rank)) = target else {
-            return false;
+            return Attributed::Waits;
         };
+        if self.open[index].credits.len() >= max_credits {
+            return Attributed::Shed;
+        }
         counters.interactions += 1;
         self.open[index].credit(rank, &x, counters);
-        true
+        Attributed::Settled
     }
 
     /// The latest (by time, then arrival) open impression the interaction
     /// matches. `open` is in that order, so the search runs from the end and
     /// stops at the first list shown more than a window before the interaction.
     fn latest_match(&self, x: &Interaction, window: Nanos) -> Option<(usize, usize)> {
+        if let Some(index) = &self.index {
+            let lists = index.items.get(&x.item)?;
+            let &(time, seq) = lists.iter().rev().find(|(time, _)| *time <= x.time)?;
+            if time.saturating_add(window) < x.time {
+                return None;
+            }
+            let position = self.position_of((time, seq))?;
+            return Some((position, self.open[position].rank_of(x.item)?));
+        }
         for (index, m) in self.open.iter().enumerate().rev() {
             if m.time.saturating_add(window) < x.time {
                 return None;
@@ -265,22 +453,54 @@ impl UserState {
         window: Nanos,
         counters: &mut Counters,
     ) -> usize {
+        if let Some(index) = &self.index {
+            let mut candidates: Vec<u64> =
+                index.named.get(&open.request).cloned().unwrap_or_default();
+            for item in open.items.iter() {
+                candidates.extend(index.unnamed.get(item).into_iter().flatten());
+            }
+            if candidates.is_empty() {
+                return 0;
+            }
+            candidates.sort_unstable();
+            let mut claimed = 0;
+            for seq in candidates {
+                let Ok(position) = self.waiting.binary_search_by_key(&seq, |w| w.seq) else {
+                    continue;
+                };
+                if settle(open, &self.waiting[position].interaction, window, counters) {
+                    self.take_waiting(seq);
+                    claimed += 1;
+                }
+            }
+            return claimed;
+        }
         let before = self.waiting.len();
-        self.waiting.retain(|w| {
-            let x = &w.interaction;
-            let named = x.request == Some(open.request);
-            if !named && x.request.is_some() {
-                return true;
-            }
-            match open.matching_rank(x, window) {
-                Some(rank) => open.credit(rank, x, counters),
-                None if named => counters.unattributed(open.mismatch(x)),
-                None => return true,
-            }
-            false
-        });
+        self.waiting
+            .retain(|w| !settle(open, &w.interaction, window, counters));
         before - self.waiting.len()
     }
+}
+
+/// Settles waiting interaction `x` with newly opened impression `open` if
+/// it claims it (rule 2 of docs/SPEC.md §3): credits it, or counts it as
+/// unattributed when it named `open` and does not match. `false`: it waits on.
+fn settle(
+    open: &mut OpenImpression,
+    x: &Interaction,
+    window: Nanos,
+    counters: &mut Counters,
+) -> bool {
+    let named = x.request == Some(open.request);
+    if !named && x.request.is_some() {
+        return false;
+    }
+    match open.matching_rank(x, window) {
+        Some(rank) => open.credit(rank, x, counters),
+        None if named => counters.unattributed(open.mismatch(x)),
+        None => return false,
+    }
+    true
 }
 
 /// Asks the CPU to start loading the cache line at `address`: a hint that
@@ -298,25 +518,153 @@ fn prefetch<T>(address: *const T) {
     let _ = address;
 }
 
-/// User ids are already well-mixed hashes: the map uses them as they are.
-pub type IdentityHash = BuildHasherDefault<IdentityHasher>;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
 
-/// A hasher that passes a `u64` key through.
-#[derive(Default)]
-pub struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn finish(&self) -> u64 {
-        self.0
+    /// One step on a user's state.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Open {
+            request: u64,
+            items: Vec<u64>,
+            time: i64,
+        },
+        Interact {
+            item: u64,
+            request: Option<u64>,
+            event: Option<u64>,
+            time: i64,
+        },
+        Finalize,
+        GiveUp,
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (
+                0u64..6,
+                prop::collection::btree_set(0u64..6, 1..4),
+                0i64..20
+            )
+                .prop_map(|(request, items, time)| Step::Open {
+                    request,
+                    items: items.into_iter().collect(),
+                    time
+                }),
+            (
+                0u64..6,
+                prop::option::of(0u64..6),
+                prop::option::of(0u64..4),
+                0i64..30
+            )
+                .prop_map(|(item, request, event, time)| Step::Interact {
+                    item,
+                    request,
+                    event,
+                    time
+                }),
+            Just(Step::Finalize),
+            Just(Step::GiveUp),
+        ]
+    }
+
+    /// What a user's state shows: its lists with their credits, and what waits.
+    fn shown(user: &UserState) -> (Vec<(u64, Vec<(u32, u64)>)>, Vec<u64>) {
+        let open = user
+            .open
+            .iter()
+            .map(|m| (m.seq, m.credits.iter().map(|c| (c.rank, c.event)).collect()))
+            .collect();
+        (open, user.waiting.iter().map(|w| w.seq).collect())
+    }
+
+    /// Applies `step` as the engine would, with `seq` as its arrival.
+    fn apply(user: &mut UserState, step: &Step, seq: u64, counters: &mut Counters) -> String {
+        const WINDOW: Nanos = 10;
+        match step {
+            Step::Open {
+                request,
+                items,
+                time,
+            } => {
+                if user.has_open_request(*request) || user.open.len() >= 8 {
+                    return "duplicate or full".into();
+                }
+                let mut open = OpenImpression {
+                    seq,
+                    request: *request,
+                    time: *time,
+                    group: 0,
+                    items: items.clone().into_boxed_slice(),
+                    credits: Vec::new(),
+                };
+                let claimed = user.claim_waiting(&mut open, WINDOW, counters);
+                user.insert_open(open);
+                format!("claimed {claimed}")
+            }
+            Step::Interact {
+                item,
+                request,
+                event,
+                time,
+            } => {
+                let x = Interaction {
+                    event: *event,
+                    user: 1,
+                    item: *item,
+                    request: *request,
+                    time: *time,
+                    grade: 1.0,
+                    kind: 0,
+                };
+                let outcome = user.attribute(x, WINDOW, 3, counters);
+                if outcome == Attributed::Waits && user.waiting.len() < 8 {
+                    user.push_waiting(Waiting {
+                        seq,
+                        interaction: x,
+                    });
+                }
+                format!("{outcome:?}")
+            }
+            Step::Finalize => {
+                let first = user.open.first().map(|m| m.seq);
+                format!(
+                    "{:?}",
+                    first.and_then(|seq| user.take_open(seq)).map(|m| m.seq)
+                )
+            }
+            Step::GiveUp => {
+                let first = user.waiting.first().map(|w| w.seq);
+                format!(
+                    "{:?}",
+                    first.and_then(|seq| user.take_waiting(seq)).map(|w| w.seq)
+                )
+            }
         }
     }
 
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
+    proptest! {
+        /// The index changes no outcome: a user indexed from the start and
+        /// one that scans (held below the index's threshold) agree on every step.
+        #[test]
+        fn the_index_finds_what_a_scan_finds(steps in prop::collection::vec(step(), 1..80)) {
+            let mut indexed = UserState {
+                index: Some(Box::default()),
+                ..UserState::default()
+            };
+            let mut scanned = UserState::default();
+            let (mut with_index, mut with_scan) = (Counters::default(), Counters::default());
+            for (seq, step) in steps.iter().enumerate() {
+                let seq = seq as u64 + 1;
+                let a = apply(&mut indexed, step, seq, &mut with_index);
+                let b = apply(&mut scanned, step, seq, &mut with_scan);
+                prop_assert!(scanned.index.is_none(), "the scanning user stays below the threshold");
+                prop_assert_eq!(a, b, "{:?}", step);
+                prop_assert_eq!(shown(&indexed), shown(&scanned));
+                prop_assert_eq!(&with_index, &with_scan);
+            }
+        }
     }
 }

@@ -15,9 +15,9 @@
 //! Counts only: it knows nothing of events, time or transport.
 
 use super::hyperloglog::{HyperLogLog, Slot};
+use crate::event::hashed::SwappedHash;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 /// How coverage is kept.
@@ -582,27 +582,7 @@ impl PartialEq for ExposureTable {
 /// Item hashes are well mixed, but the sample keeps only those whose low
 /// bits are zero, which are the bits a map picks its slot by: the map takes
 /// the hash's two halves swapped.
-type ItemHash = BuildHasherDefault<ItemHasher>;
-
-/// A hasher of item hashes that swaps their halves.
-#[derive(Default)]
-struct ItemHasher(u64);
-
-impl Hasher for ItemHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value.rotate_left(32);
-    }
-}
+type ItemHash = SwappedHash;
 
 /// The saved form of a [`Coverage`]: maps as sorted lists, so that the same
 /// coverage always saves as the same bytes.

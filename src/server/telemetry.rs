@@ -98,6 +98,19 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_exposure_items", engine.max_exposure_items),
         ("max_open_impressions", engine.max_open_impressions),
         ("max_waiting_interactions", engine.max_waiting_interactions),
+        (
+            "max_open_impressions_per_user",
+            engine.max_open_impressions_per_user,
+        ),
+        (
+            "max_waiting_interactions_per_user",
+            engine.max_waiting_interactions_per_user,
+        ),
+        (
+            "max_interactions_per_impression",
+            engine.max_interactions_per_impression,
+        ),
+        ("max_ack_rejections", engine.max_ack_rejections),
         ("max_message_size", server.max_message_size),
         ("max_streams", server.max_streams),
         ("max_inflight_batches", server.max_inflight_batches),

@@ -1,0 +1,255 @@
+//! Figures that no client can poison, against the real server: valid
+//! grades never make a figure NaN or infinite, one client's fast clock
+//! cannot finalize the other clients' lists, and an ack stays small
+//! whatever its batch holds.
+
+mod common;
+
+use common::server::{event_from_json, parse_metrics, serve_command, Server};
+use prost::Message;
+use rankwatch::clock::wall_clock;
+use rankwatch::event::{format_rfc3339, Nanos, NANOS_PER_SECOND};
+use rankwatch::proto::{self, EventBatch};
+
+const T: &str = r#""time":"2026-11-01T10:00:00Z""#;
+
+fn event(json: &str) -> proto::Event {
+    event_from_json(json).unwrap()
+}
+
+async fn send(server: &Server, events: Vec<proto::Event>) -> proto::IngestAck {
+    let mut client = server.collector().await;
+    client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A list of three items, each clicked with an explicit `grade`.
+fn graded_list(user: &str, grade: f64) -> Vec<proto::Event> {
+    let mut events = vec![event(&format!(
+        r#"{{"impression":{{"requestId":"r","userId":"{user}","itemIds":["a","b","c"],"model":"m",{T}}}}}"#
+    ))];
+    for item in ["a", "b", "c"] {
+        events.push(event(&format!(
+            r#"{{"interaction":{{"userId":"{user}","itemId":"{item}","requestId":"r","type":"click","grade":{grade},{T}}}}}"#
+        )));
+    }
+    events
+}
+
+/// A closing impression far later than the lists, so that they finalize.
+fn closing() -> proto::Event {
+    event(
+        r#"{"impression":{"requestId":"z","userId":"z","itemIds":["x"],"model":"closing","time":"2026-11-02T10:00:00Z"}}"#,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_grades_cannot_make_a_figure_non_finite() {
+    for gain in ["linear", "exponential"] {
+        let server = Server::start(&["--wall-clock-advance", "false", "--gain", gain]);
+        // The largest grade there is: rejected, with the setting named.
+        let ack = send(&server, graded_list("huge", 1e308)).await;
+        let reasons: Vec<&str> = ack.rejections.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(reasons, ["invalid_grade"; 3], "{gain}");
+        assert!(
+            ack.rejections[0].message.contains("max_grade"),
+            "{:?}",
+            ack.rejections[0]
+        );
+        // The largest grade accepted (64 by default) on every item.
+        let mut events = graded_list("top", 64.0);
+        events.push(closing());
+        let ack = send(&server, events).await;
+        assert_eq!((ack.accepted, ack.rejections.len()), (5, 0), "{gain}");
+        let metrics = parse_metrics(&server.get("/metrics").1);
+        let ndcg = metrics
+            .iter()
+            .find(|(name, _)| {
+                name.starts_with("rankwatch_list_ndcg_sum{") && name.contains("model=\"m\"")
+            })
+            .map(|(_, value)| *value);
+        assert_eq!(
+            ndcg.map(|v| v > 0.0),
+            Some(true),
+            "{gain}: a list was evaluated"
+        );
+        let poisoned: Vec<_> = metrics
+            .iter()
+            .filter(|(_, value)| !value.is_finite())
+            .collect();
+        assert!(poisoned.is_empty(), "{gain}: {poisoned:?}");
+        // serde_json writes a NaN or an infinity as null.
+        let status = server
+            .get("/api/status")
+            .1
+            .replace(r#""state_dir":null"#, "");
+        assert!(
+            !status.contains("null"),
+            "{gain}: a figure of /api/status is null"
+        );
+    }
+}
+
+#[test]
+fn a_max_grade_whose_gain_could_overflow_is_refused_at_start() {
+    for args in [
+        ["--gain", "exponential", "--max-grade", "100"],
+        ["--gain", "linear", "--max-grade", "inf"],
+        ["--gain", "linear", "--max-grade", "0"],
+    ] {
+        let output = serve_command(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("max_grade"), "{args:?}: {stderr}");
+    }
+    let output = serve_command(&["--max-grade", "2", "--grade", "purchase=3"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("purchase"), "{stderr}");
+}
+
+fn at(time: Nanos) -> String {
+    format_rfc3339(time)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fast_clock_does_not_finalize_the_other_clients_lists() {
+    // The defaults: a 5 m window, 5 m of allowed skew, the wall clock advancing.
+    let server = Server::start(&[]);
+    let now = wall_clock();
+    let shown = now - 60 * NANOS_PER_SECOND;
+    let lists: Vec<proto::Event> = (0..100)
+        .map(|u| {
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r{u}","userId":"u{u}","itemIds":["a","b"],"time":"{}"}}}}"#,
+                at(shown)
+            ))
+        })
+        .collect();
+    assert_eq!(send(&server, lists).await.accepted, 100);
+    // One client whose clock runs 4 m 55 s ahead: accepted, within the skew.
+    let ahead = now + (4 * 60 + 55) * NANOS_PER_SECOND;
+    let fast = event(&format!(
+        r#"{{"impression":{{"requestId":"f","userId":"fast","itemIds":["a"],"time":"{}"}}}}"#,
+        at(ahead)
+    ));
+    assert_eq!(send(&server, vec![fast]).await.accepted, 1);
+    // Every other client's clicks, on time.
+    let clicks: Vec<proto::Event> = (0..100)
+        .map(|u| {
+            event(&format!(
+                r#"{{"interaction":{{"userId":"u{u}","itemId":"b","requestId":"r{u}","type":"click","time":"{}"}}}}"#,
+                at(shown + NANOS_PER_SECOND)
+            ))
+        })
+        .collect();
+    assert_eq!(send(&server, clicks).await.accepted, 100);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    let unattributed: f64 = metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("rankwatch_interactions_unattributed_total"))
+        .map(|(_, value)| value)
+        .sum();
+    assert_eq!(
+        (
+            metrics["rankwatch_open_impressions"],
+            metrics["rankwatch_interactions_credited_total"],
+            unattributed
+        ),
+        (101.0, 100.0, 0.0),
+        "the lists stay open and their clicks are credited"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_stays_small_whatever_the_batch_holds() {
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    // 200,000 empty events: 400 KB of batch.
+    let mut events = vec![proto::Event::default(); 200_000];
+    events[7] = event(&format!(
+        r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],{T}}}}}"#
+    ));
+    let ack = send(&server, events).await;
+    assert!(
+        ack.encoded_len() < 64 * 1024,
+        "an ack of {} bytes",
+        ack.encoded_len()
+    );
+    assert_eq!(ack.accepted, 1);
+    assert_eq!(ack.rejections.len(), 100);
+    assert_eq!(
+        ack.rejections[7].index, 8,
+        "the accepted event is not among them"
+    );
+    let counted: Vec<(&str, u32)> = ack
+        .more_rejections
+        .iter()
+        .map(|c| (c.reason.as_str(), c.count))
+        .collect();
+    assert_eq!(counted, [("empty_event", 200_000 - 1 - 100)]);
+    // Fewer detailed, by the setting.
+    let server = Server::start(&["--max-ack-rejections", "3"]);
+    let ack = send(&server, vec![proto::Event::default(); 10]).await;
+    assert_eq!(ack.rejections.len(), 3);
+    assert_eq!(ack.more_rejections[0].count, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shared_user_id_is_bounded_and_credited_like_any_user() {
+    let server = Server::start(&["--wall-clock-advance", "false"]);
+    // Logged-out traffic: 3,000 lists for one user id, each with its clicks.
+    let mut events = Vec::new();
+    for r in 0..3000 {
+        events.push(event(&format!(
+            r#"{{"impression":{{"requestId":"r{r}","userId":"guest","itemIds":["a{r}","b"],{T}}}}}"#
+        )));
+    }
+    for r in 0..3000 {
+        events.push(event(&format!(
+            r#"{{"interaction":{{"userId":"guest","itemId":"a{r}","requestId":"r{r}","type":"click",{T}}}}}"#
+        )));
+    }
+    // Clicks without a request id go to the latest list showing the item.
+    for _ in 0..10 {
+        events.push(event(&format!(
+            r#"{{"interaction":{{"userId":"guest","itemId":"b","type":"click",{T}}}}}"#
+        )));
+    }
+    let ack = send(&server, events).await;
+    // 1,000 lists; 1,000 clicks credited, 1,000 waiting; 10 without a request id.
+    assert_eq!(ack.accepted, 1000 + 2000 + 10);
+    let shed: Vec<(u32, &str)> = ack
+        .rejections
+        .iter()
+        .take(2)
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        shed,
+        [
+            (1000, "shed_max_open_impressions_per_user"),
+            (1001, "shed_max_open_impressions_per_user")
+        ]
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_impressions"], 1000.0);
+    assert_eq!(
+        metrics[r#"rankwatch_events_shed_total{reason="max_open_impressions_per_user"}"#],
+        2000.0
+    );
+    // The clicks of the 2,000 lists that were shed wait for them, up to the per-user bound.
+    assert_eq!(metrics["rankwatch_interactions_credited_total"], 1010.0);
+    assert_eq!(metrics["rankwatch_waiting_interactions"], 1000.0);
+    assert_eq!(
+        metrics[r#"rankwatch_events_shed_total{reason="max_waiting_interactions_per_user"}"#],
+        1000.0
+    );
+}
