@@ -570,8 +570,11 @@ mod tests {
         ]
     }
 
+    /// Each open list's seq with its credits' `(rank, event)`.
+    type Lists = Vec<(u64, Vec<(u32, u64)>)>;
+
     /// What a user's state shows: its lists with their credits, and what waits.
-    fn shown(user: &UserState) -> (Vec<(u64, Vec<(u32, u64)>)>, Vec<u64>) {
+    fn shown(user: &UserState) -> (Lists, Vec<u64>) {
         let open = user
             .open
             .iter()
