@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet-mode benchmarks (SPEC §10) against a local tansu broker (built by
+# Fleet-mode benchmarks (docs/SPEC.md §10) against a local tansu broker (built by
 # tests/install-broker.sh), in memory, on 127.0.0.1 only. Prints one table of
 # medians over RUNS runs (default 3), the scenarios interleaved within each
 # run so that a busy spell of the shared machine falls on all of them.

@@ -4,7 +4,7 @@
 For each seed, random lists of graded items (integer grades 0 to 4, the range
 gdeval accepts) are written twice: as TREC qrels and a run for ir_measures
 (query = list, document = item, score falling with rank), and as a replay log
-in the proto3 JSON mapping of SPEC §2, one impression per list with one
+in the proto3 JSON mapping of docs/SPEC.md §2, one impression per list with one
 interaction carrying an explicit grade per relevant item. Each list is its own
 model, so that the report's group means are per-list values.
 

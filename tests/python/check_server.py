@@ -2,7 +2,7 @@
 """An independent client of `rankwatch serve`, checked against `rankwatch replay`.
 
 For each of several seeded random event logs (written here, in the proto3 JSON
-mapping of SPEC §2), the expected figures come from `rankwatch replay LOG
+mapping of docs/SPEC.md §2), the expected figures come from `rankwatch replay LOG
 --format json`. The same log is then streamed through one `Collector.Ingest`
 stream of a fresh `rankwatch serve --wall-clock-advance false` in batches of
 random sizes, followed by one closing interaction a day later that moves the
