@@ -253,3 +253,22 @@ async fn one_shared_user_id_is_bounded_and_credited_like_any_user() {
         1000.0
     );
 }
+
+#[test]
+fn settings_that_could_break_the_server_are_refused_at_start_with_their_range() {
+    for (flag, value) in [
+        ("--snapshot-interval", "0s"),
+        ("--snapshot-interval", "400000000000s"),
+        ("--max-streams", "18446744073709551615"),
+        ("--max-inflight-batches", "18446744073709551615"),
+        ("--max-http-connections", "0"),
+        ("--group-idle-timeout", "1000y"),
+    ] {
+        let output = serve_command(&[flag, value]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{flag} {value}: {stderr}");
+        let key = flag.trim_start_matches("--").replace('-', "_");
+        assert!(stderr.contains(&key), "{flag} {value}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{flag} {value}: {stderr}");
+    }
+}

@@ -307,3 +307,101 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod edge_values {
+    use super::*;
+    use crate::engine::EngineSettings;
+    use crate::server::ServerSettings;
+    use proptest::prelude::*;
+
+    fn count() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            Just(0),
+            Just(1),
+            Just(MAX_LIMIT),
+            Just(MAX_LIMIT + 1),
+            Just(usize::MAX),
+            any::<usize>()
+        ]
+    }
+
+    fn duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::from_nanos(1)),
+            Just(MAX_DURATION),
+            Just(MAX_DURATION + Duration::from_secs(1)),
+            Just(Duration::MAX),
+            (0u64..u64::MAX).prop_map(Duration::from_secs)
+        ]
+    }
+
+    fn number() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(0.0),
+            Just(-1.0),
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::MAX),
+            Just(99.0),
+            Just(100.0),
+            any::<f64>()
+        ]
+    }
+
+    proptest! {
+        /// Any value of a setting resolves to one in its range or to an
+        /// error naming the setting; none panics.
+        #[test]
+        fn every_setting_resolves_in_range_or_names_itself(
+            limits in prop::collection::vec(count(), 8),
+            durations in prop::collection::vec(duration(), 8),
+            numbers in prop::collection::vec(number(), 3),
+        ) {
+            let server = ServerArgs {
+                max_streams: Some(limits[0]),
+                max_inflight_batches: Some(limits[1]),
+                max_http_connections: Some(limits[2]),
+                max_message_size: Some(limits[3]),
+                snapshot_interval: Some(durations[0]),
+                drain_timeout: Some(durations[1]),
+                ingest_idle_timeout: Some(durations[2]),
+                group_idle_timeout: Some(durations[3]),
+                http_header_timeout: Some(durations[4]),
+                max_future_skew: Some(durations[5]),
+                windows: Some(vec![durations[6]]),
+                ..ServerArgs::default()
+            };
+            match ServerSettings::resolve(&server, &FileSettings::default()) {
+                Ok(s) => {
+                    for limit in [s.max_streams, s.max_inflight_batches, s.max_http_connections, s.max_message_size] {
+                        prop_assert!((1..=MAX_LIMIT).contains(&limit));
+                    }
+                    prop_assert!(!s.snapshot_interval.is_zero() && s.snapshot_interval <= MAX_DURATION);
+                    prop_assert!(s.group_idle_timeout <= MAX_DURATION);
+                }
+                Err(error) => prop_assert!(matches!(error, ConfigError::Invalid { .. }), "{error}"),
+            }
+            let engine = EngineArgs {
+                max_items: Some(limits[4]),
+                max_groups: Some(limits[5]),
+                max_open_impressions_per_user: Some(limits[6]),
+                max_ack_rejections: Some(limits[7]),
+                attribution_window: Some(durations[7]),
+                max_grade: Some(numbers[0]),
+                half_life: Some(numbers[1]),
+                rbp_p: Some(numbers[2]),
+                ..EngineArgs::default()
+            };
+            match EngineSettings::resolve(&engine, &FileSettings::default()) {
+                Ok(s) => {
+                    prop_assert!(s.max_grade.is_finite() && s.max_grade > 0.0);
+                    prop_assert!((1..=MAX_LIMIT).contains(&s.max_items));
+                    prop_assert!(s.attribution_window <= MAX_DURATION);
+                }
+                Err(error) => prop_assert!(matches!(error, ConfigError::Invalid { .. }), "{error}"),
+            }
+        }
+    }
+}
