@@ -4,12 +4,8 @@
 //! query and nothing of the server.
 
 use crate::config::parse_duration;
-use crate::export::{
-    Comparison, GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters,
-};
-use crate::metrics::{CoverageFigures, Metric};
+use crate::export::{IncompleteReport, Report};
 use crate::proto::{self, evaluation_client::EvaluationClient};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
@@ -70,8 +66,8 @@ pub enum QueryError {
     #[error("the server answered {}: {}", .0.code(), .0.message())]
     Refused(tonic::Status),
     /// The answer lacks a part every report has.
-    #[error("the server's report has no {0}")]
-    Incomplete(&'static str),
+    #[error(transparent)]
+    Incomplete(#[from] IncompleteReport),
 }
 
 /// Asks the server of `args` for its report.
@@ -91,7 +87,7 @@ pub async fn fetch(args: &QueryArgs) -> Result<Report, QueryError> {
         .await
         .map_err(QueryError::Refused)?
         .into_inner();
-    Report::try_from(report)
+    Ok(Report::try_from(report)?)
 }
 
 /// The endpoint of `args`: `https` with the TLS settings when a CA is given.
@@ -128,109 +124,5 @@ fn read(path: &Path) -> Result<Vec<u8>, QueryError> {
     std::fs::read(path).map_err(|source| QueryError::Read {
         path: path.to_owned(),
         source,
-    })
-}
-
-/// The report of `GetMetrics`, in the shape `replay` gives it.
-impl TryFrom<proto::Report> for Report {
-    type Error = QueryError;
-
-    fn try_from(report: proto::Report) -> Result<Self, QueryError> {
-        let config = report.config.ok_or(QueryError::Incomplete("config"))?;
-        let counters = report.counters.ok_or(QueryError::Incomplete("counters"))?;
-        let control_set = !config.control_model.is_empty();
-        Ok(Report {
-            config: ReportConfig {
-                k: config.k.into_iter().map(|k| k as usize).collect(),
-                attribution_window_s: config.attribution_window_s,
-                allowed_lateness_s: config.allowed_lateness_s,
-                gain: config.gain,
-                control_model: Some(config.control_model).filter(|name| !name.is_empty()),
-            },
-            counters: ReportCounters {
-                impressions: counters.impressions,
-                interactions: counters.interactions,
-                credited: counters.credited,
-                unattributed: counters.unattributed.into_iter().collect(),
-                late: BTreeMap::from([("impressions".to_owned(), counters.late_impressions)]),
-                duplicates: BTreeMap::from([
-                    ("impressions".to_owned(), counters.duplicate_impressions),
-                    ("interactions".to_owned(), counters.duplicate_interactions),
-                ]),
-                rejected: counters.rejected.into_iter().collect(),
-                shed: counters.shed.into_iter().collect(),
-            },
-            groups: report.groups.into_iter().map(group_report).collect(),
-            comparisons: control_set
-                .then(|| report.comparisons.into_iter().map(comparison).collect())
-                .transpose()?,
-        })
-    }
-}
-
-fn group_report(group: proto::GroupReport) -> GroupReport {
-    GroupReport {
-        model: group.model,
-        surface: group.surface,
-        segments: group.segments.into_iter().collect(),
-        lists: group.lists,
-        engaged_lists: group.engaged_lists,
-        metrics: group
-            .metrics
-            .into_iter()
-            .map(|(key, mean)| {
-                let pair = MeanPair {
-                    all: mean.all,
-                    engaged: mean.engaged,
-                    se_all: mean.se_all,
-                    se_engaged: mean.se_engaged,
-                };
-                (key, pair)
-            })
-            .collect(),
-        positions: group
-            .positions
-            .into_iter()
-            .map(|point| PositionPoint {
-                rank: point.rank as usize,
-                lists: point.lists,
-                interactions: point.interactions.into_iter().collect(),
-            })
-            .collect(),
-        coverage: group.coverage.map(|c| CoverageFigures {
-            items_shown: c.items_shown,
-            items_engaged: c.items_engaged,
-            exposure_gini: c.exposure_gini,
-            exposure_entropy: c.exposure_entropy,
-            exact: c.exact,
-        }),
-    }
-}
-
-/// A comparison of `GetMetrics`, its metric key (`ndcg@10`) read back into metric and cutoff.
-fn comparison(c: proto::Comparison) -> Result<Comparison, QueryError> {
-    let (name, k) = c
-        .metric
-        .split_once('@')
-        .ok_or(QueryError::Incomplete("comparison metric"))?;
-    let measure = Metric::ALL
-        .into_iter()
-        .find(|metric| metric.name() == name)
-        .ok_or(QueryError::Incomplete("comparison metric"))?;
-    let k = k
-        .parse()
-        .map_err(|_| QueryError::Incomplete("comparison cutoff"))?;
-    Ok(Comparison {
-        surface: c.surface,
-        segments: c.segments.into_iter().collect(),
-        model: c.model,
-        control: c.control,
-        metric: c.metric,
-        diff: c.diff,
-        se: c.se,
-        ci95: [c.ci95_lower, c.ci95_upper],
-        cs95: [c.cs95_lower, c.cs95_upper],
-        measure,
-        k,
     })
 }

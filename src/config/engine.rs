@@ -284,8 +284,15 @@ impl EngineSettings {
         }
         let metrics = metric_settings(args, file)?;
         let max_grade = max_grade(args, file, metrics.gain)?;
-        let resolve_limit =
-            |key, flag, file_value, default| at_least_one(key, resolved(flag, file_value, default));
+        // A limit's value: from 1 to MAX_LIMIT.
+        macro_rules! limit {
+            ($key:ident, $default:ident) => {
+                at_least_one(
+                    stringify!($key),
+                    pick!(args, file, $key, defaults::$default),
+                )
+            };
+        }
         Ok(Self {
             attribution_window: bounded(
                 "attribution_window",
@@ -299,30 +306,19 @@ impl EngineSettings {
             metrics,
             grades: grades(args, file, max_grade)?,
             max_grade,
-            max_open_impressions_per_user: resolve_limit(
-                "max_open_impressions_per_user",
-                args.max_open_impressions_per_user,
-                file.max_open_impressions_per_user,
-                defaults::MAX_OPEN_IMPRESSIONS_PER_USER,
+            max_open_impressions_per_user: limit!(
+                max_open_impressions_per_user,
+                MAX_OPEN_IMPRESSIONS_PER_USER
             )?,
-            max_waiting_interactions_per_user: resolve_limit(
-                "max_waiting_interactions_per_user",
-                args.max_waiting_interactions_per_user,
-                file.max_waiting_interactions_per_user,
-                defaults::MAX_WAITING_INTERACTIONS_PER_USER,
+            max_waiting_interactions_per_user: limit!(
+                max_waiting_interactions_per_user,
+                MAX_WAITING_INTERACTIONS_PER_USER
             )?,
-            max_interactions_per_impression: resolve_limit(
-                "max_interactions_per_impression",
-                args.max_interactions_per_impression,
-                file.max_interactions_per_impression,
-                defaults::MAX_INTERACTIONS_PER_IMPRESSION,
+            max_interactions_per_impression: limit!(
+                max_interactions_per_impression,
+                MAX_INTERACTIONS_PER_IMPRESSION
             )?,
-            max_ack_rejections: resolve_limit(
-                "max_ack_rejections",
-                args.max_ack_rejections,
-                file.max_ack_rejections,
-                defaults::MAX_ACK_REJECTIONS,
-            )?,
+            max_ack_rejections: limit!(max_ack_rejections, MAX_ACK_REJECTIONS)?,
             position_curve_depth: at_most(
                 "position_curve_depth",
                 resolved(
@@ -337,45 +333,15 @@ impl EngineSettings {
                 file.max_exposure_items,
                 defaults::MAX_EXPOSURE_ITEMS,
             ),
-            max_items: resolve_limit(
-                "max_items",
-                args.max_items,
-                file.max_items,
-                defaults::MAX_ITEMS,
-            )?,
-            max_label_bytes: resolve_limit(
-                "max_label_bytes",
-                args.max_label_bytes,
-                file.max_label_bytes,
-                defaults::MAX_LABEL_BYTES,
-            )?,
-            max_groups: resolve_limit(
-                "max_groups",
-                args.max_groups,
-                file.max_groups,
-                defaults::MAX_GROUPS,
-            )?,
+            max_items: limit!(max_items, MAX_ITEMS)?,
+            max_label_bytes: limit!(max_label_bytes, MAX_LABEL_BYTES)?,
+            max_groups: limit!(max_groups, MAX_GROUPS)?,
             segments: SegmentSettings {
                 labels: segment_labels(args, file)?,
-                max_values: resolve_limit(
-                    "max_segment_values",
-                    args.max_segment_values,
-                    file.max_segment_values,
-                    defaults::MAX_SEGMENT_VALUES,
-                )?,
+                max_values: limit!(max_segment_values, MAX_SEGMENT_VALUES)?,
             },
-            max_open_impressions: resolve_limit(
-                "max_open_impressions",
-                args.max_open_impressions,
-                file.max_open_impressions,
-                defaults::MAX_OPEN_IMPRESSIONS,
-            )?,
-            max_waiting_interactions: resolve_limit(
-                "max_waiting_interactions",
-                args.max_waiting_interactions,
-                file.max_waiting_interactions,
-                defaults::MAX_WAITING_INTERACTIONS,
-            )?,
+            max_open_impressions: limit!(max_open_impressions, MAX_OPEN_IMPRESSIONS)?,
+            max_waiting_interactions: limit!(max_waiting_interactions, MAX_WAITING_INTERACTIONS)?,
             control_model: control_model(args, file)?,
         })
     }

@@ -1,5 +1,5 @@
-//! What leaves the engine: the report of `replay` and `GetMetrics`, and the
-//! Prometheus text of `/metrics`.
+//! What leaves the engine: the report of `replay` and `GetMetrics` (and its
+//! wire form), and the Prometheus text of `/metrics`.
 
 mod comparison;
 pub mod coverage;
@@ -8,7 +8,9 @@ pub mod prometheus;
 mod report;
 mod series;
 mod snapshot;
+mod wire;
 
 pub use comparison::{compare, Comparison, NamedTotals};
 pub use report::{GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters};
 pub use snapshot::{GroupSnapshot, Snapshot};
+pub use wire::{to_proto, IncompleteReport};
