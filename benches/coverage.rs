@@ -1,4 +1,4 @@
-//! The cost of coverage (SPEC §11) in `serve`'s engine without gRPC, for
+//! The cost of coverage (docs/SPEC.md §11) in `serve`'s engine without gRPC, for
 //! counting instructions under cachegrind (see benches/README.md); not a
 //! criterion benchmark. Build it with `cargo bench --bench coverage
 //! --no-run` and run the binary it names:

@@ -1,4 +1,4 @@
-//! The large simulation of SPEC §9 behind the README's figures:
+//! The large simulation of docs/SPEC.md §9 behind the figures of docs/statistics.md:
 //! `cargo bench --bench sequential -- [RUNS] [LOOKS]`.
 //!
 //! Two identical models (the demo's control, quality 0.9) watched every 100

@@ -1,4 +1,4 @@
-//! Watching a comparison continuously, by simulation (SPEC §9): lists of two
+//! Watching a comparison continuously, by simulation (docs/SPEC.md §9): lists of two
 //! models drawn from the demo's click model, evaluated with the engine's
 //! metrics, and the difference in nDCG@10 looked at every `lists_per_look`
 //! lists of each model. Counts how often the fixed-sample interval and the

@@ -1,4 +1,4 @@
-//! Saving and restoring the engine's state across restarts (SPEC §8).
+//! Saving and restoring the engine's state across restarts (docs/SPEC.md §8).
 //!
 //! One file, `rankwatch.state`, in the state directory: a header (magic,
 //! format version, payload length, xxh3 checksum) and the postcard-encoded
@@ -14,9 +14,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"RNKWATCH";
-/// Version 2 adds the sums of squares of per-list values (SPEC §9);
+/// Version 2 adds the sums of squares of per-list values (docs/SPEC.md §9);
 /// version 3, the segment values of each group and their registries;
-/// version 4, each group's coverage and exposure (SPEC §11); version 5,
+/// version 4, each group's coverage and exposure (docs/SPEC.md §11); version 5,
 /// coverage panes that cascade (a longer window's panes leave out the
 /// lists of the shorter windows' newest panes); version 6, open
 /// impressions in fixed-width fields. Files of another version are set aside.

@@ -1,6 +1,6 @@
 //! Rolling time windows of finalized lists, per group, bucketed by impression
 //! time. A window of span `w` is 60 buckets of `w / 60`, so its edge blurs by
-//! at most 1/60 of the window (SPEC §5). Coverage, whose sets of items weigh
+//! at most 1/60 of the window (docs/SPEC.md §5). Coverage, whose sets of items weigh
 //! far more than a row of sums, is kept in 6 panes of `w / 6` per window.
 
 use crate::event::Nanos;
@@ -97,7 +97,7 @@ impl RollingWindows {
 /// Panes per window of the coverage windows.
 const PANES: i64 = 6;
 
-/// The rolling coverage of one group (SPEC §11): per window, 6 panes of
+/// The rolling coverage of one group (docs/SPEC.md §11): per window, 6 panes of
 /// `w / 6` by impression time, so that a window's figure covers between
 /// 5/6 of it and all of it.
 ///

@@ -1,7 +1,7 @@
-//! Coverage and exposure (SPEC §11) on a seeded log of tens of thousands of
+//! Coverage and exposure (docs/SPEC.md §11) on a seeded log of tens of thousands of
 //! items: `rankwatch replay` gives the exact figures, equal to those computed
 //! here from the log itself; a real server, from sketches past
-//! `max_exposure_items`, stays within the error the README states.
+//! `max_exposure_items`, stays within the error docs/metrics.md states.
 
 mod common;
 

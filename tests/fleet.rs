@@ -2,7 +2,7 @@
 //! `tests/install-broker.sh`): consuming instances share a topic of 12
 //! partitions as a consumer group, and a relay produces to it.
 //!
-//! The exact comparisons follow SPEC §10: the fleet's totals (the sum over
+//! The exact comparisons follow docs/SPEC.md §10: the fleet's totals (the sum over
 //! instances of every `_sum`, `_count` and counter of `/metrics`, each
 //! instance's last values) equal the sum over partitions of `rankwatch
 //! replay` of each partition's records in offset order. The instances run

@@ -1,4 +1,4 @@
-//! Position curves (SPEC §11) of `rankwatch replay`, worked by hand on a small log.
+//! Position curves (docs/SPEC.md §11) of `rankwatch replay`, worked by hand on a small log.
 
 mod common;
 

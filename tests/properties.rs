@@ -1,9 +1,9 @@
 //! Properties of the metrics and of replay, checked on random inputs.
 //!
 //! The metric properties compare `ListEvaluator` with a reference written
-//! here directly from the definitions of SPEC §4, one metric at a time, with
+//! here directly from the definitions of docs/SPEC.md §4, one metric at a time, with
 //! no shared code. The replay properties generate logs with the awkward parts
-//! of SPEC §3 (events out of order, late impressions, retried impressions and
+//! of docs/SPEC.md §3 (events out of order, late impressions, retried impressions and
 //! interactions, interactions with and without `request_id`, explicit grades,
 //! bad lines) and check what must not depend on how the log is read.
 //! Case counts are kept modest so that the file runs in seconds in debug.
@@ -79,7 +79,7 @@ fn evaluate(settings: &MetricSettings, ks: &[usize], grades: &[f64]) -> Vec<(usi
         .collect()
 }
 
-/// `gain(g)` of SPEC §4.
+/// `gain(g)` of docs/SPEC.md §4.
 fn reference_gain(settings: &MetricSettings, grade: f64) -> f64 {
     match settings.gain {
         Gain::Linear => grade,
@@ -87,7 +87,7 @@ fn reference_gain(settings: &MetricSettings, grade: f64) -> f64 {
     }
 }
 
-/// `discount(j)` of SPEC §4, for the 1-based rank `j`.
+/// `discount(j)` of docs/SPEC.md §4, for the 1-based rank `j`.
 fn reference_discount(settings: &MetricSettings, rank: usize) -> f64 {
     let j = rank as f64;
     match settings.discount {
@@ -127,7 +127,7 @@ fn reference_half_life_sum(settings: &MetricSettings, grades: &[f64], k: usize) 
         .sum()
 }
 
-/// One metric at cutoff `k`, straight from its definition in SPEC §4.
+/// One metric at cutoff `k`, straight from its definition in docs/SPEC.md §4.
 fn reference(settings: &MetricSettings, grades: &[f64], k: usize, metric: Metric) -> f64 {
     let m = k.min(grades.len());
     let head = &grades[..m];

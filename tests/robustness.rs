@@ -300,7 +300,7 @@ async fn overload_stays_within_limits_and_every_drop_is_counted() {
 
 /// Lines of the conformance log that are JSON, each interaction given an event id so resends are
 /// recognised. Interactions without a request id are left out: a resent one may match a newer
-/// impression than the first time, and SPEC §3 then credits it there (README, "Retries").
+/// impression than the first time, and docs/SPEC.md §3 then credits it there (docs/choices.md, "Retries").
 fn log_with_event_ids() -> Vec<String> {
     let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
     log.lines()

@@ -1,4 +1,4 @@
-//! Segments (SPEC §11): the values of the impression labels named in
+//! Segments (docs/SPEC.md §11): the values of the impression labels named in
 //! `segment_labels` are dimensions of every group, folded into `__other__`
 //! past `max_segment_values`. A real server and `rankwatch replay` agree on
 //! every figure of a small log worked by hand; without segment labels the

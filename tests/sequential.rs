@@ -1,4 +1,4 @@
-//! The simulation of SPEC §9, small and seeded: watched continuously, the
+//! The simulation of docs/SPEC.md §9, small and seeded: watched continuously, the
 //! anytime-valid sequence keeps its false-alarm rate at or below 5% where the
 //! fixed interval's grows, and it still finds a candidate 5% worse.
 

@@ -1,4 +1,4 @@
-//! Standard errors and comparisons against a control (SPEC §9) on a log
+//! Standard errors and comparisons against a control (docs/SPEC.md §9) on a log
 //! generated here with a seed, checked against figures computed in this file
 //! straight from the generated grades, through `replay` and a real server.
 
@@ -74,7 +74,7 @@ fn log_of(lists: &[List]) -> Vec<Value> {
     lines
 }
 
-/// The checked metrics at cutoff `k` of one list, straight from the definitions of SPEC §4.
+/// The checked metrics at cutoff `k` of one list, straight from the definitions of docs/SPEC.md §4.
 fn list_metrics(grades: &[f64], k: usize) -> [(&'static str, f64); 4] {
     let cut = &grades[..k.min(grades.len())];
     let first = cut.iter().position(|g| *g > 0.0);
@@ -134,7 +134,7 @@ fn values_of(
         .collect()
 }
 
-/// What SPEC §9 and the README say a comparison is, computed independently.
+/// What docs/SPEC.md §9 and docs/statistics.md say a comparison is, computed independently.
 fn expected_comparison(candidate: &[f64], control: &[f64]) -> [f64; 6] {
     let (mean_m, var_m, se_m) = described(candidate);
     let (mean_c, var_c, se_c) = described(control);

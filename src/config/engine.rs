@@ -128,7 +128,7 @@ pub struct EngineArgs {
     pub max_waiting_interactions: Option<usize>,
     /// The model every other model on a surface is compared against.
     #[arg(long, env = "RANKWATCH_CONTROL_MODEL",
-        help = help("The model every other model on a surface is compared against (SPEC §9)", "none"))]
+        help = help("The model every other model on a surface is compared against (docs/SPEC.md §9)", "none"))]
     pub control_model: Option<String>,
 }
 

@@ -1,4 +1,4 @@
-//! Comparisons against the control model (SPEC §9): for each surface, each
+//! Comparisons against the control model (docs/SPEC.md §9): for each surface, each
 //! other model shown on it and each metric at each K (scope `all`), the
 //! difference of means with its fixed-sample interval and its anytime-valid
 //! confidence sequence. Built from the same totals as the report and the

@@ -1,4 +1,4 @@
-//! Prometheus gauges of coverage and exposure (SPEC §11): per group and
+//! Prometheus gauges of coverage and exposure (docs/SPEC.md §11): per group and
 //! window (`since_start` included), the distinct items shown and engaged and
 //! the Gini coefficient and normalized entropy of their exposure. Distinct
 //! counts do not add up across instances: each instance's gauge covers the

@@ -1,4 +1,4 @@
-//! Prometheus counters of the position curves (SPEC §11): per group and rank,
+//! Prometheus counters of the position curves (docs/SPEC.md §11): per group and rank,
 //! the lists that reached the rank and the interactions credited at it by
 //! type, so that `rate(interactions) / rate(lists)` is CTR by rank across
 //! any number of instances.

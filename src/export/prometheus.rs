@@ -1,4 +1,4 @@
-//! Prometheus text for the engine's figures (SPEC §5): per-list summaries
+//! Prometheus text for the engine's figures (docs/SPEC.md §5): per-list summaries
 //! (`_sum`/`_count`, fleet-correct under `rate()`), rolling-window gauges and
 //! the join's counters. Rendered from one engine snapshot per scrape, like a
 //! Prometheus collector, so recording costs ingest nothing.

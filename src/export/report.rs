@@ -1,4 +1,4 @@
-//! The evaluation report (SPEC §6): settings, counters, and per-group means
+//! The evaluation report (docs/SPEC.md §6): settings, counters, and per-group means
 //! of every metric at every K in both scopes.
 
 use super::comparison::{compare, Comparison, NamedTotals};
@@ -20,7 +20,7 @@ pub struct Report {
     pub counters: ReportCounters,
     /// The figures of each group.
     pub groups: Vec<GroupReport>,
-    /// Every other model against the control (SPEC §9); present when a control model is set.
+    /// Every other model against the control (docs/SPEC.md §9); present when a control model is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comparisons: Option<Vec<Comparison>>,
 }
@@ -41,7 +41,7 @@ pub struct ReportConfig {
     pub control_model: Option<String>,
 }
 
-/// Event outcomes, shaped as in SPEC §6.
+/// Event outcomes, shaped as in docs/SPEC.md §6.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReportCounters {
     /// Impressions opened.
@@ -82,7 +82,7 @@ pub struct GroupReport {
     /// The position curve since start, rank 1 first; left out of window reports.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<PositionPoint>,
-    /// Coverage and exposure of the same lists (SPEC §11); left out when coverage is off.
+    /// Coverage and exposure of the same lists (docs/SPEC.md §11); left out when coverage is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coverage: Option<CoverageFigures>,
 }
@@ -117,7 +117,7 @@ fn position_points(curve: &PositionCurve, types: &[String]) -> Vec<PositionPoint
 }
 
 /// Both scopes' means and their standard errors, serialized as
-/// `{"all": …, "engaged": …, "se_all": …, "se_engaged": …}` (SPEC §9).
+/// `{"all": …, "engaged": …, "se_all": …, "se_engaged": …}` (docs/SPEC.md §9).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct MeanPair {
     /// The mean over all lists.

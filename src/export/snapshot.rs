@@ -48,7 +48,7 @@ pub struct Snapshot {
     pub watermark: Option<Nanos>,
     /// The finalization frontier, once there is a watermark.
     pub frontier: Option<Nanos>,
-    /// The model the others are compared against, if any (SPEC §9).
+    /// The model the others are compared against, if any (docs/SPEC.md §9).
     pub control_model: Option<String>,
 }
 

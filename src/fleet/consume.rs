@@ -1,7 +1,7 @@
 //! Consume mode: this instance's share of the consumer group. One thread
 //! owns the Kafka consumer: it commits every `kafka_commit_interval` and
 //! runs the group's rebalances, during which partitions are handed over
-//! (SPEC §10, README "Fleet mode"). Each partition's task reads the
+//! (docs/SPEC.md §10, docs/fleet.md). Each partition's task reads the
 //! partition's own queue of records ([`super::feed`]).
 //!
 //! A commit checkpoints every owned partition at a record boundary, writes

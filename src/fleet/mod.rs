@@ -1,4 +1,4 @@
-//! Fleet mode (SPEC §10): events go through a Kafka topic partitioned by
+//! Fleet mode (docs/SPEC.md §10): events go through a Kafka topic partitioned by
 //! user, and instances share its partitions as a consumer group. A relay
 //! instance takes gRPC batches and produces them ([`relay`]); a consuming
 //! instance evaluates the partitions the group assigns it, each with its own

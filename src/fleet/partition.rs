@@ -1,5 +1,5 @@
 //! One partition of the event topic in the hands of this instance: its own
-//! engine (join state and watermark, SPEC §10), fed the partition's records
+//! engine (join state and watermark, docs/SPEC.md §10), fed the partition's records
 //! in offset order by one task, so that the partitions of an instance are
 //! evaluated in parallel on its cores.
 //!

@@ -54,9 +54,9 @@ const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(10);
 const READ_WAIT_MS: &str = "10";
 
 const MANIFEST_KEY: &str = "manifest";
-/// Version 2: the engine state carries the sums of squares of per-list values (SPEC §9);
+/// Version 2: the engine state carries the sums of squares of per-list values (docs/SPEC.md §9);
 /// version 4, the segment values of each group and their registries, and
-/// each group's coverage and exposure (SPEC §11); version 5, coverage
+/// each group's coverage and exposure (docs/SPEC.md §11); version 5, coverage
 /// panes that cascade; version 6, open impressions in fixed-width fields.
 /// Snapshots of another version are not restored (the partition starts
 /// empty, loudly).

@@ -1,5 +1,5 @@
 //! The registry of groups: `(model, surface)` and the values of the segment
-//! labels (SPEC §11), with bounds on how many there may be whatever clients
+//! labels (docs/SPEC.md §11), with bounds on how many there may be whatever clients
 //! send. Past `max_segment_values` distinct values of a segment label, a new
 //! value folds into `__other__`; past `max_groups`, new groups fold into one
 //! overflow group. It remembers when each group last received an

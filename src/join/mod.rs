@@ -1,5 +1,5 @@
 //! The join: attribution of interactions to impressions under the watermark
-//! and window rules of SPEC §3, and finalization of each list into its
+//! and window rules of docs/SPEC.md §3, and finalization of each list into its
 //! group's aggregates.
 //!
 //! Events are applied one at a time in arrival order. Per-user state lives in
@@ -59,7 +59,7 @@ pub struct JoinSettings {
     pub position_curve_depth: usize,
     /// Interaction type names, sorted: an interaction's `kind` indexes them.
     pub interaction_types: Vec<String>,
-    /// How coverage and exposure are kept (SPEC §11).
+    /// How coverage and exposure are kept (docs/SPEC.md §11).
     pub coverage: CoverageMode,
 }
 
@@ -604,7 +604,7 @@ impl Engine {
             list.grades_into(&mut self.grades);
             self.evaluator.evaluate(&self.grades, &mut self.values);
         } else {
-            // Every metric of a list with no item of grade > 0 is 0 (SPEC §4).
+            // Every metric of a list with no item of grade > 0 is 0 (docs/SPEC.md §4).
             self.values.fill(0.0);
         }
         let group = list.group as usize;

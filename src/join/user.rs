@@ -54,7 +54,7 @@ impl OpenImpression {
         self.time <= time && time <= self.time.saturating_add(window)
     }
 
-    /// The rank index of the interaction's item, when the interaction matches (SPEC §3 rule 2).
+    /// The rank index of the interaction's item, when the interaction matches (docs/SPEC.md §3 rule 2).
     fn matching_rank(&self, x: &Interaction, window: Nanos) -> Option<usize> {
         self.in_window(x.time, window)
             .then(|| self.rank_of(x.item))

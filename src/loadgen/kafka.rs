@@ -1,5 +1,5 @@
 //! `rankwatch loadgen --kafka-brokers`: the same traffic as over gRPC,
-//! produced to the event topic of fleet mode (SPEC §10) instead: one record
+//! produced to the event topic of fleet mode (docs/SPEC.md §10) instead: one record
 //! per event, keyed by its `user_id`, its value the serialized
 //! `rankwatch.v1.Event`, partitioned by murmur2 of the key as the relay's
 //! records are (Java's default, which all producers of a topic must share). A batch counts as acknowledged
@@ -183,7 +183,7 @@ async fn produce(
     }
 }
 
-/// The record key of SPEC §10: the event's `user_id`.
+/// The record key of docs/SPEC.md §10: the event's `user_id`.
 fn user_id(event: &Event) -> &str {
     match &event.kind {
         Some(Kind::Impression(m)) => &m.user_id,

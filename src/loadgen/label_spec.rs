@@ -1,5 +1,5 @@
 //! An impression label and the values users take, `KEY=V1,V2,...`, as the
-//! command line and the demo give it: traffic for segments (SPEC §11).
+//! command line and the demo give it: traffic for segments (docs/SPEC.md §11).
 
 use super::TrafficError;
 use std::str::FromStr;

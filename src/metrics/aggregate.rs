@@ -15,7 +15,7 @@ pub struct GroupTotals {
     pub engaged: u64,
     /// Per-list values summed, laid out as [`ListEvaluator::evaluate`](super::ListEvaluator::evaluate) writes them.
     pub sums: Vec<f64>,
-    /// Squares of the per-list values summed, in the same layout (SPEC §9).
+    /// Squares of the per-list values summed, in the same layout (docs/SPEC.md §9).
     pub squares: Vec<f64>,
 }
 
@@ -44,7 +44,7 @@ impl GroupTotals {
     }
 
     /// Adds one finalized list's values. Those of a list that is not
-    /// engaged are all 0 (SPEC §4: no item has a grade > 0), so only its
+    /// engaged are all 0 (docs/SPEC.md §4: no item has a grade > 0), so only its
     /// count changes.
     pub fn add(&mut self, values: &[f64], engaged: bool) {
         self.lists += 1;

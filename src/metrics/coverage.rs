@@ -1,4 +1,4 @@
-//! Coverage and exposure concentration (SPEC §11): over a set of finalized
+//! Coverage and exposure concentration (docs/SPEC.md §11): over a set of finalized
 //! lists, the distinct items shown, the distinct items engaged (with a
 //! credited interaction of grade > 0), and the Gini coefficient and
 //! normalized entropy of each shown item's position-weighted exposure (the

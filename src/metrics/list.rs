@@ -1,6 +1,6 @@
 //! Per-list metrics at every cutoff K, computed in one pass over the list.
 //!
-//! Definitions follow SPEC §4 and §11 and agree with trec_eval (`success`,
+//! Definitions follow docs/SPEC.md §4 and §11 and agree with trec_eval (`success`,
 //! `recip_rank`, `P`, `recall`, `map_cut`, `ndcg_cut`, `Rprec`) and
 //! ir_measures (`ERR@k`, `RBP@k`) on the same grades.
 
@@ -194,7 +194,7 @@ impl ListEvaluator {
         }
     }
 
-    /// The position discount of DCG, which also weighs exposure (SPEC §11).
+    /// The position discount of DCG, which also weighs exposure (docs/SPEC.md §11).
     pub fn discount(&self) -> Discount {
         self.settings.discount
     }

@@ -1,4 +1,4 @@
-//! Ranking metrics: the pure per-list functions of SPEC §4 and the sums they
+//! Ranking metrics: the pure per-list functions of docs/SPEC.md §4 and the sums they
 //! are aggregated into. Knows nothing of events, time or transport.
 
 mod aggregate;

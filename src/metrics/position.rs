@@ -1,4 +1,4 @@
-//! Position curves (SPEC §11): per group, for each rank `r` up to a depth,
+//! Position curves (docs/SPEC.md §11): per group, for each rank `r` up to a depth,
 //! the finalized lists that showed at least `r` items and the interactions
 //! credited at rank `r` by type, so that CTR by rank is one division away.
 //! Counts only: it knows nothing of events, time or transport.

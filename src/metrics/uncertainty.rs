@@ -1,4 +1,4 @@
-//! How sure a mean is (SPEC §9): the standard error of a mean from its sums,
+//! How sure a mean is (docs/SPEC.md §9): the standard error of a mean from its sums,
 //! and the comparison of a candidate's mean with a control's — the
 //! fixed-sample 95% interval and an anytime-valid 95% confidence sequence.
 //! Pure arithmetic on sums; knows nothing of groups, labels or transport.

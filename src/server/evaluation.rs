@@ -1,4 +1,4 @@
-//! `rankwatch.v1.Evaluation`: the report of SPEC §6 over gRPC, since start
+//! `rankwatch.v1.Evaluation`: the report of docs/SPEC.md §6 over gRPC, since start
 //! or for one rolling window.
 
 use crate::engine::EngineHandle;

@@ -64,7 +64,7 @@ pub fn assert_reports_match(got: &Value, expected: &Value) {
 }
 
 /// Report keys added after the conformance expectations were written: the
-/// standard errors and comparisons of SPEC §9, and the position curves and
+/// standard errors and comparisons of docs/SPEC.md §9, and the position curves and
 /// coverage of §11.
 const ADDED_KEYS: [&str; 5] = [
     "se_all",

@@ -11,7 +11,7 @@ import grpc
 from rankwatch.v1 import rankwatch_pb2 as pb
 from rankwatch.v1 import rankwatch_pb2_grpc as pb_grpc
 
-#: The reasons an interaction stays unattributed (SPEC §3); reported even when zero.
+#: The reasons an interaction stays unattributed (docs/SPEC.md §3); reported even when zero.
 UNATTRIBUTED_REASONS = ("no_impression", "outside_window", "not_in_list")
 
 

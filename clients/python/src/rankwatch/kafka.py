@@ -1,5 +1,5 @@
 """`KafkaCollector`: produces events straight to the Kafka topic of fleet mode
-(SPEC §10), for serving systems that already run Kafka.
+(docs/SPEC.md §10), for serving systems that already run Kafka.
 
 Each event becomes one record: key = its `user_id` in UTF-8, value = the
 serialized `rankwatch.v1.Event`. librdkafka batches, retries and keeps order
