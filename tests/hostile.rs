@@ -16,7 +16,7 @@ fn event(json: &str) -> proto::Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejection_messages_quote_a_short_prefix_of_huge_client_values() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let huge = "\n".repeat(1 << 20);
     let mut bad_type = event(&format!(
         r#"{{"interaction":{{"userId":"u","itemId":"a","type":"click",{T}}}}}"#
@@ -74,7 +74,7 @@ fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cannot_forge_the_overflow_group() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let forged = event(&format!(
         r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"__overflow__","surface":"__overflow__",{T}}}}}"#
     ));
@@ -99,9 +99,7 @@ async fn a_client_cannot_forge_the_overflow_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejected_plus_shed() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
+    let server = Server::exact(&[
         "--max-open-impressions",
         "2",
         "--max-waiting-interactions",
@@ -178,7 +176,7 @@ fn impression_batch(sequence: u64) -> EventBatch {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
-    let mut server = Server::start(&["--wall-clock-advance", "false"]);
+    let mut server = Server::exact(&[]);
     let mut client = server.collector().await;
     let (batches, outbound) = tokio::sync::mpsc::channel(4);
     let mut acks = client
@@ -201,14 +199,7 @@ async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_is_ended_and_its_permit_freed() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--ingest-idle-timeout",
-        "300ms",
-        "--max-streams",
-        "1",
-    ]);
+    let server = Server::exact(&["--ingest-idle-timeout", "300ms", "--max-streams", "1"]);
     let mut client = server.collector().await;
     let (batches, outbound) = tokio::sync::mpsc::channel(4);
     let mut acks = client
@@ -240,12 +231,7 @@ async fn an_idle_stream_is_ended_and_its_permit_freed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--max-inflight-batches",
-        "1",
-    ]);
+    let server = Server::exact(&["--max-inflight-batches", "1"]);
     let big = EventBatch {
         sequence: 1,
         events: (0..20_000)
@@ -286,9 +272,7 @@ async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_http_connections_are_capped_and_timed_out() {
     use std::io::Read;
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
+    let server = Server::exact(&[
         "--max-http-connections",
         "8",
         "--http-header-timeout",
@@ -359,9 +343,7 @@ fn http_response(stream: &mut std::net::TcpStream) -> Option<String> {
 fn http_deadlines_bound_each_head_and_idleness() {
     use std::io::Write;
     use std::time::{Duration, Instant};
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
+    let server = Server::exact(&[
         "--http-header-timeout",
         "2s",
         "--http-idle-timeout",
@@ -409,12 +391,7 @@ fn http_deadlines_bound_each_head_and_idleness() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_message_gets_resource_exhausted_and_is_counted_on_streams_and_unary_calls() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--max-message-size",
-        "1024",
-    ]);
+    let server = Server::exact(&["--max-message-size", "1024"]);
     let big = EventBatch {
         sequence: 2,
         events: vec![proto::Event {
@@ -596,9 +573,7 @@ fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_non
     let dir = tempfile::tempdir().unwrap();
     let temporary = dir.path().join("rankwatch.state.tmp");
     std::fs::write(&temporary, b"half a state, from a full disk").unwrap();
-    let mut server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
+    let mut server = Server::exact(&[
         "--state-dir",
         dir.path().to_str().unwrap(),
         "--snapshot-interval",
@@ -620,14 +595,7 @@ fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_non
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--max-groups",
-        "1",
-        "--group-idle-timeout",
-        "1s",
-    ]);
+    let server = Server::exact(&["--max-groups", "1", "--group-idle-timeout", "1s"]);
     let impression = |request: &str, model: &str, time: &str| {
         event(&format!(
             r#"{{"impression":{{"requestId":"{request}","userId":"{request}","itemIds":["a"],"model":"{model}","surface":"home","time":"{time}"}}}}"#

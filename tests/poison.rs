@@ -52,7 +52,7 @@ fn closing() -> proto::Event {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valid_grades_cannot_make_a_figure_non_finite() {
     for gain in ["linear", "exponential"] {
-        let server = Server::start(&["--wall-clock-advance", "false", "--gain", gain]);
+        let server = Server::exact(&["--gain", gain]);
         // The largest grade there is: rejected, with the setting named.
         let ack = send(&server, graded_list("huge", 1e308)).await;
         let reasons: Vec<&str> = ack.rejections.iter().map(|r| r.reason.as_str()).collect();
@@ -171,7 +171,7 @@ async fn one_fast_clock_does_not_finalize_the_other_clients_lists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_stays_small_whatever_the_batch_holds() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     // 200,000 empty events: 400 KB of batch.
     let mut events = vec![proto::Event::default(); 200_000];
     events[7] = event(&format!(
@@ -204,7 +204,7 @@ async fn an_ack_stays_small_whatever_the_batch_holds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_shared_user_id_is_bounded_and_credited_like_any_user() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     // Logged-out traffic: 3,000 lists for one user id, each with its clicks.
     let mut events = Vec::new();
     for r in 0..3000 {

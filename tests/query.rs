@@ -31,7 +31,7 @@ fn query_json(args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_prints_the_replay_report_of_the_same_events() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let lines = sent_log();
     server.stream_lines(&lines).await;
     let dir = tempfile::tempdir().unwrap();

@@ -15,14 +15,7 @@ fn event(json: &str) -> proto::Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejection_reason_over_grpc() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--max-items",
-        "3",
-        "--max-label-bytes",
-        "8",
-    ]);
+    let server = Server::exact(&["--max-items", "3", "--max-label-bytes", "8"]);
     let t = r#""time":"2026-11-01T10:00:00Z""#;
     let cases = [
         ("empty_event", proto::Event { kind: None }),
@@ -154,7 +147,7 @@ async fn every_rejection_reason_over_grpc() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_mid_stream_leaves_the_server_healthy() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let addr = server.grpc;
     // The client runs on a runtime of its own; dropping that runtime closes its connection mid-stream.
     std::thread::spawn(move || {
@@ -226,9 +219,7 @@ async fn streams_past_the_limit_are_refused_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_stays_within_limits_and_every_drop_is_counted() {
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
+    let server = Server::exact(&[
         "--max-open-impressions",
         "5000",
         "--max-waiting-interactions",
@@ -322,7 +313,7 @@ async fn resending_after_a_broken_stream_gives_the_same_figures() {
     let lines = log_with_event_ids();
     let log: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let expected = replay_json(&["-", "--format", "json"], Some(log.as_bytes()));
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let events: Vec<proto::Event> = lines.iter().map(|l| event(l)).collect();
     let batches: Vec<EventBatch> = events
         .chunks(40)
@@ -408,12 +399,7 @@ async fn resending_after_a_broken_stream_gives_the_same_figures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_malformed_message_over_grpc() {
     use common::server::ingest_raw_bytes;
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--max-message-size",
-        "4096",
-    ]);
+    let server = Server::exact(&["--max-message-size", "4096"]);
     // An interaction whose grade (field 7, a double) is sent as a varint.
     let mut grade_as_varint = proto::Event {
         kind: Some(proto::event::Kind::Interaction(
@@ -462,7 +448,7 @@ async fn every_malformed_message_over_grpc() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_is_not_grpc_gets_http_415() {
     use tonic::codegen::{http, Service};
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let mut channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
         .unwrap()
         .connect()

@@ -172,7 +172,7 @@ fn assert_position_series_match_report(metrics: &BTreeMap<String, f64>, expected
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_log_gives_the_replay_figures() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let expected = read_json(&conformance("replay_small.expected.json"));
     let mut events = conformance_events();
     events.push(closing_event());
@@ -250,7 +250,7 @@ async fn streamed_log_gives_the_replay_figures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unary_batches_give_the_same_figures() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let expected = read_json(&conformance("replay_small.expected.json"));
     let mut client = server.collector().await;
     let mut events = conformance_events();
@@ -270,7 +270,7 @@ async fn unary_batches_give_the_same_figures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_events_are_rejected_one_by_one_and_the_stream_goes_on() {
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let good = event_from_json(r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#).unwrap();
     let unknown_type = event_from_json(r#"{"interaction":{"userId":"u1","itemId":"a","type":"clik","time":"2026-11-01T10:00:01Z"}}"#).unwrap();
     let future = event_from_json(r#"{"interaction":{"userId":"u1","itemId":"a","type":"click","time":"2200-01-01T00:00:00Z"}}"#).unwrap();
@@ -319,12 +319,7 @@ async fn bad_events_are_rejected_one_by_one_and_the_stream_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_message_ends_only_its_own_stream() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--max-message-size",
-        "1024",
-    ]);
+    let server = Server::exact(&["--max-message-size", "1024"]);
     // An oversize message ends its RPC with RESOURCE_EXHAUSTED.
     let mut client = server.collector().await;
     let item_ids: Vec<String> = (0..200).map(|i| format!("item-{i}")).collect();
@@ -436,7 +431,7 @@ async fn health_reflection_and_readiness_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_streams_and_exits_zero() {
-    let mut server = Server::start(&["--wall-clock-advance", "false"]);
+    let mut server = Server::exact(&[]);
     let mut client = server.collector().await;
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
     let mut acks = client
@@ -468,7 +463,7 @@ async fn sigterm_ends_open_streams_and_exits_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
     use std::io::Write;
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let mut events = conformance_events();
     events.push(closing_event());
     stream(&server, events, 100).await;
@@ -583,7 +578,7 @@ async fn loadgen_events_are_all_accepted_live_or_pregenerated() {
         #[command(flatten)]
         args: rankwatch::loadgen::LoadgenArgs,
     }
-    let server = Server::start(&["--wall-clock-advance", "false"]);
+    let server = Server::exact(&[]);
     let target = format!("http://{}", server.grpc);
     let mut sent = 0;
     let live = &["--rate", "20000"][..];

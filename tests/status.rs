@@ -60,7 +60,7 @@ fn the_page_and_its_assets_are_served_from_the_binary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_status_holds_the_replay_report_health_and_settings() {
-    let server = Server::start(&["--wall-clock-advance", "false", "--k", "3,10"]);
+    let server = Server::exact(&["--k", "3,10"]);
     let lines = sent_log();
     server.stream_lines(&lines).await;
     let dir = tempfile::tempdir().unwrap();

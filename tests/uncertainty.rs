@@ -280,14 +280,7 @@ async fn the_server_gives_the_same_figures_in_get_metrics_and_metrics() {
         event_from_json(r#"{"interaction":{"userId":"closing","itemId":"x","type":"click","time":"2026-11-03T10:00:00Z"}}"#)
             .unwrap(),
     );
-    let server = Server::start(&[
-        "--wall-clock-advance",
-        "false",
-        "--k",
-        "1,5,10",
-        "--control-model",
-        "ctl",
-    ]);
+    let server = Server::exact(&["--k", "1,5,10", "--control-model", "ctl"]);
     let batches: Vec<EventBatch> = events
         .chunks(50)
         .enumerate()

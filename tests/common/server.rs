@@ -71,6 +71,14 @@ impl Server {
         }
     }
 
+    /// `rankwatch serve` that follows the join rules exactly as replay does
+    /// (no wall-clock advance), with `args` besides.
+    pub fn exact(args: &[&str]) -> Server {
+        let mut all = vec!["--wall-clock-advance", "false"];
+        all.extend_from_slice(args);
+        Server::start(&all)
+    }
+
     /// A gRPC client of the collector.
     pub async fn collector(
         &self,
