@@ -83,6 +83,9 @@ struct ReplayArgs {
     /// Threads that parse lines [default: the number of cores].
     #[arg(long, env = "RANKWATCH_THREADS")]
     threads: Option<usize>,
+    /// Longest line read, in bytes, from 1 to 4294967296; a longer one is rejected (line_too_long) and skipped [default: 1048576].
+    #[arg(long, env = "RANKWATCH_MAX_LINE_BYTES")]
+    max_line_bytes: Option<usize>,
     /// Estimate coverage from sketches past max_exposure_items, as serve
     /// does, instead of exactly: to see the sketches' error on a log.
     #[arg(long)]
@@ -240,6 +243,12 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     let mut options = ReplayOptions::default();
     if let Some(threads) = args.threads {
         options.threads = threads.max(1);
+    }
+    if let Some(max) = args.max_line_bytes {
+        if !(1..=1 << 32).contains(&max) {
+            anyhow::bail!("setting `max_line_bytes`: {max} is out of range: give a whole number from 1 to 4294967296");
+        }
+        options.max_line_bytes = max;
     }
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(replay::total_bytes(&args.files));

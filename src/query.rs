@@ -82,7 +82,10 @@ pub async fn fetch(args: &QueryArgs) -> Result<Report, QueryError> {
     let request = proto::GetMetricsRequest {
         window: args.window.clone().unwrap_or_default(),
     };
+    // The server sends a report of any size (max_groups × segments ×
+    // comparisons can pass tonic's 4 MiB default); read what it sends.
     let report = EvaluationClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
         .get_metrics(request)
         .await
         .map_err(QueryError::Refused)?

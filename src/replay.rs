@@ -5,7 +5,7 @@
 //! thread count or the chunk size.
 
 use crate::engine::EngineSettings;
-use crate::event::{json::parse_line, Event, Rejection, Validator};
+use crate::event::{json::parse_line, Event, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
 use crate::join::{Engine, JoinSettings};
 use crate::metrics::{CoverageMode, ListEvaluator};
@@ -71,13 +71,20 @@ impl ReplaySetup {
     }
 }
 
-/// How a replay runs; none of it changes the report.
+/// The longest line a replay reads unless told otherwise: 1 MiB, far past
+/// any event a serving system sends.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
+
+/// How a replay runs; none of it changes the report (but for lines longer than `max_line_bytes`).
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayOptions {
     /// Threads that parse and validate lines.
     pub threads: usize,
     /// Lines read and parsed together.
     pub chunk_lines: usize,
+    /// Longest line read: a longer one is rejected as `line_too_long`, and
+    /// skipped without being held.
+    pub max_line_bytes: usize,
 }
 
 /// Counts the bytes read through it, for progress on compressed logs.
@@ -100,6 +107,7 @@ impl Default for ReplayOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             // About 400 KB of log: a chunk is still in the cache when it is parsed.
             chunk_lines: 2_048,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 }
@@ -158,7 +166,7 @@ fn read_logs(
     mut progress: impl FnMut(u64),
     mut on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<(), Unread> {
-    let mut chunk = Chunk::default();
+    let mut chunk = Chunk::new(options.max_line_bytes);
     let mut bytes_done = 0;
     for path in paths {
         let mut line_number = 0u64;
@@ -226,16 +234,24 @@ fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<
     } else {
         Box::new(File::open(path)?)
     };
-    // The buffer is only there to look at the first bytes: reads of a whole
-    // block go past it, straight into the chunk.
+    // The buffers are only there to look at the first bytes: reads of a
+    // whole block go past them, straight into the chunk.
     let mut reader = BufReader::with_capacity(BLOCK, Counted { inner: raw, read });
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gzip {
-        Box::new(MultiGzDecoder::new(reader))
+    let mut reader: Box<dyn BufRead> = if gzip {
+        Box::new(BufReader::with_capacity(BLOCK, MultiGzDecoder::new(reader)))
     } else {
         Box::new(reader)
-    })
+    };
+    // A UTF-8 byte order mark, which some editors write, is not part of the first line.
+    if reader.fill_buf()?.starts_with(UTF8_BOM) {
+        reader.consume(UTF8_BOM.len());
+    }
+    Ok(reader)
 }
+
+/// The UTF-8 byte order mark.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// Bytes asked of the log at a time: 64 KiB, which stays in the cache until
 /// its lines are parsed. With 1 MiB, the kernel's copy took a fifth of a
@@ -252,9 +268,25 @@ struct Chunk {
     filled: usize,
     /// Where each line ends in `bytes`: its newline, or the end of the data.
     ends: Vec<usize>,
+    /// The longest line kept; a longer one is dropped as it is read and
+    /// stands as an empty line listed in `too_long`.
+    max_line: usize,
+    /// The lines of the chunk that were longer than `max_line`.
+    too_long: Vec<usize>,
+    /// The bytes read are the rest of a line too long to keep: dropped up
+    /// to its newline.
+    skipping: bool,
 }
 
 impl Chunk {
+    /// An empty chunk that keeps lines of at most `max_line` bytes.
+    fn new(max_line: usize) -> Self {
+        Self {
+            max_line: max_line.max(1),
+            ..Self::default()
+        }
+    }
+
     /// Reads up to `lines` lines. What was read past the last line taken
     /// moves to the front and starts the next chunk, so each byte of the
     /// log is copied once, by the kernel (a block at most is moved again).
@@ -263,15 +295,24 @@ impl Chunk {
         self.bytes.copy_within(taken..self.filled, 0);
         self.filled -= taken;
         self.ends.clear();
+        self.too_long.clear();
         let mut scanned = 0;
         loop {
-            for newline in memchr::memchr_iter(b'\n', &self.bytes[scanned..self.filled]) {
-                self.ends.push(scanned + newline);
+            while let Some(newline) = memchr::memchr(b'\n', &self.bytes[scanned..self.filled]) {
+                self.end_line(scanned + newline);
+                scanned += newline + 1;
                 if self.ends.len() == lines {
                     return Ok(());
                 }
             }
             scanned = self.filled;
+            let line_start = self.start(self.ends.len());
+            if self.skipping || self.filled - line_start > self.max_line {
+                // Keep none of a line that is too long: drop what was read of it.
+                self.skipping = true;
+                self.filled = line_start;
+                scanned = line_start;
+            }
             if self.bytes.len() < self.filled + BLOCK {
                 self.bytes.resize(self.filled + BLOCK, 0);
             }
@@ -281,13 +322,36 @@ impl Chunk {
             };
             if read == 0 {
                 // The last line of a log need not end in a newline.
-                if self.filled > self.start(self.ends.len()) {
-                    self.ends.push(self.filled);
+                if self.skipping || self.filled > self.start(self.ends.len()) {
+                    self.end_line(self.filled);
                 }
                 return Ok(());
             }
+            if self.skipping {
+                let block = self.filled..self.filled + read;
+                let Some(newline) = memchr::memchr(b'\n', &self.bytes[block.clone()]) else {
+                    continue;
+                };
+                // The rest of the line is dropped; what follows its newline is kept.
+                self.bytes
+                    .copy_within(block.start + newline..block.end, self.filled);
+                self.filled += read - newline;
+                continue;
+            }
             self.filled += read;
         }
+    }
+
+    /// Ends the current line at `end` (its newline, or the end of the log),
+    /// noting it as too long when it was being skipped or is longer than
+    /// `max_line` (one read whole within a block).
+    fn end_line(&mut self, end: usize) {
+        let whole_line_too_long = end - self.start(self.ends.len()).min(end) > self.max_line;
+        if self.skipping || whole_line_too_long {
+            self.skipping = false;
+            self.too_long.push(self.ends.len());
+        }
+        self.ends.push(end);
     }
 
     fn len(&self) -> usize {
@@ -320,6 +384,15 @@ impl Chunk {
         index: usize,
         validator: &crate::event::Validator,
     ) -> Option<Result<Event<'a>, Rejection>> {
+        if self.too_long.binary_search(&index).is_ok() {
+            return Some(Err(Rejection::new(
+                Reason::LineTooLong,
+                format!(
+                    "the line is longer than max_line_bytes = {} bytes; it was skipped (raise --max-line-bytes if such lines are events)",
+                    self.max_line
+                ),
+            )));
+        }
         let line = self.line(index);
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
@@ -356,7 +429,7 @@ impl Chunk {
 
 #[cfg(test)]
 mod tests {
-    use super::Chunk;
+    use super::{Chunk, BLOCK};
     use std::io::{self, Read};
 
     /// Hands out its data `block` bytes at a time at most.
@@ -378,6 +451,44 @@ mod tests {
     /// and the chunk's line count: across block edges, after carriage
     /// returns, blank, and with no newline at the end of the log.
     #[test]
+    fn a_line_too_long_is_dropped_as_it_is_read_and_its_neighbours_kept() {
+        let long = "x".repeat(50);
+        let log = format!("ok\n{long}\nfine\n{long}");
+        for block in [1, 3, 7, 64] {
+            for lines in [1, 2, 100] {
+                let mut reader = Trickle {
+                    data: log.as_bytes(),
+                    block,
+                };
+                let mut chunk = Chunk::new(10);
+                let (mut read, mut too_long, mut seen) = (Vec::new(), Vec::new(), 0);
+                loop {
+                    chunk.fill(&mut reader, lines).expect("reading memory");
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    assert!(
+                        chunk.bytes.len() <= 10 + 2 * BLOCK,
+                        "the long line is not held"
+                    );
+                    too_long.extend(chunk.too_long.iter().map(|i| seen + i));
+                    read.extend((0..chunk.len()).map(|i| match chunk.too_long.contains(&i) {
+                        true => Vec::new(),
+                        false => chunk.line(i).to_vec(),
+                    }));
+                    seen += chunk.len();
+                }
+                let read: Vec<_> = read
+                    .iter()
+                    .map(|l| std::str::from_utf8(l).unwrap())
+                    .collect();
+                assert_eq!(read, ["ok", "", "fine", ""], "block {block}, lines {lines}");
+                assert_eq!(too_long, [1, 3], "block {block}, lines {lines}");
+            }
+        }
+    }
+
+    #[test]
     fn chunks_split_the_log_into_its_lines() {
         let log = "first line\r\n\nthird, a little longer than a block\r\r\n  \nlast";
         let expected = [
@@ -393,7 +504,7 @@ mod tests {
                     data: log.as_bytes(),
                     block,
                 };
-                let mut chunk = Chunk::default();
+                let mut chunk = Chunk::new(64);
                 let mut read = Vec::new();
                 loop {
                     chunk.fill(&mut reader, lines).expect("reading memory");

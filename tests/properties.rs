@@ -526,6 +526,7 @@ fn run(
         ReplayOptions {
             threads,
             chunk_lines,
+            ..ReplayOptions::default()
         },
         |_| {},
         |bad| bad_lines.push(bad.line),

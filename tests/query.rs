@@ -88,3 +88,42 @@ async fn an_unconfigured_window_is_refused_with_the_configured_ones() {
     );
     assert!(stderr.contains("configured: 1m, 5m, 1h"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_larger_than_four_mebibytes_is_printed_whole() {
+    use common::server::event_from_json;
+    let server = Server::exact(&["--max-groups", "4000", "--control-model", "m0"]);
+    let mut events = Vec::new();
+    for i in 0..3000 {
+        let (model, surface) = (i % 100, i / 100);
+        events.push(event_from_json(&format!(
+            r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b"],"model":"m{model}","surface":"s{surface}","time":"2026-11-01T10:00:00Z"}}}}"#
+        )).unwrap());
+        events.push(event_from_json(&format!(
+            r#"{{"interaction":{{"userId":"u{i}","itemId":"b","requestId":"r{i}","type":"click","time":"2026-11-01T10:00:01Z"}}}}"#
+        )).unwrap());
+    }
+    events.push(event_from_json(
+        r#"{"impression":{"requestId":"z","userId":"z","itemIds":["x"],"model":"closing","time":"2026-11-02T10:00:00Z"}}"#,
+    ).unwrap());
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(rankwatch::proto::EventBatch {
+            sequence: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 6001);
+    let output = query(&["--grpc-addr", &server.grpc.to_string(), "--format", "json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        output.stdout.len() > 4 << 20,
+        "a report of {} bytes",
+        output.stdout.len()
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["groups"].as_array().unwrap().len(), 3000);
+}

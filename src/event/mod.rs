@@ -147,11 +147,13 @@ pub enum Reason {
     LabelTooLong,
     /// A `model`, `surface` or segment label value is a name the server keeps for itself (it starts with `__`).
     ReservedName,
+    /// A line of a replayed log is longer than `max_line_bytes` (replay).
+    LineTooLong,
 }
 
 impl Reason {
     /// Every reason, in a stable order.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::InvalidJson,
         Reason::EmptyEvent,
         Reason::MissingUserId,
@@ -170,6 +172,7 @@ impl Reason {
         Reason::Undecodable,
         Reason::LabelTooLong,
         Reason::ReservedName,
+        Reason::LineTooLong,
     ];
 
     /// The stable name clients and dashboards see.
@@ -193,6 +196,7 @@ impl Reason {
             Reason::Undecodable => "undecodable",
             Reason::LabelTooLong => "label_too_long",
             Reason::ReservedName => "reserved_name",
+            Reason::LineTooLong => "line_too_long",
         }
     }
 }
