@@ -15,6 +15,8 @@
 #[path = "common/broker.rs"]
 mod broker;
 mod common;
+#[path = "common/kafka_proxy.rs"]
+mod kafka_proxy;
 
 use broker::{Broker, PARTITIONS, POLL, POLLS};
 use common::server::{event_from_json, parse_metrics, Server};
@@ -364,6 +366,19 @@ fn lines_by_value(records: &[Produced]) -> BTreeMap<Vec<u8>, String> {
 async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition() {
     let broker = Broker::in_memory();
     broker.create_topic(TOPIC).await;
+    let instances = vec![
+        instance(&broker, &[]),
+        instance(&broker, &[]),
+        instance(&broker, &[]),
+    ];
+    hand_over_exactly(&broker, instances).await;
+}
+
+/// With `instances` consuming from `broker`: produces half the log, stops
+/// the first instance with SIGTERM, starts another, produces the rest, and
+/// asserts that the fleet's totals equal the sum of replays by partition
+/// with no list counted twice.
+async fn hand_over_exactly(broker: &Broker, mut instances: Vec<Server>) {
     let log = log_records();
     let (first, second) = log.split_at(log.len() / 2);
     let mut first = first.to_vec();
@@ -372,23 +387,24 @@ async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition
     second.extend(closing_records());
     let producer = broker.producer();
 
-    let mut a = instance(&broker, &[]);
-    let b = instance(&broker, &[]);
-    let c = instance(&broker, &[]);
     produce(&producer, &first).await;
     let received = "rankwatch_events_received_total";
-    wait_for(&[&a, &b, &c], "the first half", |m| {
-        total(m, received) == first.len() as f64
-    });
+    wait_for(
+        &instances.iter().collect::<Vec<_>>(),
+        "the first half",
+        |m| total(m, received) == first.len() as f64,
+    );
 
-    let a_last = terminate(&mut a);
-    let d = instance(&broker, &[]);
-    wait_for(&[&b, &c, &d], "the partitions to be shared again", |m| {
+    let a_last = terminate(&mut instances[0]);
+    instances.remove(0);
+    instances.push(instance(broker, &[]));
+    let live: Vec<&Server> = instances.iter().collect();
+    wait_for(&live, "the partitions to be shared again", |m| {
         total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
     });
     produce(&producer, &second).await;
     let expected_received = first.len() + second.len();
-    let live = wait_for(&[&b, &c, &d], "the second half", |m| {
+    let live = wait_for(&live, "the second half", |m| {
         total(m, received) + value(&a_last, received) == expected_received as f64
     });
 
@@ -397,7 +413,7 @@ async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition
         add(&mut fleet, metrics);
     }
     let all: Vec<Produced> = first.iter().chain(&second).cloned().collect();
-    assert_fleet_matches(&fleet, &replayed(&broker, &lines_by_value(&all)));
+    assert_fleet_matches(&fleet, &replayed(broker, &lines_by_value(&all)));
     assert_eq!(
         value(
             &fleet,
@@ -709,4 +725,254 @@ async fn a_snapshot_larger_than_the_producer_queue_is_written_whole() {
     assert_eq!(manifest.next_offset, 42);
     let (stored, _) = last.expect("a manifest in the state topic");
     assert_eq!(&stored, manifest);
+}
+
+const STATE_TOPIC: &str = "rankwatch.events.state";
+
+/// `topic`'s partition count (0: it does not exist) and `cleanup.policy`, as the broker reports them.
+async fn topic_facts(broker: &Broker, topic: &str) -> (usize, Option<String>) {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = broker
+        .client()
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap();
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map_or(0, |t| t.partitions().len());
+    if partitions == 0 {
+        return (0, None);
+    }
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let policy = configs
+        .into_iter()
+        .flatten()
+        .flat_map(|resource| resource.entries)
+        .find(|entry| entry.name == "cleanup.policy")
+        .and_then(|entry| entry.value);
+    (partitions, policy)
+}
+
+/// Creates `topic` with `partitions` and `configs`, as an operator or a
+/// broker's auto-creation would have.
+async fn create_topic_with(
+    broker: &Broker,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = broker.client().create().unwrap();
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        new = new.set(key, value);
+    }
+    let results = admin
+        .create_topics([&new], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
+/// Asserts that no client of rankwatch asked `broker` to auto-create a topic.
+fn assert_no_auto_creation_asked(broker: &Broker) {
+    let proxy = broker.proxy.as_ref().expect("an auto-creating broker");
+    assert_eq!(
+        proxy.asks_of_rankwatch(),
+        [],
+        "topics named with auto-creation allowed"
+    );
+}
+
+/// `/readyz` of `server`: its status and body.
+fn readiness(server: &Server) -> (u16, String) {
+    server.get("/readyz")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_auto_creating_broker_creates_a_missing_topic_that_a_metadata_request_names() {
+    let broker = Broker::auto_creating();
+    let producer: rdkafka::producer::FutureProducer = broker.client().create().unwrap();
+    let record = FutureRecord::to("named.by.a.producer")
+        .key("k")
+        .payload("v");
+    producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert_eq!(topic_facts(&broker, "named.by.a.producer").await, (4, None));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_started_at_once_on_an_auto_creating_broker_hand_over_exactly() {
+    let broker = Broker::auto_creating();
+    broker.create_topic(TOPIC).await;
+    let instances = vec![
+        instance(&broker, &[]),
+        instance(&broker, &[]),
+        instance(&broker, &[]),
+    ];
+    hand_over_exactly(&broker, instances).await;
+    assert_eq!(
+        topic_facts(&broker, STATE_TOPIC).await,
+        (PARTITIONS as usize, Some("compact".to_owned())),
+        "the state topic is created compacted, with the event topic's partitions"
+    );
+    assert_no_auto_creation_asked(&broker);
+}
+
+/// Starts an instance on `broker` whose state topic is unusable; asserts
+/// that it refuses to consume, says so on /readyz, in its gauge and in its
+/// log, naming `problem`, and evaluates nothing of what is produced.
+async fn assert_refuses_to_consume(broker: &Broker, problem: &str) {
+    let server = instance(broker, &[]);
+    let mut refused = None;
+    for _ in 0..POLLS {
+        let (status, body) = readiness(&server);
+        if status == 503 && body.contains(STATE_TOPIC) {
+            refused = Some(body);
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    let body = refused.expect("/readyz says the state topic is unusable");
+    assert!(body.contains(problem), "{body}");
+    let producer = broker.producer();
+    produce(&producer, &log_records()[..20]).await;
+    for _ in 0..20 {
+        let metrics = scrape(&server).unwrap();
+        assert_eq!(value(&metrics, "rankwatch_kafka_topics_usable"), 0.0);
+        assert_eq!(
+            value(&metrics, "rankwatch_events_received_total"),
+            0.0,
+            "nothing is evaluated"
+        );
+        assert_eq!(value(&metrics, "rankwatch_kafka_partitions"), 0.0);
+        std::thread::sleep(POLL);
+    }
+    let logged: Vec<String> = server.log.try_iter().collect();
+    assert!(
+        logged
+            .iter()
+            .any(|line| line.contains("NOT READY") && line.contains(STATE_TOPIC)),
+        "{logged:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_topic_with_fewer_partitions_than_the_event_topic_is_refused() {
+    let broker = Broker::auto_creating();
+    broker.create_topic(TOPIC).await;
+    // As a broker auto-creates it: its default partition count.
+    create_topic_with(&broker, STATE_TOPIC, 4, &[("cleanup.policy", "compact")]).await;
+    assert_refuses_to_consume(&broker, "kafka-topics.sh").await;
+    assert_no_auto_creation_asked(&broker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_topic_without_compaction_is_refused() {
+    let broker = Broker::auto_creating();
+    broker.create_topic(TOPIC).await;
+    create_topic_with(&broker, STATE_TOPIC, PARTITIONS, &[]).await;
+    assert_refuses_to_consume(&broker, "cleanup.policy=compact").await;
+    assert_no_auto_creation_asked(&broker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_started_before_the_event_topic_exists_wait_for_it_and_hand_over_exactly() {
+    let broker = Broker::auto_creating();
+    let instances = vec![instance(&broker, &[]), instance(&broker, &[])];
+    for server in &instances {
+        let mut waiting = false;
+        for _ in 0..POLLS {
+            let (status, body) = readiness(server);
+            if status == 503 && body.contains("does not exist") {
+                waiting = true;
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        assert!(waiting, "/readyz says the event topic does not exist");
+    }
+    assert_eq!(
+        topic_facts(&broker, TOPIC).await,
+        (0, None),
+        "not auto-created"
+    );
+    broker.create_topic(TOPIC).await;
+    let mut instances = instances;
+    instances.push(instance(&broker, &[]));
+    wait_for(
+        &instances.iter().collect::<Vec<_>>(),
+        "the partitions to be taken",
+        |m| total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS),
+    );
+    hand_over_exactly(&broker, instances).await;
+    assert_eq!(
+        topic_facts(&broker, STATE_TOPIC).await,
+        (PARTITIONS as usize, Some("compact".to_owned()))
+    );
+    assert_no_auto_creation_asked(&broker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_joins_and_leaves_while_events_stream_keep_the_totals_exact() {
+    let broker = Broker::auto_creating();
+    broker.create_topic(TOPIC).await;
+    let producer = broker.producer();
+    let log = log_records();
+    let chunks: Vec<&[Produced]> = log.chunks(log.len().div_ceil(6)).collect();
+    let mut live = vec![instance(&broker, &[]), instance(&broker, &[])];
+    let mut departed: Vec<BTreeMap<String, f64>> = Vec::new();
+    let received = "rankwatch_events_received_total";
+    let mut sent = 0;
+    for chunk in &chunks[..5] {
+        produce(&producer, chunk).await;
+        sent += chunk.len();
+        // One joins while the chunk is read, then the oldest leaves.
+        live.push(instance(&broker, &[]));
+        let gone: f64 = departed.iter().map(|m| value(m, received)).sum();
+        wait_for(&live.iter().collect::<Vec<_>>(), "the chunk, shared", |m| {
+            total(m, received) + gone == sent as f64
+                && total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+        });
+        departed.push(terminate(&mut live[0]));
+        live.remove(0);
+    }
+    let mut rest = chunks[5].to_vec();
+    rest.extend(closing_records());
+    produce(&producer, &rest).await;
+    sent += rest.len();
+    let gone: f64 = departed.iter().map(|m| value(m, received)).sum();
+    let scraped = wait_for(&live.iter().collect::<Vec<_>>(), "the rest", |m| {
+        total(m, received) + gone == sent as f64
+    });
+    let mut fleet = BTreeMap::new();
+    for metrics in departed.iter().chain(&scraped) {
+        add(&mut fleet, metrics);
+    }
+    let all: Vec<Produced> = log.iter().cloned().chain(closing_records()).collect();
+    assert_fleet_matches(&fleet, &replayed(&broker, &lines_by_value(&all)));
+    assert_eq!(
+        value(&fleet, "rankwatch_kafka_handover_timeouts_total"),
+        0.0
+    );
+    assert_eq!(
+        prefixed(&fleet, "rankwatch_lists_recounted_total"),
+        0.0,
+        "no list was counted twice"
+    );
+    assert_no_auto_creation_asked(&broker);
 }

@@ -6,6 +6,8 @@
 #[path = "common/broker.rs"]
 mod broker;
 mod common;
+#[path = "common/kafka_proxy.rs"]
+mod kafka_proxy;
 
 use broker::{Broker, PARTITIONS, POLL, POLLS};
 

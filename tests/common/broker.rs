@@ -1,7 +1,11 @@
 //! A real Kafka-compatible broker for the fleet tests: tansu, built once by
-//! `tests/install-broker.sh`, on a free loopback port. Each fleet test
-//! binary includes it (not every test needs a broker).
+//! `tests/install-broker.sh`, on a free loopback port; or, to behave as
+//! Apache Kafka does with its default settings, tansu behind a proxy that
+//! auto-creates the topics a metadata request names (`kafka_proxy.rs`).
+//! Each fleet test binary includes both (not every test needs a broker).
 #![allow(dead_code)]
+
+use crate::kafka_proxy::AutoCreatingProxy;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -42,6 +46,8 @@ pub struct Broker {
     port: u16,
     storage: String,
     dir: tempfile::TempDir,
+    /// The auto-creating proxy clients talk to, if the broker auto-creates.
+    pub proxy: Option<AutoCreatingProxy>,
 }
 
 impl Broker {
@@ -55,32 +61,52 @@ impl Broker {
         Broker::start("sqlite://tansu.db".into())
     }
 
+    /// A broker keeping its data in memory that auto-creates, as Apache
+    /// Kafka does by default, every missing topic a metadata request names
+    /// while allowing it, with 4 partitions and no compaction.
+    pub fn auto_creating() -> Broker {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut broker = Broker::unstarted("memory://tansu/".into());
+        broker.proxy = Some(AutoCreatingProxy::start(
+            listener,
+            format!("127.0.0.1:{}", broker.port),
+        ));
+        broker.run();
+        broker
+    }
+
     fn start(storage: String) -> Broker {
+        let mut broker = Broker::unstarted(storage);
+        broker.run();
+        broker
+    }
+
+    fn unstarted(storage: String) -> Broker {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut broker = Broker {
+        Broker {
             child: None,
             port,
             storage,
             dir: tempfile::tempdir().unwrap(),
-        };
-        broker.run();
-        broker
+            proxy: None,
+        }
     }
 
     /// Starts (or restarts) the broker process and waits until it listens.
     pub fn run(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://{}", self.address());
         let child = Command::new(tansu())
             .args([
                 "broker",
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised,
             ])
             .args(["--storage-engine", &self.storage])
             .current_dir(self.dir.path())
@@ -106,9 +132,12 @@ impl Broker {
         }
     }
 
-    /// `host:port` of the broker.
+    /// `host:port` of the broker, as clients reach it.
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        match &self.proxy {
+            Some(proxy) => proxy.address(),
+            None => format!("127.0.0.1:{}", self.port),
+        }
     }
 
     /// A client configuration for the broker.
