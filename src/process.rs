@@ -26,9 +26,10 @@ pub fn configure_memory(huge_pages: bool) {
 }
 
 /// Raises the soft limit on open files to the hard limit, so that a flood
-/// of connections runs into `max_http_connections` and `max_streams`
-/// rather than into a default soft limit of 1,024 descriptors.
-pub fn raise_file_limit() {
+/// of connections runs into `max_http_connections` and
+/// `max_grpc_connections` rather than into a default soft limit of 1,024
+/// descriptors. Returns the limit in force then, if it can be read.
+pub fn raise_file_limit() -> Option<u64> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -46,4 +47,7 @@ pub fn raise_file_limit() {
             "could not raise the open-file limit"
         );
     }
+    // SAFETY: getrlimit writes only `limit`.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 };
+    read.then_some(limit.rlim_cur)
 }

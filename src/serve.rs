@@ -35,7 +35,7 @@ pub async fn serve(
         }
     };
     crate::process::configure_memory(settings.huge_pages);
-    crate::process::raise_file_limit();
+    check_file_budget(&settings, crate::process::raise_file_limit())?;
     let recorder = server::recorder()?;
     engine::describe();
     server::export_limits(&engine_settings, &settings);
@@ -119,6 +119,30 @@ async fn start_engine(
             (started, saver)
         }
     })
+}
+
+/// Descriptors kept for what is not a connection: the state file, Kafka's
+/// sockets, logs.
+const RESERVED_FILES: u64 = 64;
+
+/// Checks that both listeners at their connection limits, and the rest,
+/// fit the open-file limit: a flood of one listener then runs into its own
+/// limit, never into the descriptors the other listener or ingest needs.
+fn check_file_budget(settings: &ServerSettings, limit: Option<u64>) -> anyhow::Result<()> {
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    let needed = (settings.max_grpc_connections as u64)
+        .saturating_add(settings.max_http_connections as u64)
+        .saturating_add(RESERVED_FILES);
+    if needed > limit {
+        anyhow::bail!(
+            "setting `max_grpc_connections` ({}) + `max_http_connections` ({}) + {RESERVED_FILES} descriptors for the rest exceed the open-file limit of {limit}: lower a setting, or raise the limit (ulimit -n, LimitNOFILE= of systemd)",
+            settings.max_grpc_connections,
+            settings.max_http_connections,
+        );
+    }
+    Ok(())
 }
 
 /// The state file of a local engine, checked usable, if `state_dir` is set.

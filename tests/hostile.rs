@@ -58,7 +58,8 @@ fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
     let line = format!(
         "{{\"interaction\":{{\"userId\":\"u\",\"itemId\":\"a\",\"type\":\"{huge}\",{T}}}}}\n{{\"impression\":{{\"requestId\":\"r\",\"userId\":\"u\",\"itemIds\":[\"{huge}\",\"{huge}\"],{T}}}}}\n"
     );
-    let output = replay(&["-"], Some(line.as_bytes()));
+    // Lines of 1 and 2 MiB: past the default max_line_bytes, which is raised for them.
+    let output = replay(&["-", "--max-line-bytes", "8000000"], Some(line.as_bytes()));
     assert!(output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();
     let lines: Vec<&str> = stderr.lines().collect();

@@ -88,5 +88,13 @@ pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// `max_http_connections`.
 pub const MAX_HTTP_CONNECTIONS: usize = 128;
+/// `max_grpc_connections`.
+pub const MAX_GRPC_CONNECTIONS: usize = 1024;
+/// `grpc_handshake_timeout`.
+pub const GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// `grpc_idle_timeout`: longer than `ingest_idle_timeout`, which ends an idle stream first.
+pub const GRPC_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// `max_concurrent_streams`.
+pub const MAX_CONCURRENT_STREAMS: usize = 100;
 /// `max_inflight_batches`.
 pub const MAX_INFLIGHT_BATCHES: usize = 64;

@@ -243,6 +243,12 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "duration_serde::one")]
     http_idle_timeout: Option<Duration>,
     max_http_connections: Option<usize>,
+    max_grpc_connections: Option<usize>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    grpc_handshake_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    grpc_idle_timeout: Option<Duration>,
+    max_concurrent_streams: Option<usize>,
     /// The fleet keys (`kafka_*`, `shutdown_linger`), read apart.
     #[serde(skip)]
     pub fleet: FleetFile,

@@ -82,6 +82,22 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
         help = help("Limit: most open HTTP connections; more are closed at once", defaults::MAX_HTTP_CONNECTIONS))]
     pub max_http_connections: Option<usize>,
+    /// Limit: most open gRPC connections.
+    #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
+        help = help("Limit: most open gRPC connections; more are closed at once and counted", defaults::MAX_GRPC_CONNECTIONS))]
+    pub max_grpc_connections: Option<usize>,
+    /// How long a new gRPC connection may take to send its first bytes.
+    #[arg(long, env = "RANKWATCH_GRPC_HANDSHAKE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long a new gRPC connection may take to send the HTTP/2 preface (or its TLS hello) before it is closed", shown_duration(defaults::GRPC_HANDSHAKE_TIMEOUT)))]
+    pub grpc_handshake_timeout: Option<Duration>,
+    /// How long a gRPC connection may go without a byte read or written.
+    #[arg(long, env = "RANKWATCH_GRPC_IDLE_TIMEOUT", value_parser = parse_duration,
+        help = help("How long a gRPC connection may go without a byte read or written before it is closed", shown_duration(defaults::GRPC_IDLE_TIMEOUT)))]
+    pub grpc_idle_timeout: Option<Duration>,
+    /// Limit: concurrent HTTP/2 streams on one gRPC connection.
+    #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_STREAMS",
+        help = help("Limit: concurrent HTTP/2 streams (calls) on one gRPC connection, from 1 to 2^31", defaults::MAX_CONCURRENT_STREAMS))]
+    pub max_concurrent_streams: Option<usize>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key) [default: plaintext].
     #[arg(long, env = "RANKWATCH_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -109,6 +125,7 @@ impl ServerSettings {
         for window in &windows {
             bounded("windows", *window)?;
         }
+        let grpc = GrpcLimits::resolve(args, file)?;
         let skew = pick!(args, file, max_future_skew, defaults::MAX_FUTURE_SKEW);
         let snapshot = pick!(args, file, snapshot_interval, defaults::SNAPSHOT_INTERVAL);
         let drain = pick!(args, file, drain_timeout, defaults::DRAIN_TIMEOUT);
@@ -159,6 +176,63 @@ impl ServerSettings {
             http_header_timeout: positive("http_header_timeout", header)?,
             http_idle_timeout: positive("http_idle_timeout", http_idle)?,
             max_http_connections: at_least_one("max_http_connections", http)?,
+            max_grpc_connections: grpc.max_connections,
+            grpc_handshake_timeout: grpc.handshake,
+            grpc_idle_timeout: grpc.idle,
+            max_concurrent_streams: grpc.streams_per_connection,
+        })
+    }
+}
+
+/// The gRPC listener's bounds.
+struct GrpcLimits {
+    max_connections: usize,
+    handshake: Duration,
+    idle: Duration,
+    streams_per_connection: u32,
+}
+
+impl GrpcLimits {
+    fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Self, ConfigError> {
+        let streams = pick!(
+            args,
+            file,
+            max_concurrent_streams,
+            defaults::MAX_CONCURRENT_STREAMS
+        );
+        let streams_per_connection = u32::try_from(streams)
+            .ok()
+            .filter(|n| (1..=1 << 31).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    "max_concurrent_streams",
+                    format!("{streams} is out of range: give a whole number from 1 to 2147483648"),
+                )
+            })?;
+        Ok(Self {
+            max_connections: at_least_one(
+                "max_grpc_connections",
+                pick!(
+                    args,
+                    file,
+                    max_grpc_connections,
+                    defaults::MAX_GRPC_CONNECTIONS
+                ),
+            )?,
+            handshake: positive(
+                "grpc_handshake_timeout",
+                pick!(
+                    args,
+                    file,
+                    grpc_handshake_timeout,
+                    defaults::GRPC_HANDSHAKE_TIMEOUT
+                ),
+            )?,
+            idle: positive(
+                "grpc_idle_timeout",
+                pick!(args, file, grpc_idle_timeout, defaults::GRPC_IDLE_TIMEOUT),
+            )?,
+            streams_per_connection,
         })
     }
 }

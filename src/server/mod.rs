@@ -9,6 +9,7 @@ pub mod codec;
 mod collector;
 mod content_type;
 mod evaluation;
+mod grpc_limits;
 mod http;
 mod http_limits;
 mod message_limit;
@@ -39,7 +40,7 @@ use std::net::SocketAddr;
 use tasks::{Drain, Tasks};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::{Router, TcpIncoming};
+use tonic::transport::server::Router;
 use wire_service::collector_server::CollectorServer;
 
 /// The addresses a running server listens on.
@@ -122,9 +123,16 @@ pub async fn run(
         tasks.clone(),
     )
     .await?;
+    let incoming = grpc_limits::accept(
+        listeners.grpc,
+        grpc_limits::GrpcBounds {
+            max_connections: settings.max_grpc_connections,
+            handshake: settings.grpc_handshake_timeout,
+            idle: settings.grpc_idle_timeout,
+        },
+    );
     let grpc = grpc.serve_with_incoming_shutdown(
-        // Without TCP_NODELAY a small ack waits for the client's next packet.
-        TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+        tokio_stream::wrappers::ReceiverStream::new(incoming),
         serving.clone().cancelled_owned(),
     );
     let http_listener = http_limits::BoundedListener::new(
@@ -185,7 +193,8 @@ async fn grpc_server(
         shutdown,
         tasks,
     );
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(settings.max_concurrent_streams));
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls::config(tls)?)?;
     }

@@ -53,6 +53,14 @@ pub struct ServerSettings {
     pub http_idle_timeout: Duration,
     /// Most open HTTP connections.
     pub max_http_connections: usize,
+    /// Most open gRPC connections.
+    pub max_grpc_connections: usize,
+    /// How long a new gRPC connection may take to send its first bytes.
+    pub grpc_handshake_timeout: Duration,
+    /// How long a gRPC connection may go without a byte read or written.
+    pub grpc_idle_timeout: Duration,
+    /// Most concurrent HTTP/2 streams on one gRPC connection.
+    pub max_concurrent_streams: u32,
     /// TLS of the gRPC listener; `None`: plaintext.
     pub tls: Option<TlsSettings>,
 }

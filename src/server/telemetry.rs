@@ -21,6 +21,10 @@ pub const STREAMS_REFUSED_TOTAL: &str = "rankwatch_streams_refused_total";
 pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
 /// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
 pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
+/// Counter: gRPC connections closed as soon as accepted, past `max_grpc_connections`.
+pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_grpc_connections_refused_total";
+/// Counter: gRPC connections closed by `grpc_handshake_timeout` or `grpc_idle_timeout`.
+pub const GRPC_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_grpc_connections_timed_out_total";
 /// Counter: HTTP connections closed as soon as accepted, past `max_http_connections`.
 pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
 /// Counter: HTTP connections closed by `http_header_timeout` or `http_idle_timeout`.
@@ -72,6 +76,14 @@ fn describe_health_series() {
         "Ingest streams closed after ingest_idle_timeout without a batch."
     );
     metrics::describe_counter!(
+        GRPC_CONNECTIONS_REFUSED_TOTAL,
+        "gRPC connections closed as soon as accepted, past max_grpc_connections."
+    );
+    metrics::describe_counter!(
+        GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
+        "gRPC connections closed by grpc_handshake_timeout (no HTTP/2 preface in time) or grpc_idle_timeout (nothing read or written)."
+    );
+    metrics::describe_counter!(
         HTTP_CONNECTIONS_REFUSED_TOTAL,
         "HTTP connections closed as soon as accepted, past max_http_connections."
     );
@@ -85,6 +97,8 @@ fn describe_health_series() {
     metrics::counter!(STREAMS_FAILED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
+    metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
+    metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
 }
@@ -115,6 +129,11 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_streams", server.max_streams),
         ("max_inflight_batches", server.max_inflight_batches),
         ("max_http_connections", server.max_http_connections),
+        ("max_grpc_connections", server.max_grpc_connections),
+        (
+            "max_concurrent_streams",
+            server.max_concurrent_streams as usize,
+        ),
     ];
     for (name, value) in limits {
         metrics::gauge!(LIMIT, "limit" => name).set(value as f64);

@@ -1,0 +1,208 @@
+//! Bounds of the gRPC listener, as the HTTP listener has its own: at most
+//! `max_grpc_connections` open connections (more are closed as soon as
+//! they are accepted), a connection must send its first bytes (the HTTP/2
+//! preface, or TLS's hello) within `grpc_handshake_timeout`, and one on
+//! which nothing was read or written for `grpc_idle_timeout` is closed. A
+//! flood of silent connections thus costs a bounded number of descriptors
+//! and ends by itself, and cannot starve scrapes or ingest. Streams per
+//! connection are bounded by HTTP/2 itself (`max_concurrent_streams`).
+
+use super::telemetry::{GRPC_CONNECTIONS_REFUSED_TOTAL, GRPC_CONNECTIONS_TIMED_OUT_TOTAL};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// The bytes a connection must send before `grpc_handshake_timeout`: the
+/// length of HTTP/2's client preface (a TLS hello is longer).
+const HANDSHAKE_BYTES: u64 = 24;
+
+/// How many connections and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct GrpcBounds {
+    /// Most open connections.
+    pub max_connections: usize,
+    /// How long a new connection may take to send its first bytes.
+    pub handshake: Duration,
+    /// How long a connection may go without a byte read or written.
+    pub idle: Duration,
+}
+
+/// Accepts connections on `listener` within `bounds`, until the receiver
+/// is dropped; the connections come out of the returned channel.
+pub fn accept(
+    listener: TcpListener,
+    bounds: GrpcBounds,
+) -> mpsc::Receiver<io::Result<BoundedConnection>> {
+    let (sender, incoming) = mpsc::channel(16);
+    let connections = Arc::new(Semaphore::new(bounds.max_connections));
+    tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                _ = sender.closed() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        // Out of file descriptors, most likely: wait rather than spin.
+                        tracing::warn!(%error, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).increment(1);
+                continue;
+            };
+            // Without TCP_NODELAY a small ack waits for the client's next packet.
+            let _ = stream.set_nodelay(true);
+            let connection = BoundedConnection::new(stream, permit, bounds);
+            if sender.send(Ok(connection)).await.is_err() {
+                return;
+            }
+        }
+    });
+    incoming
+}
+
+/// An accepted gRPC connection under its deadlines, holding its permit.
+pub struct BoundedConnection {
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+    bounds: GrpcBounds,
+    /// Bytes read so far (counted up to the handshake's).
+    read: u64,
+    accepted: Instant,
+    last_activity: Instant,
+    deadline: Pin<Box<Sleep>>,
+    timed_out: bool,
+}
+
+impl BoundedConnection {
+    fn new(stream: TcpStream, permit: OwnedSemaphorePermit, bounds: GrpcBounds) -> Self {
+        let now = Instant::now();
+        Self {
+            stream,
+            _permit: permit,
+            bounds,
+            read: 0,
+            accepted: now,
+            last_activity: now,
+            deadline: Box::pin(tokio::time::sleep_until(now + bounds.handshake)),
+            timed_out: false,
+        }
+    }
+
+    /// When the connection is due to be closed if nothing happens.
+    fn due(&self) -> Instant {
+        match self.read < HANDSHAKE_BYTES {
+            true => self.accepted + self.bounds.handshake,
+            false => self.last_activity + self.bounds.idle,
+        }
+    }
+
+    /// An error once a deadline has passed; else registers for the next one.
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.timed_out {
+            return Err(timed_out());
+        }
+        loop {
+            let due = self.due();
+            if self.deadline.deadline() != due {
+                self.deadline.as_mut().reset(due);
+            }
+            match self.deadline.as_mut().poll(cx) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(()) if Instant::now() >= self.due() => {
+                    self.timed_out = true;
+                    metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).increment(1);
+                    return Err(timed_out());
+                }
+                Poll::Ready(()) => {}
+            }
+        }
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "grpc_handshake_timeout or grpc_idle_timeout",
+    )
+}
+
+impl AsyncRead for BoundedConnection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let read = (buf.filled().len() - before) as u64;
+                if read > 0 {
+                    this.read = this.read.saturating_add(read);
+                    this.last_activity = Instant::now();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => match this.check_deadline(cx) {
+                Ok(()) => Poll::Pending,
+                Err(error) => Poll::Ready(Err(error)),
+            },
+        }
+    }
+}
+
+impl AsyncWrite for BoundedConnection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.stream).poll_write(cx, data) {
+            Poll::Ready(Ok(written)) => {
+                if written > 0 {
+                    this.last_activity = Instant::now();
+                }
+                Poll::Ready(Ok(written))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            // A client that reads nothing holds the connection only until the idle deadline.
+            Poll::Pending => match this.check_deadline(cx) {
+                Ok(()) => Poll::Pending,
+                Err(error) => Poll::Ready(Err(error)),
+            },
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+impl Connected for BoundedConnection {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        TcpConnectInfo {
+            local_addr: self.stream.local_addr().ok(),
+            remote_addr: self.stream.peer_addr().ok(),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The gRPC listener's bounds against the real server: a flood of silent
+//! connections is capped and timed out, and neither starves ingest nor
+//! scrapes; the descriptors of both listeners fit the open-file limit.
+
+mod common;
+
+use common::server::{event_from_json, parse_metrics, serve_command, Server};
+use rankwatch::proto::EventBatch;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn counter(server: &Server, name: &str) -> f64 {
+    parse_metrics(&server.get("/metrics").1)
+        .get(name)
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Whether the server closes `stream` within about ten seconds (bounded polls).
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(250)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    for _ in 0..40 {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                continue
+            }
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_past_the_cap_neither_starve_ingest_nor_scrapes() {
+    let server = Server::exact(&["--max-grpc-connections", "50"]);
+    let silent: Vec<TcpStream> = (0..200)
+        .filter_map(|_| TcpStream::connect(server.grpc).ok())
+        .collect();
+    assert!(silent.len() > 50);
+    // Those past the cap are closed at once; the others hold their slots.
+    for _ in 0..40 {
+        if counter(&server, "rankwatch_grpc_connections_refused_total") >= 150.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(counter(&server, "rankwatch_grpc_connections_refused_total") >= 150.0);
+    drop(silent.into_iter().skip(40).collect::<Vec<_>>());
+    // Ten slots are free again: a client ingests, a scrape answers.
+    let mut ingested = None;
+    for _ in 0..40 {
+        if let Ok(mut client) = rankwatch::proto::collector_client::CollectorClient::connect(
+            format!("http://{}", server.grpc),
+        )
+        .await
+        {
+            let event = event_from_json(
+                r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#,
+            )
+            .unwrap();
+            let batch = EventBatch {
+                sequence: 1,
+                events: vec![event],
+            };
+            if let Ok(ack) = client.ingest_batch(batch).await {
+                ingested = Some(ack.into_inner().accepted);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(ingested, Some(1));
+    assert_eq!(server.get("/metrics").0, 200);
+}
+
+#[test]
+fn a_connection_that_sends_no_preface_is_closed_after_the_handshake_timeout() {
+    let server = Server::exact(&["--grpc-handshake-timeout", "1s"]);
+    let mut silent = TcpStream::connect(server.grpc).unwrap();
+    assert!(closed_by_server(&mut silent));
+    assert!(counter(&server, "rankwatch_grpc_connections_timed_out_total") >= 1.0);
+}
+
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let server = Server::exact(&["--grpc-idle-timeout", "1s"]);
+    let mut client = TcpStream::connect(server.grpc).unwrap();
+    // HTTP/2's preface and an empty SETTINGS frame, then nothing.
+    client
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .unwrap();
+    client.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    assert!(closed_by_server(&mut client));
+    assert!(counter(&server, "rankwatch_grpc_connections_timed_out_total") >= 1.0);
+}
+
+#[test]
+fn grpc_bounds_out_of_range_are_refused_at_start() {
+    for (flag, value) in [
+        ("--max-grpc-connections", "0"),
+        ("--max-grpc-connections", "18446744073709551615"),
+        ("--grpc-handshake-timeout", "0s"),
+        ("--grpc-idle-timeout", "0s"),
+        ("--max-concurrent-streams", "0"),
+        ("--max-concurrent-streams", "4294967296"),
+    ] {
+        let output = serve_command(&[flag, value]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{flag} {value}: {stderr}");
+        let key = flag.trim_start_matches("--").replace('-', "_");
+        assert!(stderr.contains(&key), "{flag} {value}: {stderr}");
+    }
+}
+
+#[test]
+fn both_listeners_must_fit_the_open_file_limit() {
+    let binary = env!("CARGO_BIN_EXE_rankwatch");
+    let output = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!("ulimit -n 512 && exec {binary} serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0"),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("max_grpc_connections") && stderr.contains("512"),
+        "{stderr}"
+    );
+    // Within the limit, it starts.
+    let mut server = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!("ulimit -n 512 && exec {binary} serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --max-grpc-connections 300 --max-http-connections 100"),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    let mut stderr = server.stderr.take().unwrap();
+    let mut buf = [0u8; 1024];
+    while !log.contains("rankwatch serving") {
+        match stderr.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => log.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(log.contains("rankwatch serving"), "{log}");
+}
