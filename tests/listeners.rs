@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::server::{event_from_json, parse_metrics, serve_command, Server};
+use common::server::{event_from_json, exit_of, parse_metrics, serve_command, Server};
 use rankwatch::proto::EventBatch;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -113,9 +113,8 @@ fn grpc_bounds_out_of_range_are_refused_at_start() {
         ("--max-concurrent-streams", "0"),
         ("--max-concurrent-streams", "4294967296"),
     ] {
-        let output = serve_command(&[flag, value]).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{flag} {value}: {stderr}");
+        let (code, stderr) = exit_of(&mut serve_command(&[flag, value]));
+        assert_eq!(code, Some(1), "{flag} {value}: {stderr}");
         let key = flag.trim_start_matches("--").replace('-', "_");
         assert!(stderr.contains(&key), "{flag} {value}: {stderr}");
     }
@@ -124,15 +123,13 @@ fn grpc_bounds_out_of_range_are_refused_at_start() {
 #[test]
 fn both_listeners_must_fit_the_open_file_limit() {
     let binary = env!("CARGO_BIN_EXE_rankwatch");
-    let output = std::process::Command::new("bash")
-        .args([
-            "-c",
-            &format!("ulimit -n 512 && exec {binary} serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0"),
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = exit_of(std::process::Command::new("bash").args([
+        "-c",
+        &format!(
+            "ulimit -n 512 && exec {binary} serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0"
+        ),
+    ]));
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("max_grpc_connections") && stderr.contains("512"),
         "{stderr}"

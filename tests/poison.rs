@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::server::{event_from_json, parse_metrics, serve_command, Server};
+use common::server::{event_from_json, exit_of, parse_metrics, serve_command, Server};
 use prost::Message;
 use rankwatch::clock::wall_clock;
 use rankwatch::event::{format_rfc3339, Nanos, NANOS_PER_SECOND};
@@ -103,16 +103,17 @@ fn a_max_grade_whose_gain_could_overflow_is_refused_at_start() {
         ["--gain", "linear", "--max-grade", "inf"],
         ["--gain", "linear", "--max-grade", "0"],
     ] {
-        let output = serve_command(&args).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        let (code, stderr) = exit_of(&mut serve_command(&args));
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("max_grade"), "{args:?}: {stderr}");
     }
-    let output = serve_command(&["--max-grade", "2", "--grade", "purchase=3"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = exit_of(&mut serve_command(&[
+        "--max-grade",
+        "2",
+        "--grade",
+        "purchase=3",
+    ]));
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("purchase"), "{stderr}");
 }
 
@@ -264,9 +265,8 @@ fn settings_that_could_break_the_server_are_refused_at_start_with_their_range() 
         ("--max-http-connections", "0"),
         ("--group-idle-timeout", "1000y"),
     ] {
-        let output = serve_command(&[flag, value]).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{flag} {value}: {stderr}");
+        let (code, stderr) = exit_of(&mut serve_command(&[flag, value]));
+        assert_eq!(code, Some(1), "{flag} {value}: {stderr}");
         let key = flag.trim_start_matches("--").replace('-', "_");
         assert!(stderr.contains(&key), "{flag} {value}: {stderr}");
         assert!(!stderr.contains("panicked"), "{flag} {value}: {stderr}");

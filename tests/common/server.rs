@@ -363,3 +363,31 @@ impl Server {
         assert_eq!(received, count, "one ack per batch");
     }
 }
+
+/// Runs `command`, which should exit by itself at start: its exit code and
+/// standard error. One still running after about ten seconds (a server
+/// that started where it should have refused to) is killed and gives `None`.
+pub fn exit_of(command: &mut Command) -> (Option<i32>, String) {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log.reopen().unwrap()))
+        .spawn()
+        .unwrap();
+    let mut code = None;
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            code = status.code();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if code.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    (
+        code,
+        std::fs::read_to_string(log.path()).unwrap_or_default(),
+    )
+}
