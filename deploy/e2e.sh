@@ -114,7 +114,7 @@ wait_http() {
 }
 
 demo_started=$(date +%s.%N)
-target/release/rankwatch demo --grpc-addr 127.0.0.1:0 --http-addr "$demo_http" --rate 5000 \
+"${CARGO_TARGET_DIR:-target}/release/rankwatch" demo --grpc-addr 127.0.0.1:0 --http-addr "$demo_http" --rate 5000 \
   --models control=0.9,candidate=0.9 --degrade "candidate=0.05@${degrade_after}s" >"$work/demo.log" 2>&1 &
 demo_pid=$!
 pids+=("$demo_pid")

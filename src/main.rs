@@ -11,7 +11,7 @@ use rankwatch::export::Report;
 use rankwatch::fleet::{FleetMode, FleetSettings};
 use rankwatch::kafka_check;
 use rankwatch::loadgen::{self, LoadgenArgs};
-use rankwatch::query::{self, QueryArgs};
+use rankwatch::query::{self, QueryArgs, ReportFilter};
 use rankwatch::replay::{self, ReplayOptions, ReplaySetup};
 use rankwatch::serve;
 use rankwatch::server::ServerSettings;
@@ -111,6 +111,8 @@ struct KafkaCheckCommand {
 struct QueryCommand {
     #[command(flatten)]
     query: QueryArgs,
+    #[command(flatten)]
+    filter: ReportFilter,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -301,7 +303,14 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     let report = runtime.block_on(query::fetch(&args.query))?;
-    print_report(&report, args.format)
+    if report.groups.is_empty() {
+        let wait = report.config.attribution_window_s + report.config.allowed_lateness_s;
+        eprintln!(
+            "rankwatch: no list is finalized yet ({} impressions received): a list is evaluated once attribution window + allowed lateness ({wait} s) have passed after it was shown",
+            report.counters.impressions
+        );
+    }
+    print_report(&args.filter.apply(report), args.format)
 }
 
 fn run_kafka_check(mut args: KafkaCheckCommand) -> anyhow::Result<()> {

@@ -127,3 +127,52 @@ async fn a_report_larger_than_four_mebibytes_is_printed_whole() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["groups"].as_array().unwrap().len(), 3000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_keeps_only_the_models_metrics_and_cutoffs_asked_for() {
+    let server = Server::exact(&[]);
+    server.stream_lines(&sent_log()).await;
+    let addr = server.grpc.to_string();
+    let all = query_json(&["--grpc-addr", &addr, "--format", "json"]);
+    let model = all["groups"][0]["model"].as_str().unwrap().to_owned();
+    let kept = query_json(&[
+        "--grpc-addr",
+        &addr,
+        "--format",
+        "json",
+        "--model",
+        &model,
+        "--metric",
+        "ndcg,mrr",
+        "--k",
+        "10",
+    ]);
+    let groups = kept["groups"].as_array().unwrap();
+    assert!(!groups.is_empty());
+    assert!(groups.iter().all(|g| g["model"] == model.as_str()));
+    for group in groups {
+        let keys: Vec<&str> = group["metrics"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["mrr@10", "ndcg@10"]);
+    }
+    assert_eq!(kept["config"]["k"], serde_json::json!([10]));
+    let table = query(&["--grpc-addr", &addr, "--metric", "ndcg", "--k", "10"]);
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.contains("ndcg") && !table.contains("mrr"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_of_a_report_with_no_list_yet_says_why() {
+    let server = Server::start(&[]);
+    let output = query(&["--grpc-addr", &server.grpc.to_string()]);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no list is finalized yet") && stderr.contains("330 s"),
+        "{stderr}"
+    );
+}

@@ -10,13 +10,14 @@ cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
 cargo fmt --check
 cargo build --release --locked --bins
+bin="${CARGO_TARGET_DIR:-target}/release/rankwatch"
 bash tests/install-broker.sh >/dev/null
 cargo test --release --locked
-target/python/bin/python tests/python/check_server.py --binary target/release/rankwatch
-target/python/bin/python tests/python/check_metrics.py --binary target/release/rankwatch
+target/python/bin/python tests/python/check_server.py --binary "$bin"
+target/python/bin/python tests/python/check_metrics.py --binary "$bin"
 # The Python client against the real server; pytest exits non-zero (5) when it collects no test.
-RANKWATCH_BINARY=target/release/rankwatch target/python/bin/python -m pytest -q clients/python/tests
+RANKWATCH_BINARY="$bin" target/python/bin/python -m pytest -q clients/python/tests
 # The status page against `rankwatch demo`; screenshots in target/artifacts/.
-target/python/bin/python tests/browser/status_page.py --binary target/release/rankwatch
+target/python/bin/python tests/browser/status_page.py --binary "$bin"
 bash deploy/prometheus/check.sh
 bash deploy/e2e.sh

@@ -326,14 +326,26 @@ impl Report {
             join_counts(&c.rejected)
         };
         let _ = writeln!(out, "rejected: {rejected}\n");
-        let columns = [
+        // The usual columns, less those a filter left out of every group.
+        let columns: Vec<Metric> = [
             Metric::HitRate,
             Metric::Mrr,
             Metric::Ndcg,
             Metric::Map,
             Metric::Precision,
             Metric::Recall,
-        ];
+        ]
+        .into_iter()
+        .filter(|metric| {
+            self.groups.is_empty()
+                || self.groups.iter().any(|group| {
+                    group
+                        .metrics
+                        .keys()
+                        .any(|key| key.split('@').next() == Some(metric.name()))
+                })
+        })
+        .collect();
         let segment_labels: Vec<&String> = self
             .groups
             .first()
@@ -341,7 +353,7 @@ impl Report {
             .unwrap_or_default();
         write_name_header(&mut out, &segment_labels);
         let _ = write!(out, " {:>7} {:>7} {:>4}", "lists", "engaged", "K");
-        for metric in columns {
+        for &metric in &columns {
             let _ = write!(out, " {:>15}", metric.name());
         }
         out.push('\n');
@@ -353,7 +365,7 @@ impl Report {
                     " {:>7} {:>7} {:>4}",
                     group.lists, group.engaged_lists, k
                 );
-                for metric in columns {
+                for &metric in &columns {
                     let (mean, se) = group
                         .metrics
                         .get(&format!("{}@{k}", metric.name()))

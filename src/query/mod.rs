@@ -3,6 +3,10 @@
 //! back into the report that `replay` prints. It owns the client side of the
 //! query and nothing of the server.
 
+mod filter;
+
+pub use filter::ReportFilter;
+
 use crate::config::parse_duration;
 use crate::export::{IncompleteReport, Report};
 use crate::proto::{self, evaluation_client::EvaluationClient};

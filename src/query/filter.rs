@@ -1,0 +1,85 @@
+//! What `rankwatch query` keeps of a report: the groups and comparisons of
+//! some models, surfaces and segment values, and some metrics at some
+//! cutoffs; comparisons in the order of their cutoffs as numbers.
+
+use crate::export::Report;
+
+/// The parts of a report to keep; an empty list keeps everything.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ReportFilter {
+    /// Keep only these models (repeatable, or comma-separated).
+    #[arg(long = "model", value_delimiter = ',')]
+    pub models: Vec<String>,
+    /// Keep only these surfaces (repeatable, or comma-separated).
+    #[arg(long = "surface", value_delimiter = ',')]
+    pub surfaces: Vec<String>,
+    /// Keep only these metrics, e.g. ndcg,mrr (repeatable, or comma-separated).
+    #[arg(long = "metric", value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// Keep only these cutoffs, e.g. 10 (repeatable, or comma-separated).
+    #[arg(long = "k", value_delimiter = ',')]
+    pub ks: Vec<usize>,
+    /// Keep only groups with this segment value, LABEL=VALUE (repeatable).
+    #[arg(long = "segment", value_parser = parse_segment)]
+    pub segments: Vec<(String, String)>,
+}
+
+fn parse_segment(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(label, value)| (label.to_owned(), value.to_owned()))
+        .ok_or_else(|| format!("{text:?} is not LABEL=VALUE, e.g. country=de"))
+}
+
+/// Whether `value` is among `kept`, or `kept` keeps everything.
+fn keeps<T: PartialEq>(kept: &[T], value: &T) -> bool {
+    kept.is_empty() || kept.contains(value)
+}
+
+impl ReportFilter {
+    /// Whether a metric key (`ndcg@10`, or `r_precision`) is kept.
+    fn keeps_metric(&self, key: &str) -> bool {
+        let (metric, k) = match key.split_once('@') {
+            Some((metric, k)) => (metric, k.parse().ok()),
+            None => (key, None),
+        };
+        keeps(&self.metrics, &metric.to_owned())
+            && (self.ks.is_empty() || k.is_some_and(|k| self.ks.contains(&k)) || k.is_none())
+    }
+
+    fn keeps_segments(&self, segments: &std::collections::BTreeMap<String, String>) -> bool {
+        self.segments
+            .iter()
+            .all(|(label, value)| segments.get(label) == Some(value))
+    }
+
+    /// `report` with only what is kept.
+    pub fn apply(&self, mut report: Report) -> Report {
+        report.config.k.retain(|k| keeps(&self.ks, k));
+        report.groups.retain(|group| {
+            keeps(&self.models, &group.model)
+                && keeps(&self.surfaces, &group.surface)
+                && self.keeps_segments(&group.segments)
+        });
+        for group in &mut report.groups {
+            group.metrics.retain(|key, _| self.keeps_metric(key));
+        }
+        if let Some(comparisons) = &mut report.comparisons {
+            comparisons.retain(|c| {
+                keeps(&self.models, &c.model)
+                    && keeps(&self.surfaces, &c.surface)
+                    && self.keeps_segments(&c.segments)
+                    && self.keeps_metric(&c.metric)
+            });
+            comparisons.sort_by(|a, b| {
+                (&a.surface, &a.segments, &a.model, a.measure.name(), a.k).cmp(&(
+                    &b.surface,
+                    &b.segments,
+                    &b.model,
+                    b.measure.name(),
+                    b.k,
+                ))
+            });
+        }
+        report
+    }
+}
