@@ -28,24 +28,37 @@
 //!
 //! # Layout
 //!
-//! | module | owns |
-//! |---|---|
-//! | `main.rs` | the command line, handing over to a command |
-//! | [`config`] | settings: file, environment, flags, defaults, validation |
-//! | [`event`] | readers, validation, domain events, event time |
-//! | [`join`] | attribution state per user, watermark, finalization, saved state |
-//! | [`metrics`] | the pure per-list metric functions and their sums |
-//! | [`window`] | rolling time buckets per group |
-//! | [`export`] | Prometheus series, the report |
-//! | [`server`] | gRPC services, the HTTP listener, telemetry, persistence, shutdown |
-//! | [`replay`] | offline evaluation of a log with the same engine |
-//! | [`state`] | the state file on disk |
-//! | [`loadgen`], [`demo`] | synthetic traffic and its click model |
-//! | [`codec`], [`clock`] | the raw gRPC codec and the wall clock, shared by server, load generator and tests |
+//! Dependencies point down this table: a module uses those below it, never
+//! one above. Commands wire the rest together; no component imports
+//! [`config`]; [`server`] and [`fleet`] each use [`engine`] and never each
+//! other.
+//!
+//! | layer | module | owns |
+//! |---|---|---|
+//! | commands | `main.rs` | the command line, handing over to a command |
+//! | | [`serve`] | `rankwatch serve`: binds the listeners, chooses the local engine or fleet mode, wires them |
+//! | | [`replay`] | `rankwatch replay`: offline evaluation of a log with the same engine |
+//! | | [`query`] | `rankwatch query`: a running server's report, filtered |
+//! | | [`kafka_check`] | `rankwatch kafka-check`: the topics and group fleet mode needs |
+//! | | [`demo`], [`loadgen`] | synthetic traffic and its click model |
+//! | settings | [`config`] | file, environment, flags, defaults, ranges; one file per component |
+//! | shells | [`server`] | gRPC services and the HTTP listener with their bounds, handed an engine handle |
+//! | | [`fleet`] | Kafka relay and consume: an engine per partition behind the same handle, the topics' checks |
+//! | | [`process`] | the process's memory and file limits |
+//! | engine | [`engine`] | the engine's settings, handle, owner task, saved state, periodic work, readiness |
+//! | | [`state`] | the state file on disk |
+//! | pure | [`event`] | readers, validation, domain events, event time |
+//! | | [`join`] | attribution state per user, watermark, finalization |
+//! | | [`metrics`] | the per-list metric functions and their sums |
+//! | | [`window`] | rolling time buckets per group |
+//! | | [`export`] | Prometheus series, the report and its wire form |
+//! | | [`sequential`] | anytime-valid confidence sequences and their simulation |
+//! | shared | [`codec`], [`clock`] | the raw gRPC codec; the wall clock and the ticker of periodic tasks |
 //!
 //! Pure logic ([`event`], [`join`], [`metrics`], [`window`], [`export`])
-//! knows nothing of gRPC, HTTP or files; `serve` and `replay` are thin shells
-//! around the same engine, so offline and online figures cannot drift apart.
+//! knows nothing of gRPC, HTTP, Kafka or files; `serve`, fleet mode and
+//! `replay` are shells around the same engine, so offline and online figures
+//! cannot drift apart.
 
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
