@@ -976,3 +976,89 @@ async fn five_joins_and_leaves_while_events_stream_keep_the_totals_exact() {
     );
     assert_no_auto_creation_asked(&broker);
 }
+
+/// The instances, as [`wait_for`] takes them.
+fn live(instances: &[Server]) -> Vec<&Server> {
+    instances.iter().collect()
+}
+
+/// Runs `rankwatch kafka-check` against `broker`: its exit code and output.
+fn kafka_check_of(broker: &Broker) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["kafka-check", "--kafka-brokers", &broker.address()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_check_says_what_is_wrong_with_the_topics_and_how_to_fix_it() {
+    let broker = Broker::auto_creating();
+    let (code, text) = kafka_check_of(&broker);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("PROBLEM") && text.contains("kafka-topics.sh --bootstrap-server"),
+        "{text}"
+    );
+    broker.create_topic(TOPIC).await;
+    let (code, text) = kafka_check_of(&broker);
+    assert_eq!(
+        code,
+        Some(0),
+        "a missing state topic is created by the first instance: {text}"
+    );
+    assert!(text.contains("12 partitions"), "{text}");
+    create_topic_with(&broker, STATE_TOPIC, 4, &[]).await;
+    let (code, text) = kafka_check_of(&broker);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("has 4 partitions") && text.contains("cleanup.policy=compact"),
+        "{text}"
+    );
+    assert_eq!(
+        topic_facts(&broker, STATE_TOPIC).await,
+        (4, None),
+        "kafka-check changes nothing"
+    );
+    assert_no_auto_creation_asked(&broker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_restarted_while_instances_consume_leaves_the_totals_exact() {
+    let mut broker = Broker::on_disk();
+    broker.create_topic(TOPIC).await;
+    let log = log_records();
+    let (first, second) = log.split_at(log.len() / 2);
+    let mut second = second.to_vec();
+    second.extend(closing_records());
+    let mut instances = vec![instance(&broker, &[]), instance(&broker, &[])];
+    wait_for(&live(&instances), "the partitions to be taken", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    produce(&broker.producer(), first).await;
+    let received = "rankwatch_events_received_total";
+    wait_for(&live(&instances), "the first half", |m| {
+        total(m, received) == first.len() as f64
+    });
+    broker.kill();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    broker.run();
+    produce(&broker.producer(), &second).await;
+    let sent = (first.len() + second.len()) as f64;
+    wait_for(&live(&instances), "the second half", |m| {
+        total(m, received) == sent
+    });
+    let mut fleet = BTreeMap::new();
+    for server in &mut instances {
+        add(&mut fleet, &terminate(server));
+    }
+    let all: Vec<Produced> = first.iter().cloned().chain(second).collect();
+    assert_fleet_matches(&fleet, &replayed(&broker, &lines_by_value(&all)));
+    assert_eq!(
+        prefixed(&fleet, "rankwatch_lists_recounted_total"),
+        0.0,
+        "no list was counted twice"
+    );
+}
