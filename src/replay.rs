@@ -71,10 +71,6 @@ impl ReplaySetup {
     }
 }
 
-/// The longest line a replay reads unless told otherwise: 1 MiB, far past
-/// any event a serving system sends.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
-
 /// How a replay runs; none of it changes the report (but for lines longer than `max_line_bytes`).
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayOptions {
@@ -107,7 +103,7 @@ impl Default for ReplayOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             // About 400 KB of log: a chunk is still in the cache when it is parsed.
             chunk_lines: 2_048,
-            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_line_bytes: crate::config::defaults::MAX_LINE_BYTES,
         }
     }
 }

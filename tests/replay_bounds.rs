@@ -132,3 +132,92 @@ fn a_byte_order_mark_before_the_first_line_is_skipped() {
         expected
     );
 }
+
+/// A log of `count` impressions of group `m`, each padded past `pad` bytes
+/// by a label that is no segment.
+fn padded_impressions(count: usize, pad: usize) -> Vec<String> {
+    let padding = "p".repeat(pad);
+    (0..count)
+        .map(|i| {
+            format!(
+                r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"time":"2026-11-01T10:00:00Z","model":"m","labels":{{"pad":"{padding}"}}}}}}"#
+            )
+        })
+        .collect()
+}
+
+/// Writes `config` to a file in `dir` and replays `log` with it, `args`
+/// after and `env` set: exit code, standard error and the report.
+fn replay_with_config(
+    dir: &std::path::Path,
+    config: &str,
+    log: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, Option<serde_json::Value>) {
+    let path = dir.join("rankwatch.toml");
+    std::fs::write(&path, config).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .arg("replay")
+        .arg(log)
+        .args(["--format", "json", "--config"])
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        serde_json::from_slice(&output.stdout).ok(),
+    )
+}
+
+#[test]
+fn max_line_bytes_is_a_key_of_the_config_file_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    std::fs::write(&log, padded_impressions(3, 500).join("\n")).unwrap();
+    let too_long = |report: &Option<serde_json::Value>| {
+        report.as_ref().expect("a report")["counters"]["rejected"]["line_too_long"].clone()
+    };
+    let (code, stderr, report) =
+        replay_with_config(dir.path(), "max_line_bytes = 400\n", &log, &[], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(too_long(&report), 3);
+    // A flag or the environment wins over the file.
+    let (code, stderr, report) = replay_with_config(
+        dir.path(),
+        "max_line_bytes = 400\n",
+        &log,
+        &["--max-line-bytes", "1000"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(too_long(&report), serde_json::Value::Null);
+    let (code, stderr, report) = replay_with_config(
+        dir.path(),
+        "max_line_bytes = 400\n",
+        &log,
+        &[],
+        &[("RANKWATCH_MAX_LINE_BYTES", "1000")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(too_long(&report), serde_json::Value::Null);
+    // Out of range, from any of the three: refused at start, saying the range.
+    for (config, args, env) in [
+        ("max_line_bytes = 0\n", &[][..], &[][..]),
+        ("max_line_bytes = 4294967297\n", &[], &[]),
+        ("", &["--max-line-bytes", "0"], &[]),
+        ("", &[], &[("RANKWATCH_MAX_LINE_BYTES", "4294967297")]),
+    ] {
+        let (code, stderr, report) = replay_with_config(dir.path(), config, &log, args, env);
+        assert_eq!(code, Some(1), "{config} {args:?} {env:?}: {stderr}");
+        assert!(report.is_none(), "nothing replayed");
+        assert!(
+            stderr.contains("setting `max_line_bytes`") && stderr.contains("from 1 to 4294967296"),
+            "{stderr}"
+        );
+    }
+}
