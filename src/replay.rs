@@ -76,7 +76,8 @@ impl ReplaySetup {
 pub struct ReplayOptions {
     /// Threads that parse and validate lines.
     pub threads: usize,
-    /// Lines read and parsed together.
+    /// Lines read and parsed together, at most: a chunk also ends once its
+    /// lines hold 4 MiB.
     pub chunk_lines: usize,
     /// Longest line read: a longer one is rejected as `line_too_long`, and
     /// skipped without being held.
@@ -254,6 +255,12 @@ const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 /// single-threaded replay.
 const BLOCK: usize = 1 << 16;
 
+/// Bytes of lines after which a chunk ends, however few lines it holds: a
+/// chunk of 2,048 events is some 400 KB, but 2,048 lines just under
+/// `max_line_bytes` were 2 GiB held at once. With it a chunk holds at most
+/// this, one line and a block.
+const CHUNK_BYTES: usize = 4 << 20;
+
 /// A run of lines, read straight into one buffer.
 #[derive(Default)]
 struct Chunk {
@@ -283,9 +290,10 @@ impl Chunk {
         }
     }
 
-    /// Reads up to `lines` lines. What was read past the last line taken
-    /// moves to the front and starts the next chunk, so each byte of the
-    /// log is copied once, by the kernel (a block at most is moved again).
+    /// Reads up to `lines` lines, fewer when they hold [`CHUNK_BYTES`].
+    /// What was read past the last line taken moves to the front and starts
+    /// the next chunk, so each byte of the log is copied once, by the kernel
+    /// (a block at most is moved again).
     fn fill(&mut self, reader: &mut dyn Read, lines: usize) -> io::Result<()> {
         let taken = self.start(self.ends.len()).min(self.filled);
         self.bytes.copy_within(taken..self.filled, 0);
@@ -297,7 +305,7 @@ impl Chunk {
             while let Some(newline) = memchr::memchr(b'\n', &self.bytes[scanned..self.filled]) {
                 self.end_line(scanned + newline);
                 scanned += newline + 1;
-                if self.ends.len() == lines {
+                if self.ends.len() == lines || scanned >= CHUNK_BYTES {
                     return Ok(());
                 }
             }
@@ -425,7 +433,7 @@ impl Chunk {
 
 #[cfg(test)]
 mod tests {
-    use super::{Chunk, BLOCK};
+    use super::{Chunk, BLOCK, CHUNK_BYTES};
     use std::io::{self, Read};
 
     /// Hands out its data `block` bytes at a time at most.
@@ -482,6 +490,31 @@ mod tests {
                 assert_eq!(too_long, [1, 3], "block {block}, lines {lines}");
             }
         }
+    }
+
+    /// Long lines end a chunk before its line count: it holds some
+    /// megabytes, not `lines` times the longest line.
+    #[test]
+    fn a_chunk_of_long_lines_ends_at_its_byte_budget() {
+        let line = format!("{}\n", "y".repeat(999));
+        let log = line.repeat(10_000);
+        let mut reader = Trickle {
+            data: log.as_bytes(),
+            block: BLOCK,
+        };
+        let mut chunk = Chunk::new(2_000);
+        let mut read = 0;
+        loop {
+            chunk.fill(&mut reader, usize::MAX).expect("reading memory");
+            if chunk.is_empty() {
+                break;
+            }
+            assert!(chunk.bytes.len() <= CHUNK_BYTES + 2_000 + 2 * BLOCK);
+            assert!(chunk.len() < 10_000, "the chunk ended at its budget");
+            assert!((0..chunk.len()).all(|i| chunk.line(i).len() == 999));
+            read += chunk.len();
+        }
+        assert_eq!(read, 10_000);
     }
 
     #[test]

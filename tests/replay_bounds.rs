@@ -1,9 +1,12 @@
 //! `rankwatch replay` on logs no serving system meant to write: lines
-//! without end, a byte order mark. The replay stays bounded and goes on.
+//! without end, many long lines, a byte order mark however its bytes arrive.
+//! The replay stays bounded and goes on; its line bound is a setting like
+//! any other.
 
 mod common;
 
 use common::{conformance, replay, replay_json};
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 #[test]
@@ -82,12 +85,13 @@ fn a_line_longer_than_max_line_bytes_is_rejected_skipped_and_the_rest_replayed()
     assert!(String::from_utf8_lossy(&bad.stderr).contains("max_line_bytes"));
 }
 
-/// Resident memory of process `pid`, in KiB.
-fn resident_kib(pid: u32) -> u64 {
+/// A memory figure of process `pid` (`VmRSS` resident now, `VmHWM` at the
+/// peak), in KiB; 0 once it is gone.
+fn memory_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -104,7 +108,7 @@ fn replay_of_an_endless_line_holds_a_bounded_amount_of_memory() {
     // Some 2 s of reading: gigabytes of zeros at the rate a replay reads.
     for _ in 0..20 {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        largest = largest.max(resident_kib(child.id()));
+        largest = largest.max(memory_kib(child.id(), "VmRSS"));
     }
     child.kill().unwrap();
     child.wait().unwrap();
@@ -144,6 +148,39 @@ fn padded_impressions(count: usize, pad: usize) -> Vec<String> {
             )
         })
         .collect()
+}
+
+#[test]
+fn many_lines_just_under_max_line_bytes_are_not_held_together() {
+    // 200 lines of about 1,000,000 bytes each, under the 1 MiB bound: read
+    // 2,048 lines at a time, they were all held at once, 200 MB.
+    let lines = padded_impressions(200, 1_000_000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "-", "--format", "json", "--threads", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in &lines {
+        input.write_all(line.as_bytes()).unwrap();
+        input.write_all(b"\n").unwrap();
+    }
+    // The pipe holds 64 KiB at most: every line but that much was read.
+    let peak = memory_kib(child.id(), "VmHWM");
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["counters"]["impressions"], 200);
+    assert_eq!(report["groups"][0]["lists"], 200);
+    assert!(peak > 0, "the replay ran");
+    assert!(peak < 64 * 1024, "{peak} KiB resident at the peak");
 }
 
 /// Writes `config` to a file in `dir` and replays `log` with it, `args`
