@@ -11,7 +11,7 @@ use crate::join::{Engine, JoinSettings};
 use crate::metrics::{CoverageMode, ListEvaluator};
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// A log that could not be read to its end (a bad line is not an error):
@@ -225,27 +225,45 @@ pub fn total_bytes(paths: &[PathBuf]) -> u64 {
         .sum()
 }
 
+/// Opens `path` (`-`: standard input) for reading its lines.
 fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn Read>> {
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
         Box::new(File::open(path)?)
     };
-    // The buffers are only there to look at the first bytes: reads of a
-    // whole block go past them, straight into the chunk.
-    let mut reader = BufReader::with_capacity(BLOCK, Counted { inner: raw, read });
-    let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    let mut reader: Box<dyn BufRead> = if gzip {
-        Box::new(BufReader::with_capacity(BLOCK, MultiGzDecoder::new(reader)))
+    text(Counted { inner: raw, read })
+}
+
+/// The text of a log read from `raw`: gunzipped when it starts with gzip's
+/// header, past a byte order mark at its start. No buffer stands in front
+/// of the log, so that reads of a whole block go straight into the chunk.
+fn text<'a>(mut raw: impl Read + 'a) -> io::Result<Box<dyn Read + 'a>> {
+    let head = read_ahead(&mut raw, GZIP_MAGIC.len())?;
+    let gzip = head == GZIP_MAGIC;
+    let raw = io::Cursor::new(head).chain(raw);
+    let mut decoded: Box<dyn Read + 'a> = if gzip {
+        Box::new(MultiGzDecoder::new(raw))
     } else {
-        Box::new(reader)
+        Box::new(raw)
     };
     // A UTF-8 byte order mark, which some editors write, is not part of the first line.
-    if reader.fill_buf()?.starts_with(UTF8_BOM) {
-        reader.consume(UTF8_BOM.len());
-    }
-    Ok(reader)
+    let head = read_ahead(&mut decoded, UTF8_BOM.len())?;
+    let kept = if head == UTF8_BOM { Vec::new() } else { head };
+    Ok(Box::new(io::Cursor::new(kept).chain(decoded)))
 }
+
+/// The first `len` bytes of `reader`, fewer only at its end. A pipe or a
+/// gzip member may hand out one byte at a time: the first read alone can
+/// cut gzip's header or a byte order mark.
+fn read_ahead(reader: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(len);
+    reader.take(len as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// The first bytes of a gzip stream.
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
 
 /// The UTF-8 byte order mark.
 const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
@@ -434,7 +452,8 @@ impl Chunk {
 #[cfg(test)]
 mod tests {
     use super::{Chunk, BLOCK, CHUNK_BYTES};
-    use std::io::{self, Read};
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::{self, Read, Write};
 
     /// Hands out its data `block` bytes at a time at most.
     struct Trickle<'a> {
@@ -488,6 +507,39 @@ mod tests {
                     .collect();
                 assert_eq!(read, ["ok", "", "fine", ""], "block {block}, lines {lines}");
                 assert_eq!(too_long, [1, 3], "block {block}, lines {lines}");
+            }
+        }
+    }
+
+    /// gzip's header and a byte order mark are found however few bytes
+    /// each read hands out, and only at the start of the log.
+    #[test]
+    fn the_text_of_a_log_is_found_however_it_trickles_in() {
+        let gzip = |data: &[u8]| {
+            let mut gzip = GzEncoder::new(Vec::new(), Compression::fast());
+            gzip.write_all(data).expect("writing memory");
+            gzip.finish().expect("writing memory")
+        };
+        let cases: [(&[u8], &[u8]); 7] = [
+            (b"\xef\xbb\xbf{}\n", b"{}\n"),
+            (b"{}\n\xef\xbb\xbf{}\n", b"{}\n\xef\xbb\xbf{}\n"),
+            (b"\xef\xbb\xbf\xef\xbb\xbf", b"\xef\xbb\xbf"),
+            (b"\xef\xbb", b"\xef\xbb"),
+            (b"\x1f", b"\x1f"),
+            (b"x", b"x"),
+            (b"", b""),
+        ];
+        for (log, expected) in cases {
+            for data in [log.to_vec(), gzip(log)] {
+                let mut read = Vec::new();
+                let trickle = Trickle {
+                    data: &data,
+                    block: 1,
+                };
+                super::text(trickle)
+                    .and_then(|mut text| text.read_to_end(&mut read))
+                    .expect("reading memory");
+                assert_eq!(read, expected, "{log:?}");
             }
         }
     }

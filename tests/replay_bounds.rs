@@ -258,3 +258,154 @@ fn max_line_bytes_is_a_key_of_the_config_file_checked_at_start() {
         );
     }
 }
+
+/// Replays `log` from standard input handed over in two writes, the first
+/// `split` bytes then the rest after a pause, so that the first read of the
+/// replay gets only the first part.
+fn replay_split(log: &[u8], split: usize) -> serde_json::Value {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "-", "--format", "json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(&log[..split]).unwrap();
+    input.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    input.write_all(&log[split..]).unwrap();
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Asserts two reports are the same, showing their counters when not
+/// (the whole of one is thousands of lines).
+fn assert_same(got: &serde_json::Value, expected: &serde_json::Value, what: &str) {
+    assert!(
+        got == expected,
+        "{what}: the reports differ; counters {} against {}",
+        got["counters"],
+        expected["counters"]
+    );
+}
+
+/// Gzips `data` into one member.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gzip.write_all(data).unwrap();
+    gzip.finish().unwrap()
+}
+
+#[test]
+fn the_first_bytes_of_a_log_are_looked_at_whole_however_few_a_read_hands_out() {
+    let log = std::fs::read(conformance("replay_small.jsonl")).unwrap();
+    let expected = replay_json(&["-", "--format", "json"], Some(&log));
+    let mut marked = b"\xef\xbb\xbf".to_vec();
+    marked.extend_from_slice(&log);
+    // A byte order mark, and gzip's magic number, cut by a pipe.
+    assert_same(
+        &replay_split(&marked, 1),
+        &expected,
+        "a split byte order mark",
+    );
+    assert_same(
+        &replay_split(&gzip(&log), 1),
+        &expected,
+        "a split gzip header",
+    );
+    // A byte order mark cut between two gzip members.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("members.jsonl.gz");
+    let mut members = gzip(&marked[..1]);
+    members.extend(gzip(&marked[1..]));
+    std::fs::write(&path, members).unwrap();
+    assert_same(
+        &replay_json(&[path.to_str().unwrap(), "--format", "json"], None),
+        &expected,
+        "a byte order mark split between gzip members",
+    );
+}
+
+#[test]
+fn a_byte_order_mark_is_skipped_at_the_start_of_each_log_only() {
+    let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let (head, tail) = lines.split_at(lines.len() / 2);
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let plain = [
+        write("a.jsonl", format!("{}\n", head.join("\n"))),
+        write("b.jsonl", format!("{}\n", tail.join("\n"))),
+    ];
+    let marked = [
+        write("a.marked.jsonl", format!("\u{feff}{}\n", head.join("\n"))),
+        write("b.marked.jsonl", format!("\u{feff}{}\n", tail.join("\n"))),
+    ];
+    let expected = replay_json(&[&plain[0], &plain[1], "--format", "json"], None);
+    assert_same(
+        &replay_json(&[&marked[0], &marked[1], "--format", "json"], None),
+        &expected,
+        "a mark before each log's first line",
+    );
+    // Within a log, the mark is part of its line, which is then no event.
+    let inner = write(
+        "inner.jsonl",
+        format!("{}\n\u{feff}{}\n", head.join("\n"), tail.join("\n")),
+    );
+    let output = replay(&[&inner, "--format", "json"], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let prefix = format!("{inner}:{}: invalid_json: ", head.len() + 1);
+    assert!(stderr.lines().any(|l| l.starts_with(&prefix)), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let invalid =
+        |report: &serde_json::Value| report["counters"]["rejected"]["invalid_json"].as_u64();
+    assert_eq!(invalid(&report), invalid(&expected).map(|n| n + 1));
+}
+
+#[test]
+fn a_line_too_long_is_skipped_in_a_gzip_log_and_on_standard_input() {
+    let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let (head, tail) = lines.split_at(lines.len() / 2);
+    let expected = replay_json(&["-", "--format", "json"], Some(log.as_bytes()));
+    // 50 MB of one line, then the rest of the log.
+    let long = format!(
+        "{}\n{}\n{}\n",
+        head.join("\n"),
+        "z".repeat(50 << 20),
+        tail.join("\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("long.jsonl.gz");
+    std::fs::write(&gz, gzip(long.as_bytes())).unwrap();
+    for (args, stdin) in [
+        (vec![gz.to_str().unwrap(), "--threads", "2"], None),
+        (vec!["-", "--threads", "2"], Some(long.as_bytes())),
+        (vec!["-", "--threads", "1"], Some(long.as_bytes())),
+    ] {
+        let output = replay(&[&args[..], &["--format", "json"]].concat(), stdin);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr:.2000}");
+        let line = format!(":{}: line_too_long: ", head.len() + 1);
+        assert!(stderr.contains(&line), "{args:?}: {stderr:.2000}");
+        let mut report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let rejected = report["counters"]["rejected"].as_object_mut().unwrap();
+        assert_eq!(rejected.remove("line_too_long"), Some(1.into()), "{args:?}");
+        assert_same(
+            &report,
+            &expected,
+            &format!("{args:?}: the other lines as without it"),
+        );
+    }
+}
