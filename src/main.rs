@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rankwatch::config::FleetArgs;
-use rankwatch::config::{EngineArgs, FileSettings, ServerArgs};
+use rankwatch::config::{EngineArgs, FileSettings, LogArgs, ServerArgs};
 use rankwatch::demo::{self, DemoArgs};
 use rankwatch::engine::EngineSettings;
 use rankwatch::export::Report;
@@ -83,9 +83,8 @@ struct ReplayArgs {
     /// Threads that parse lines [default: the number of cores].
     #[arg(long, env = "RANKWATCH_THREADS")]
     threads: Option<usize>,
-    /// Longest line read, in bytes, from 1 to 4294967296; a longer one is rejected (line_too_long) and skipped [default: 1048576].
-    #[arg(long, env = "RANKWATCH_MAX_LINE_BYTES")]
-    max_line_bytes: Option<usize>,
+    #[command(flatten)]
+    log: LogArgs,
     /// Estimate coverage from sketches past max_exposure_items, as serve
     /// does, instead of exactly: to see the sketches' error on a log.
     #[arg(long)]
@@ -246,12 +245,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     if let Some(threads) = args.threads {
         options.threads = threads.max(1);
     }
-    if let Some(max) = args.max_line_bytes {
-        if !(1..=1 << 32).contains(&max) {
-            anyhow::bail!("setting `max_line_bytes`: {max} is out of range: give a whole number from 1 to 4294967296");
-        }
-        options.max_line_bytes = max;
-    }
+    options.max_line_bytes = args.log.max_line_bytes(&file)?;
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(replay::total_bytes(&args.files));
         bar.set_style(

@@ -11,7 +11,7 @@ use crate::join::{Engine, JoinSettings};
 use crate::metrics::{CoverageMode, ListEvaluator};
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// A log that could not be read to its end (a bad line is not an error):
@@ -71,16 +71,13 @@ impl ReplaySetup {
     }
 }
 
-/// The longest line a replay reads unless told otherwise: 1 MiB, far past
-/// any event a serving system sends.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
-
 /// How a replay runs; none of it changes the report (but for lines longer than `max_line_bytes`).
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayOptions {
     /// Threads that parse and validate lines.
     pub threads: usize,
-    /// Lines read and parsed together.
+    /// Lines read and parsed together, at most: a chunk also ends once its
+    /// lines hold 4 MiB.
     pub chunk_lines: usize,
     /// Longest line read: a longer one is rejected as `line_too_long`, and
     /// skipped without being held.
@@ -107,7 +104,7 @@ impl Default for ReplayOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             // About 400 KB of log: a chunk is still in the cache when it is parsed.
             chunk_lines: 2_048,
-            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_line_bytes: crate::config::defaults::MAX_LINE_BYTES,
         }
     }
 }
@@ -228,27 +225,45 @@ pub fn total_bytes(paths: &[PathBuf]) -> u64 {
         .sum()
 }
 
+/// Opens `path` (`-`: standard input) for reading its lines.
 fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn Read>> {
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
         Box::new(File::open(path)?)
     };
-    // The buffers are only there to look at the first bytes: reads of a
-    // whole block go past them, straight into the chunk.
-    let mut reader = BufReader::with_capacity(BLOCK, Counted { inner: raw, read });
-    let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    let mut reader: Box<dyn BufRead> = if gzip {
-        Box::new(BufReader::with_capacity(BLOCK, MultiGzDecoder::new(reader)))
+    text(Counted { inner: raw, read })
+}
+
+/// The text of a log read from `raw`: gunzipped when it starts with gzip's
+/// header, past a byte order mark at its start. No buffer stands in front
+/// of the log, so that reads of a whole block go straight into the chunk.
+fn text<'a>(mut raw: impl Read + 'a) -> io::Result<Box<dyn Read + 'a>> {
+    let head = read_ahead(&mut raw, GZIP_MAGIC.len())?;
+    let gzip = head == GZIP_MAGIC;
+    let raw = io::Cursor::new(head).chain(raw);
+    let mut decoded: Box<dyn Read + 'a> = if gzip {
+        Box::new(MultiGzDecoder::new(raw))
     } else {
-        Box::new(reader)
+        Box::new(raw)
     };
     // A UTF-8 byte order mark, which some editors write, is not part of the first line.
-    if reader.fill_buf()?.starts_with(UTF8_BOM) {
-        reader.consume(UTF8_BOM.len());
-    }
-    Ok(reader)
+    let head = read_ahead(&mut decoded, UTF8_BOM.len())?;
+    let kept = if head == UTF8_BOM { Vec::new() } else { head };
+    Ok(Box::new(io::Cursor::new(kept).chain(decoded)))
 }
+
+/// The first `len` bytes of `reader`, fewer only at its end. A pipe or a
+/// gzip member may hand out one byte at a time: the first read alone can
+/// cut gzip's header or a byte order mark.
+fn read_ahead(reader: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(len);
+    reader.take(len as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// The first bytes of a gzip stream.
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
 
 /// The UTF-8 byte order mark.
 const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
@@ -257,6 +272,12 @@ const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 /// its lines are parsed. With 1 MiB, the kernel's copy took a fifth of a
 /// single-threaded replay.
 const BLOCK: usize = 1 << 16;
+
+/// Bytes of lines after which a chunk ends, however few lines it holds: a
+/// chunk of 2,048 events is some 400 KB, but 2,048 lines just under
+/// `max_line_bytes` were 2 GiB held at once. With it a chunk holds at most
+/// this, one line and a block.
+const CHUNK_BYTES: usize = 4 << 20;
 
 /// A run of lines, read straight into one buffer.
 #[derive(Default)]
@@ -287,9 +308,10 @@ impl Chunk {
         }
     }
 
-    /// Reads up to `lines` lines. What was read past the last line taken
-    /// moves to the front and starts the next chunk, so each byte of the
-    /// log is copied once, by the kernel (a block at most is moved again).
+    /// Reads up to `lines` lines, fewer when they hold [`CHUNK_BYTES`].
+    /// What was read past the last line taken moves to the front and starts
+    /// the next chunk, so each byte of the log is copied once, by the kernel
+    /// (a block at most is moved again).
     fn fill(&mut self, reader: &mut dyn Read, lines: usize) -> io::Result<()> {
         let taken = self.start(self.ends.len()).min(self.filled);
         self.bytes.copy_within(taken..self.filled, 0);
@@ -301,7 +323,7 @@ impl Chunk {
             while let Some(newline) = memchr::memchr(b'\n', &self.bytes[scanned..self.filled]) {
                 self.end_line(scanned + newline);
                 scanned += newline + 1;
-                if self.ends.len() == lines {
+                if self.ends.len() == lines || scanned >= CHUNK_BYTES {
                     return Ok(());
                 }
             }
@@ -429,8 +451,9 @@ impl Chunk {
 
 #[cfg(test)]
 mod tests {
-    use super::{Chunk, BLOCK};
-    use std::io::{self, Read};
+    use super::{Chunk, BLOCK, CHUNK_BYTES};
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::{self, Read, Write};
 
     /// Hands out its data `block` bytes at a time at most.
     struct Trickle<'a> {
@@ -486,6 +509,64 @@ mod tests {
                 assert_eq!(too_long, [1, 3], "block {block}, lines {lines}");
             }
         }
+    }
+
+    /// gzip's header and a byte order mark are found however few bytes
+    /// each read hands out, and only at the start of the log.
+    #[test]
+    fn the_text_of_a_log_is_found_however_it_trickles_in() {
+        let gzip = |data: &[u8]| {
+            let mut gzip = GzEncoder::new(Vec::new(), Compression::fast());
+            gzip.write_all(data).expect("writing memory");
+            gzip.finish().expect("writing memory")
+        };
+        let cases: [(&[u8], &[u8]); 7] = [
+            (b"\xef\xbb\xbf{}\n", b"{}\n"),
+            (b"{}\n\xef\xbb\xbf{}\n", b"{}\n\xef\xbb\xbf{}\n"),
+            (b"\xef\xbb\xbf\xef\xbb\xbf", b"\xef\xbb\xbf"),
+            (b"\xef\xbb", b"\xef\xbb"),
+            (b"\x1f", b"\x1f"),
+            (b"x", b"x"),
+            (b"", b""),
+        ];
+        for (log, expected) in cases {
+            for data in [log.to_vec(), gzip(log)] {
+                let mut read = Vec::new();
+                let trickle = Trickle {
+                    data: &data,
+                    block: 1,
+                };
+                super::text(trickle)
+                    .and_then(|mut text| text.read_to_end(&mut read))
+                    .expect("reading memory");
+                assert_eq!(read, expected, "{log:?}");
+            }
+        }
+    }
+
+    /// Long lines end a chunk before its line count: it holds some
+    /// megabytes, not `lines` times the longest line.
+    #[test]
+    fn a_chunk_of_long_lines_ends_at_its_byte_budget() {
+        let line = format!("{}\n", "y".repeat(999));
+        let log = line.repeat(10_000);
+        let mut reader = Trickle {
+            data: log.as_bytes(),
+            block: BLOCK,
+        };
+        let mut chunk = Chunk::new(2_000);
+        let mut read = 0;
+        loop {
+            chunk.fill(&mut reader, usize::MAX).expect("reading memory");
+            if chunk.is_empty() {
+                break;
+            }
+            assert!(chunk.bytes.len() <= CHUNK_BYTES + 2_000 + 2 * BLOCK);
+            assert!(chunk.len() < 10_000, "the chunk ended at its budget");
+            assert!((0..chunk.len()).all(|i| chunk.line(i).len() == 999));
+            read += chunk.len();
+        }
+        assert_eq!(read, 10_000);
     }
 
     #[test]

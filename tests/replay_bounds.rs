@@ -1,9 +1,12 @@
 //! `rankwatch replay` on logs no serving system meant to write: lines
-//! without end, a byte order mark. The replay stays bounded and goes on.
+//! without end, many long lines, a byte order mark however its bytes arrive.
+//! The replay stays bounded and goes on; its line bound is a setting like
+//! any other.
 
 mod common;
 
 use common::{conformance, replay, replay_json};
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 #[test]
@@ -82,12 +85,13 @@ fn a_line_longer_than_max_line_bytes_is_rejected_skipped_and_the_rest_replayed()
     assert!(String::from_utf8_lossy(&bad.stderr).contains("max_line_bytes"));
 }
 
-/// Resident memory of process `pid`, in KiB.
-fn resident_kib(pid: u32) -> u64 {
+/// A memory figure of process `pid` (`VmRSS` resident now, `VmHWM` at the
+/// peak), in KiB; 0 once it is gone.
+fn memory_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -104,7 +108,7 @@ fn replay_of_an_endless_line_holds_a_bounded_amount_of_memory() {
     // Some 2 s of reading: gigabytes of zeros at the rate a replay reads.
     for _ in 0..20 {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        largest = largest.max(resident_kib(child.id()));
+        largest = largest.max(memory_kib(child.id(), "VmRSS"));
     }
     child.kill().unwrap();
     child.wait().unwrap();
@@ -131,4 +135,277 @@ fn a_byte_order_mark_before_the_first_line_is_skipped() {
         replay_json(&[path.to_str().unwrap(), "--format", "json"], None),
         expected
     );
+}
+
+/// A log of `count` impressions of group `m`, each padded past `pad` bytes
+/// by a label that is no segment.
+fn padded_impressions(count: usize, pad: usize) -> Vec<String> {
+    let padding = "p".repeat(pad);
+    (0..count)
+        .map(|i| {
+            format!(
+                r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"time":"2026-11-01T10:00:00Z","model":"m","labels":{{"pad":"{padding}"}}}}}}"#
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn many_lines_just_under_max_line_bytes_are_not_held_together() {
+    // 200 lines of about 1,000,000 bytes each, under the 1 MiB bound: read
+    // 2,048 lines at a time, they were all held at once, 200 MB.
+    let lines = padded_impressions(200, 1_000_000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "-", "--format", "json", "--threads", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in &lines {
+        input.write_all(line.as_bytes()).unwrap();
+        input.write_all(b"\n").unwrap();
+    }
+    // The pipe holds 64 KiB at most: every line but that much was read.
+    let peak = memory_kib(child.id(), "VmHWM");
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["counters"]["impressions"], 200);
+    assert_eq!(report["groups"][0]["lists"], 200);
+    assert!(peak > 0, "the replay ran");
+    assert!(peak < 64 * 1024, "{peak} KiB resident at the peak");
+}
+
+/// Writes `config` to a file in `dir` and replays `log` with it, `args`
+/// after and `env` set: exit code, standard error and the report.
+fn replay_with_config(
+    dir: &std::path::Path,
+    config: &str,
+    log: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, Option<serde_json::Value>) {
+    let path = dir.join("rankwatch.toml");
+    std::fs::write(&path, config).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .arg("replay")
+        .arg(log)
+        .args(["--format", "json", "--config"])
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        serde_json::from_slice(&output.stdout).ok(),
+    )
+}
+
+#[test]
+fn max_line_bytes_is_a_key_of_the_config_file_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    std::fs::write(&log, padded_impressions(3, 500).join("\n")).unwrap();
+    let too_long = |report: &Option<serde_json::Value>| {
+        report.as_ref().expect("a report")["counters"]["rejected"]["line_too_long"].clone()
+    };
+    let (code, stderr, report) =
+        replay_with_config(dir.path(), "max_line_bytes = 400\n", &log, &[], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(too_long(&report), 3);
+    // A flag or the environment wins over the file.
+    let (code, stderr, report) = replay_with_config(
+        dir.path(),
+        "max_line_bytes = 400\n",
+        &log,
+        &["--max-line-bytes", "1000"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(too_long(&report), serde_json::Value::Null);
+    let (code, stderr, report) = replay_with_config(
+        dir.path(),
+        "max_line_bytes = 400\n",
+        &log,
+        &[],
+        &[("RANKWATCH_MAX_LINE_BYTES", "1000")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(too_long(&report), serde_json::Value::Null);
+    // Out of range, from any of the three: refused at start, saying the range.
+    for (config, args, env) in [
+        ("max_line_bytes = 0\n", &[][..], &[][..]),
+        ("max_line_bytes = 4294967297\n", &[], &[]),
+        ("", &["--max-line-bytes", "0"], &[]),
+        ("", &[], &[("RANKWATCH_MAX_LINE_BYTES", "4294967297")]),
+    ] {
+        let (code, stderr, report) = replay_with_config(dir.path(), config, &log, args, env);
+        assert_eq!(code, Some(1), "{config} {args:?} {env:?}: {stderr}");
+        assert!(report.is_none(), "nothing replayed");
+        assert!(
+            stderr.contains("setting `max_line_bytes`") && stderr.contains("from 1 to 4294967296"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Replays `log` from standard input handed over in two writes, the first
+/// `split` bytes then the rest after a pause, so that the first read of the
+/// replay gets only the first part.
+fn replay_split(log: &[u8], split: usize) -> serde_json::Value {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "-", "--format", "json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(&log[..split]).unwrap();
+    input.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    input.write_all(&log[split..]).unwrap();
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Asserts two reports are the same, showing their counters when not
+/// (the whole of one is thousands of lines).
+fn assert_same(got: &serde_json::Value, expected: &serde_json::Value, what: &str) {
+    assert!(
+        got == expected,
+        "{what}: the reports differ; counters {} against {}",
+        got["counters"],
+        expected["counters"]
+    );
+}
+
+/// Gzips `data` into one member.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gzip.write_all(data).unwrap();
+    gzip.finish().unwrap()
+}
+
+#[test]
+fn the_first_bytes_of_a_log_are_looked_at_whole_however_few_a_read_hands_out() {
+    let log = std::fs::read(conformance("replay_small.jsonl")).unwrap();
+    let expected = replay_json(&["-", "--format", "json"], Some(&log));
+    let mut marked = b"\xef\xbb\xbf".to_vec();
+    marked.extend_from_slice(&log);
+    // A byte order mark, and gzip's magic number, cut by a pipe.
+    assert_same(
+        &replay_split(&marked, 1),
+        &expected,
+        "a split byte order mark",
+    );
+    assert_same(
+        &replay_split(&gzip(&log), 1),
+        &expected,
+        "a split gzip header",
+    );
+    // A byte order mark cut between two gzip members.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("members.jsonl.gz");
+    let mut members = gzip(&marked[..1]);
+    members.extend(gzip(&marked[1..]));
+    std::fs::write(&path, members).unwrap();
+    assert_same(
+        &replay_json(&[path.to_str().unwrap(), "--format", "json"], None),
+        &expected,
+        "a byte order mark split between gzip members",
+    );
+}
+
+#[test]
+fn a_byte_order_mark_is_skipped_at_the_start_of_each_log_only() {
+    let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let (head, tail) = lines.split_at(lines.len() / 2);
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let plain = [
+        write("a.jsonl", format!("{}\n", head.join("\n"))),
+        write("b.jsonl", format!("{}\n", tail.join("\n"))),
+    ];
+    let marked = [
+        write("a.marked.jsonl", format!("\u{feff}{}\n", head.join("\n"))),
+        write("b.marked.jsonl", format!("\u{feff}{}\n", tail.join("\n"))),
+    ];
+    let expected = replay_json(&[&plain[0], &plain[1], "--format", "json"], None);
+    assert_same(
+        &replay_json(&[&marked[0], &marked[1], "--format", "json"], None),
+        &expected,
+        "a mark before each log's first line",
+    );
+    // Within a log, the mark is part of its line, which is then no event.
+    let inner = write(
+        "inner.jsonl",
+        format!("{}\n\u{feff}{}\n", head.join("\n"), tail.join("\n")),
+    );
+    let output = replay(&[&inner, "--format", "json"], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let prefix = format!("{inner}:{}: invalid_json: ", head.len() + 1);
+    assert!(stderr.lines().any(|l| l.starts_with(&prefix)), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let invalid =
+        |report: &serde_json::Value| report["counters"]["rejected"]["invalid_json"].as_u64();
+    assert_eq!(invalid(&report), invalid(&expected).map(|n| n + 1));
+}
+
+#[test]
+fn a_line_too_long_is_skipped_in_a_gzip_log_and_on_standard_input() {
+    let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let (head, tail) = lines.split_at(lines.len() / 2);
+    let expected = replay_json(&["-", "--format", "json"], Some(log.as_bytes()));
+    // 50 MB of one line, then the rest of the log.
+    let long = format!(
+        "{}\n{}\n{}\n",
+        head.join("\n"),
+        "z".repeat(50 << 20),
+        tail.join("\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("long.jsonl.gz");
+    std::fs::write(&gz, gzip(long.as_bytes())).unwrap();
+    for (args, stdin) in [
+        (vec![gz.to_str().unwrap(), "--threads", "2"], None),
+        (vec!["-", "--threads", "2"], Some(long.as_bytes())),
+        (vec!["-", "--threads", "1"], Some(long.as_bytes())),
+    ] {
+        let output = replay(&[&args[..], &["--format", "json"]].concat(), stdin);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr:.2000}");
+        let line = format!(":{}: line_too_long: ", head.len() + 1);
+        assert!(stderr.contains(&line), "{args:?}: {stderr:.2000}");
+        let mut report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let rejected = report["counters"]["rejected"].as_object_mut().unwrap();
+        assert_eq!(rejected.remove("line_too_long"), Some(1.into()), "{args:?}");
+        assert_same(
+            &report,
+            &expected,
+            &format!("{args:?}: the other lines as without it"),
+        );
+    }
 }

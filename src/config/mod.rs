@@ -5,17 +5,20 @@
 //! settings type ([`crate::engine::EngineSettings`],
 //! [`crate::server::ServerSettings`], [`crate::fleet::FleetSettings`]); the
 //! files here resolve one each from flags, environment and the file:
-//! [`engine`], [`server`], [`fleet`].
+//! [`engine`], [`server`], [`fleet`], and [`replay`] for how `replay`
+//! reads its logs.
 
 pub mod choices;
 pub mod defaults;
 pub mod engine;
 pub mod fleet;
+pub mod replay;
 pub mod server;
 
 pub use choices::{DiscountName, GainName};
 pub use engine::EngineArgs;
 pub use fleet::{FleetArgs, FleetFile};
+pub use replay::LogArgs;
 pub use server::ServerArgs;
 
 use crate::event::GradeTable;
@@ -217,6 +220,7 @@ pub struct FileSettings {
     drain_timeout: Option<Duration>,
     max_items: Option<usize>,
     max_label_bytes: Option<usize>,
+    max_line_bytes: Option<usize>,
     max_grade: Option<f64>,
     max_ack_rejections: Option<usize>,
     max_open_impressions_per_user: Option<usize>,
@@ -406,6 +410,13 @@ mod edge_values {
                     prop_assert!((1..=MAX_LIMIT).contains(&s.max_items));
                     prop_assert!(s.attribution_window <= MAX_DURATION);
                 }
+                Err(error) => prop_assert!(matches!(error, ConfigError::Invalid { .. }), "{error}"),
+            }
+            let log = LogArgs {
+                max_line_bytes: Some(limits[0]),
+            };
+            match log.max_line_bytes(&FileSettings::default()) {
+                Ok(max) => prop_assert!((1..=MAX_LIMIT).contains(&max)),
                 Err(error) => prop_assert!(matches!(error, ConfigError::Invalid { .. }), "{error}"),
             }
         }
