@@ -50,6 +50,7 @@ fn encoded_batch() -> Vec<u8> {
                     model: "v7".into(),
                     surface: "home".into(),
                     labels: Default::default(),
+                    interleaving: None,
                 })
             } else {
                 Kind::Interaction(Interaction {

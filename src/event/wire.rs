@@ -345,6 +345,7 @@ mod tests {
                         model: "v7".into(),
                         surface: String::new(),
                         labels: [("country".to_owned(), "de".to_owned())].into(),
+                        interleaving: None,
                     })),
                 },
                 Event { kind: None },
@@ -464,6 +465,7 @@ mod tests {
                         model,
                         surface,
                         labels,
+                        interleaving: None,
                     })
                 },
             );

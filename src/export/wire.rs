@@ -88,6 +88,8 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
             .map(comparison_to_proto)
             .collect(),
         window,
+        interleaving: Vec::new(),
+        splits: Vec::new(),
     }
 }
 

@@ -190,6 +190,7 @@ impl Traffic {
                     .iter()
                     .map(|label| (label.key.clone(), label.value_of(user).to_owned()))
                     .collect(),
+                interleaving: None,
             })),
         }
     }

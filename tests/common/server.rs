@@ -222,6 +222,34 @@ fn split_labels(labels: &str) -> Vec<&str> {
     parts
 }
 
+/// The `interleaving` object of a JSON impression as protobuf; values of
+/// the wrong type become empty names and index `u32::MAX`, which the
+/// server rejects as it would from a client.
+fn interleaving(value: &serde_json::Value) -> proto::Interleaving {
+    use serde_json::Value;
+    let array = |key: &str| {
+        value
+            .get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    proto::Interleaving {
+        rankers: array("rankers")
+            .iter()
+            .map(|r| r.as_str().unwrap_or_default().to_owned())
+            .collect(),
+        teams: array("teams")
+            .iter()
+            .map(|t| {
+                t.as_u64()
+                    .and_then(|t| u32::try_from(t).ok())
+                    .unwrap_or(u32::MAX)
+            })
+            .collect(),
+    }
+}
+
 /// Converts one line of a JSON log into a protobuf event; `None` for a line that is not JSON.
 pub fn event_from_json(line: &str) -> Option<proto::Event> {
     use proto::event::Kind;
@@ -273,6 +301,7 @@ pub fn event_from_json(line: &str) -> Option<proto::Event> {
                         .collect()
                 })
                 .unwrap_or_default(),
+            interleaving: m.get("interleaving").map(interleaving),
         })
     } else {
         let x = value.get("interaction")?;
