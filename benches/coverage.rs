@@ -103,6 +103,7 @@ fn scrape(scrapes: usize) {
             model: Cow::Borrowed(&models[rng.usize(0..MODELS)]),
             surface: Cow::Borrowed(&surfaces[rng.usize(0..SURFACES)]),
             segments: Vec::new(),
+            interleaving: None,
         }));
         if rng.u8(0..10) < 3 {
             engine.apply(Event::Interaction(Interaction {

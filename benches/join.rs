@@ -82,6 +82,7 @@ impl Stream {
                 model: Cow::Borrowed(models[rng.usize(0..models.len())]),
                 surface: Cow::Borrowed("home"),
                 segments: Vec::new(),
+                interleaving: None,
             });
         }
         let (request, item) = match &self.latest[index] {

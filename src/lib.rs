@@ -82,6 +82,7 @@ pub mod replay;
 pub mod sequential;
 pub mod serve;
 pub mod server;
+pub mod split_check;
 pub mod state;
 pub mod window;
 

@@ -20,7 +20,7 @@ const MAGIC: &[u8; 8] = b"RNKWATCH";
 /// coverage panes that cascade (a longer window's panes leave out the
 /// lists of the shorter windows' newest panes); version 6, open
 /// impressions in fixed-width fields. Files of another version are set aside.
-const FORMAT_VERSION: u32 = 7;
+const FORMAT_VERSION: u32 = 8;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 

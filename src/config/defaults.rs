@@ -44,6 +44,8 @@ pub const MAX_INTERACTIONS_PER_IMPRESSION: usize = 1000;
 pub const MAX_LABEL_BYTES: usize = 256;
 /// `max_line_bytes`: 1 MiB, far past any event a serving system sends.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// `max_interleaved_rankers`: team-draft multileaving rarely merges more.
+pub const MAX_INTERLEAVED_RANKERS: usize = 8;
 /// `max_groups`.
 pub const MAX_GROUPS: usize = 1000;
 /// `segment_labels`: none, groups are `(model, surface)`.

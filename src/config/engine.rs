@@ -24,6 +24,16 @@ fn parse_grade(text: &str) -> Result<(String, f64), String> {
     }
 }
 
+fn parse_share(text: &str) -> Result<(String, f64), String> {
+    let Some((model, share)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not MODEL=SHARE, e.g. control=0.5"));
+    };
+    match share.trim().parse() {
+        Ok(share) => Ok((model.trim().to_owned(), share)),
+        Err(_) => Err(format!("share of {model:?} is not a number")),
+    }
+}
+
 /// Join and metric settings, shared by `serve` and `replay`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct EngineArgs {
@@ -130,6 +140,14 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_CONTROL_MODEL",
         help = help("The model every other model on a surface is compared against (docs/SPEC.md §9)", "none"))]
     pub control_model: Option<String>,
+    /// The intended traffic split between models, checked continuously.
+    #[arg(long, env = "RANKWATCH_EXPECTED_SPLIT", value_delimiter = ',', value_parser = parse_share,
+        help = help("The intended share of lists of each model on every surface, MODEL=SHARE comma-separated (e.g. control=0.5,candidate=0.5); lists per model are tested against it continuously (the sample ratio check, docs/SPEC.md §12)", "none"))]
+    pub expected_split: Option<Vec<(String, f64)>>,
+    /// Limit: most rankers in one interleaved list.
+    #[arg(long, env = "RANKWATCH_MAX_INTERLEAVED_RANKERS",
+        help = help("Limit: most rankers one interleaved list may merge (2 to 255); a list naming more is rejected (invalid_interleaving)", defaults::MAX_INTERLEAVED_RANKERS))]
+    pub max_interleaved_rankers: Option<usize>,
 }
 
 /// Most interaction types in the grade table: each is a column of every
@@ -138,6 +156,17 @@ const MAX_INTERACTION_TYPES: usize = 64;
 
 /// Deepest position curve: each rank is a row of counters per group.
 const MAX_POSITION_CURVE_DEPTH: usize = 1000;
+
+/// `value`, unless it is outside `min..=max`.
+fn between(key: &'static str, value: usize, min: usize, max: usize) -> Result<usize, ConfigError> {
+    if !(min..=max).contains(&value) {
+        return Err(invalid(
+            key,
+            format!("{value} is out of range: give a whole number from {min} to {max}"),
+        ));
+    }
+    Ok(value)
+}
 
 /// `value`, unless it exceeds `max`.
 fn at_most(key: &'static str, value: usize, max: usize) -> Result<usize, ConfigError> {
@@ -199,9 +228,9 @@ fn grades(
 const MAX_SEGMENT_LABELS: usize = 8;
 
 /// Labels that rankwatch's own series carry, which a segment label may not shadow.
-const SERIES_LABELS: [&str; 14] = [
+const SERIES_LABELS: [&str; 16] = [
     "model", "surface", "k", "window", "scope", "rank", "type", "control", "metric", "reason",
-    "kind", "label", "le", "quantile",
+    "kind", "label", "le", "quantile", "ranker_a", "ranker_b",
 ];
 
 /// The segment labels: flags and environment over the file; each a
@@ -270,6 +299,41 @@ fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String
         ));
     }
     Ok(Some(name))
+}
+
+/// The expected split, if any: flags and environment over the file. At
+/// least two models, each share finite and greater than 0; shares are
+/// normalized to sum to 1.
+fn expected_split(
+    args: &EngineArgs,
+    file: &FileSettings,
+) -> Result<Vec<(String, f64)>, ConfigError> {
+    let Some(split) = args.expected_split.clone().or_else(|| {
+        file.expected_split
+            .as_ref()
+            .map(|table| table.iter().map(|(m, s)| (m.clone(), *s)).collect())
+    }) else {
+        return Ok(Vec::new());
+    };
+    let mut models: Vec<&str> = split.iter().map(|(model, _)| model.as_str()).collect();
+    models.sort_unstable();
+    models.dedup();
+    if models.len() != split.len() || models.len() < 2 || models.iter().any(|m| m.is_empty()) {
+        return Err(invalid(
+            "expected_split",
+            "name two or more distinct models, each once, e.g. control=0.5,candidate=0.5",
+        ));
+    }
+    if let Some((model, share)) = split.iter().find(|(_, s)| !(s.is_finite() && *s > 0.0)) {
+        return Err(invalid(
+            "expected_split",
+            format!("the share of {model:?} is {share}; give each model a share greater than 0"),
+        ));
+    }
+    let total: f64 = split.iter().map(|(_, share)| share).sum();
+    let mut split: Vec<(String, f64)> = split.into_iter().map(|(m, s)| (m, s / total)).collect();
+    split.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(split)
 }
 
 impl EngineSettings {
@@ -343,6 +407,18 @@ impl EngineSettings {
             max_open_impressions: limit!(max_open_impressions, MAX_OPEN_IMPRESSIONS)?,
             max_waiting_interactions: limit!(max_waiting_interactions, MAX_WAITING_INTERACTIONS)?,
             control_model: control_model(args, file)?,
+            expected_split: expected_split(args, file)?,
+            max_interleaved_rankers: between(
+                "max_interleaved_rankers",
+                pick!(
+                    args,
+                    file,
+                    max_interleaved_rankers,
+                    defaults::MAX_INTERLEAVED_RANKERS
+                ),
+                2,
+                crate::event::MAX_INTERLEAVED_RANKERS,
+            )?,
         })
     }
 

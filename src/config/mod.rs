@@ -232,6 +232,8 @@ pub struct FileSettings {
     max_open_impressions: Option<usize>,
     max_waiting_interactions: Option<usize>,
     control_model: Option<String>,
+    expected_split: Option<BTreeMap<String, f64>>,
+    max_interleaved_rankers: Option<usize>,
     max_message_size: Option<usize>,
     max_streams: Option<usize>,
     tls_cert: Option<PathBuf>,

@@ -67,7 +67,9 @@ pub(super) async fn run(
                 metrics::counter!(GROUPS_RETIRED_TOTAL).increment(retired as u64);
             }
             Command::Snapshot { reply } => {
-                let _ = reply.send(Snapshot::of(&engine, report_config.control_model.clone()));
+                let snapshot = Snapshot::of(&engine, report_config.control_model.clone())
+                    .with_expected_split(&report_config.expected_split);
+                let _ = reply.send(snapshot);
             }
             Command::Report { window, reply } => {
                 let report = match window {

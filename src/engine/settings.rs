@@ -50,6 +50,11 @@ pub struct EngineSettings {
     pub max_interactions_per_impression: usize,
     /// The model compared against; none means no comparisons.
     pub control_model: Option<String>,
+    /// The intended share of lists of each model, sorted by model, summing
+    /// to 1; empty means no sample ratio check.
+    pub expected_split: Vec<(String, f64)>,
+    /// Most rankers in one interleaved list.
+    pub max_interleaved_rankers: usize,
 }
 
 impl EngineSettings {
@@ -112,6 +117,7 @@ impl EngineSettings {
             allowed_lateness_s: self.allowed_lateness.as_secs_f64(),
             gain: self.metrics.gain.name().to_owned(),
             control_model: self.control_model.clone(),
+            expected_split: self.expected_split.clone(),
         }
     }
 
@@ -123,6 +129,7 @@ impl EngineSettings {
             max_future_skew: max_future_skew.map(nanos),
             max_label_bytes: self.max_label_bytes,
             max_grade: self.max_grade,
+            max_interleaved_rankers: self.max_interleaved_rankers,
             segment_labels: self.segments.labels.clone(),
         }
     }

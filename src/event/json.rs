@@ -7,7 +7,7 @@
 
 mod scan;
 
-use super::raw::{LabelText, RawImpression, RawInteraction, RawTime};
+use super::raw::{LabelText, RawImpression, RawInteraction, RawInterleaving, RawTime};
 use super::{parse_rfc3339, Event, Reason, Rejection, Validator};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -87,6 +87,36 @@ struct JsonImpression<'a> {
     surface: Option<Text<'a>>,
     #[serde(borrow, default)]
     labels: Option<Labels<'a>>,
+    #[serde(borrow, default)]
+    interleaving: Option<JsonInterleaving<'a>>,
+}
+
+/// `"interleaving": {"rankers": ["a", "b"], "teams": [0, 1]}`; a team index
+/// may be a number or a string of one, as proto3 JSON allows for `uint32`.
+#[derive(Default, Deserialize)]
+struct JsonInterleaving<'a> {
+    #[serde(borrow, default)]
+    rankers: Vec<Text<'a>>,
+    #[serde(borrow, default)]
+    teams: Vec<Number<'a>>,
+}
+
+impl<'a> JsonInterleaving<'a> {
+    /// As read, with a team index that is not a whole `uint32` as `u64::MAX`.
+    fn raw(&self) -> RawInterleaving<'a> {
+        let index = |team: &Number<'_>| {
+            let value = team.value();
+            if value.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&value) {
+                value as u64
+            } else {
+                u64::MAX
+            }
+        };
+        RawInterleaving {
+            rankers: self.rankers.iter().map(|r| r.0.clone()).collect(),
+            teams: self.teams.iter().map(index).collect(),
+        }
+    }
 }
 
 #[derive(Default, Deserialize)]
@@ -191,6 +221,7 @@ fn event<'a>(parsed: &Line<'a>, validator: &Validator) -> Result<Event<'a>, Reje
                 model: group_name(&m.model),
                 surface: group_name(&m.surface),
                 labels: m.labels.as_ref().map_or(&[], |labels| &labels.0),
+                interleaving: m.interleaving.as_ref().map(JsonInterleaving::raw),
             };
             validator.impression(raw, None).map(Event::Impression)
         }
@@ -223,6 +254,7 @@ mod tests {
             max_future_skew: None,
             max_label_bytes: 256,
             max_grade: 64.0,
+            max_interleaved_rankers: 8,
             segment_labels: vec!["country".to_owned()],
         }
     }

@@ -5,6 +5,7 @@
 #![allow(unsafe_code)] // explained at each block (SAFETY)
 
 pub mod hashed;
+mod interleaving;
 pub mod json;
 mod quoted;
 pub mod raw;
@@ -12,6 +13,7 @@ mod time;
 mod validate;
 pub mod wire;
 
+pub use interleaving::MAX_INTERLEAVED_RANKERS;
 pub use quoted::{cut_message, quoted, QUOTED_CHARS};
 pub use time::{format_rfc3339, parse_rfc3339, Nanos, NANOS_PER_SECOND};
 pub use validate::{GradeTable, Validator, RESERVED_PREFIX};
@@ -58,6 +60,17 @@ pub struct Impression<'a> {
     /// Values of the configured segment labels, in their order (`default`
     /// when absent or empty); empty when no segment label is configured.
     pub segments: Vec<Cow<'a, str>>,
+    /// Which ranker contributed each item, when the list was interleaved.
+    pub interleaving: Option<Interleaving<'a>>,
+}
+
+/// The rankers of an interleaved list, validated (docs/SPEC.md §12).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Interleaving<'a> {
+    /// The competing rankers, distinct, 2 to `max_interleaved_rankers`, in the order sent.
+    pub rankers: Vec<Cow<'a, str>>,
+    /// Per item, rank order, the index in `rankers` of the ranker that contributed it.
+    pub teams: Vec<u8>,
 }
 
 /// A feedback event, validated, with its grade resolved.
@@ -149,11 +162,14 @@ pub enum Reason {
     ReservedName,
     /// A line of a replayed log is longer than `max_line_bytes` (replay).
     LineTooLong,
+    /// An impression's `interleaving` is malformed: too few, too many or
+    /// repeated rankers, or `teams` not one valid index per item.
+    InvalidInterleaving,
 }
 
 impl Reason {
     /// Every reason, in a stable order.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::InvalidJson,
         Reason::EmptyEvent,
         Reason::MissingUserId,
@@ -173,6 +189,7 @@ impl Reason {
         Reason::LabelTooLong,
         Reason::ReservedName,
         Reason::LineTooLong,
+        Reason::InvalidInterleaving,
     ];
 
     /// The stable name clients and dashboards see.
@@ -197,6 +214,7 @@ impl Reason {
             Reason::LabelTooLong => "label_too_long",
             Reason::ReservedName => "reserved_name",
             Reason::LineTooLong => "line_too_long",
+            Reason::InvalidInterleaving => "invalid_interleaving",
         }
     }
 }

@@ -55,6 +55,18 @@ pub struct RawImpression<'a, 'm, S, L> {
     /// `labels` as `(key, value)` pairs in the order they arrived; a
     /// repeated key's last pair wins.
     pub labels: &'a [(L, L)],
+    /// `interleaving`, when set.
+    pub interleaving: Option<RawInterleaving<'m>>,
+}
+
+/// An impression's `interleaving` as it arrived (docs/SPEC.md §12). Owned
+/// lists, but only interleaved lists have one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RawInterleaving<'m> {
+    /// `rankers`, in the order sent.
+    pub rankers: Vec<Cow<'m, str>>,
+    /// `teams`: per item, the index of its ranker (values past `u32` as `u64::MAX`).
+    pub teams: Vec<u64>,
 }
 
 /// An interaction's fields as they arrived.
@@ -116,4 +128,7 @@ pub struct ImpressionView<'a> {
     pub surface: &'a str,
     /// Range of this impression's labels in its batch's labels.
     pub labels: std::ops::Range<usize>,
+    /// The encoded `Interleaving` message, when set; read at validation
+    /// (see [`super::wire::parse_interleaving`]), as only interleaved lists have one.
+    pub interleaving: Option<&'a [u8]>,
 }

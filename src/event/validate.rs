@@ -83,6 +83,8 @@ pub struct Validator {
     pub max_label_bytes: usize,
     /// Largest grade; a larger explicit grade is rejected.
     pub max_grade: f64,
+    /// Most rankers one interleaved list may merge.
+    pub max_interleaved_rankers: usize,
     /// The label keys whose values become segments of a group, in order;
     /// an impression's other labels are ignored.
     pub segment_labels: Vec<String>,
@@ -112,6 +114,14 @@ impl Validator {
                         model: Cow::Borrowed(m.model),
                         surface: Cow::Borrowed(m.surface),
                         labels: &batch.labels[m.labels.clone()],
+                        interleaving: match m.interleaving {
+                            None => None,
+                            Some(bytes) => {
+                                Some(super::wire::parse_interleaving(bytes).map_err(|e| {
+                                    Rejection::new(Reason::InvalidInterleaving, e.to_string())
+                                })?)
+                            }
+                        },
                     },
                     Some(now),
                 )
@@ -174,6 +184,15 @@ impl Validator {
         self.label("model", &raw.model)?;
         self.label("surface", &raw.surface)?;
         let segments = self.segments(raw.labels)?;
+        let interleaving = match raw.interleaving {
+            None => None,
+            Some(interleaving) => Some(super::interleaving::validate(
+                interleaving,
+                items.len(),
+                self.max_interleaved_rankers,
+                self.max_label_bytes,
+            )?),
+        };
         Ok(Impression {
             request: id_hash(raw.request_id),
             user: id_hash(raw.user_id),
@@ -182,6 +201,7 @@ impl Validator {
             model: group_name(raw.model),
             surface: group_name(raw.surface),
             segments,
+            interleaving,
         })
     }
 
@@ -385,6 +405,7 @@ mod tests {
             max_future_skew: Some(10),
             max_label_bytes: 8,
             max_grade: 64.0,
+            max_interleaved_rankers: 8,
             segment_labels: vec!["country".to_owned(), "app".to_owned()],
         }
     }
@@ -398,6 +419,7 @@ mod tests {
             model: Cow::Borrowed(""),
             surface: Cow::Borrowed("home"),
             labels: &[],
+            interleaving: None,
         }
     }
 

@@ -9,7 +9,8 @@
 //! rather than being dropped unseen. Its events are the unchecked views of [`super::raw`],
 //! which validation turns into domain events.
 
-use super::raw::{EventView, ImpressionView, RawInteraction, RawTime};
+use super::raw::{EventView, ImpressionView, RawInteraction, RawInterleaving, RawTime};
+use std::borrow::Cow;
 
 /// A label's key and value.
 pub type Label<'a> = (&'a str, &'a str);
@@ -136,7 +137,8 @@ fn parse_impression<'a>(
             (5, Value::Bytes(b)) => m.model = text(b)?,
             (6, Value::Bytes(b)) => m.surface = text(b)?,
             (7, Value::Bytes(b)) => labels.push(parse_label(b)?),
-            (field @ 1..=7, _) => return Err(wrong_type(&IMPRESSION_FIELDS, field)),
+            (8, Value::Bytes(b)) => m.interleaving = Some(b),
+            (field @ 1..=8, _) => return Err(wrong_type(&IMPRESSION_FIELDS, field)),
             _ => {}
         }
     }
@@ -158,6 +160,38 @@ fn parse_label(bytes: &[u8]) -> Result<Label<'_>, WireError> {
         }
     }
     Ok((key, value))
+}
+
+/// Reads an encoded `Interleaving`: `rankers` (1) and `teams` (2), the
+/// latter packed, as proto3 writes it, or one varint per entry.
+pub fn parse_interleaving(bytes: &[u8]) -> Result<RawInterleaving<'_>, WireError> {
+    let mut interleaving = RawInterleaving::default();
+    let mut reader = Reader { bytes };
+    while let Some((field, value)) = reader.field()? {
+        match (field, value) {
+            (1, Value::Bytes(b)) => interleaving.rankers.push(Cow::Borrowed(text(b)?)),
+            (2, Value::Varint(team)) => interleaving.teams.push(team_index(team)),
+            (2, Value::Bytes(packed)) => {
+                let mut teams = Reader { bytes: packed };
+                while !teams.bytes.is_empty() {
+                    interleaving.teams.push(team_index(teams.varint()?));
+                }
+            }
+            (field @ 1..=2, _) => return Err(wrong_type(&INTERLEAVING_FIELDS, field)),
+            _ => {}
+        }
+    }
+    Ok(interleaving)
+}
+
+/// A `uint32` team index; a larger varint, which a `uint32` cannot hold,
+/// as `u64::MAX` so that validation names it out of range.
+fn team_index(value: u64) -> u64 {
+    if value > u64::from(u32::MAX) {
+        u64::MAX
+    } else {
+        value
+    }
 }
 
 fn parse_interaction(bytes: &[u8]) -> Result<RawInteraction<'_>, WireError> {
@@ -204,7 +238,7 @@ const EVENT_FIELDS: [&str; 3] = [
     "Event.impression is a message (wire type 2)",
     "Event.interaction is a message (wire type 2)",
 ];
-const IMPRESSION_FIELDS: [&str; 8] = [
+const IMPRESSION_FIELDS: [&str; 9] = [
     "",
     "Impression.request_id is a string (wire type 2)",
     "Impression.user_id is a string (wire type 2)",
@@ -213,11 +247,17 @@ const IMPRESSION_FIELDS: [&str; 8] = [
     "Impression.model is a string (wire type 2)",
     "Impression.surface is a string (wire type 2)",
     "Impression.labels is a map entry (wire type 2)",
+    "Impression.interleaving is a message (wire type 2)",
 ];
 const LABEL_FIELDS: [&str; 3] = [
     "",
     "Impression.labels key is a string (wire type 2)",
     "Impression.labels value is a string (wire type 2)",
+];
+const INTERLEAVING_FIELDS: [&str; 3] = [
+    "",
+    "Interleaving.rankers is a string (wire type 2)",
+    "Interleaving.teams is a uint32 (wire type 0, or 2 when packed)",
 ];
 const INTERACTION_FIELDS: [&str; 8] = [
     "",

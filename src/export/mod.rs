@@ -3,6 +3,7 @@
 
 mod comparison;
 pub mod coverage;
+mod interleaving;
 pub mod positions;
 pub mod prometheus;
 mod report;
@@ -11,6 +12,7 @@ mod snapshot;
 mod wire;
 
 pub use comparison::{compare, Comparison, NamedTotals};
+pub use interleaving::{ExperimentReport, SplitReport};
 pub use report::{GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters};
-pub use snapshot::{GroupSnapshot, Snapshot};
+pub use snapshot::{ExperimentSnapshot, GroupSnapshot, Snapshot};
 pub use wire::{to_proto, IncompleteReport};

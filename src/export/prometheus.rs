@@ -98,6 +98,7 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
     if let Some(control) = &snapshot.control_model {
         comparison_gauges(&mut writer, snapshot, control, &window_names);
     }
+    super::interleaving::render(&mut writer, snapshot, &window_names);
     let help = "Lists finalized since start.";
     let mut family = writer.family(LISTS_FINALIZED, Kind::Counter, help);
     for (labels, group) in &groups {

@@ -2,8 +2,9 @@
 //! of every metric at every K in both scopes.
 
 use super::comparison::{compare, Comparison, NamedTotals};
+use super::interleaving::{experiment_reports, split_reports, ExperimentReport, SplitReport};
 use super::Snapshot;
-use crate::join::{Counters, Engine, GroupAggregates, Unattributed};
+use crate::join::{Counters, Engine, ExperimentName, GroupAggregates, Unattributed};
 use crate::metrics::{
     CoverageFigures, CoverageMode, GroupTotals, Metric, MetricMeans, PositionCurve, R_PRECISION,
 };
@@ -23,6 +24,13 @@ pub struct Report {
     /// Every other model against the control (docs/SPEC.md §9); present when a control model is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comparisons: Option<Vec<Comparison>>,
+    /// Interleaving experiments (docs/SPEC.md §12); left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interleaving: Vec<ExperimentReport>,
+    /// Sample ratio checks against `expected_split`, since start only;
+    /// left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<SplitReport>,
 }
 
 /// The settings that shaped the figures, built by whoever configured the engine.
@@ -39,6 +47,10 @@ pub struct ReportConfig {
     /// The model the others are compared against, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub control_model: Option<String>,
+    /// The intended share of lists of each model, sorted by model; each
+    /// split check of the report shows it.
+    #[serde(skip)]
+    pub expected_split: Vec<(String, f64)>,
 }
 
 /// Event outcomes, shaped as in docs/SPEC.md §6.
@@ -193,9 +205,11 @@ impl Report {
                 .since_start(&aggregates.coverage)
         })
         .filter(|_| engine.coverage_mode() != CoverageMode::Off);
+        let experiments = per_experiment(engine, |aggregates| aggregates.totals.clone());
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
             .with_coverage(coverage)
+            .with_interleaving(experiments, true)
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
@@ -208,8 +222,12 @@ impl Report {
             aggregates.coverage_windows.figures(index, frontier)
         })
         .filter(|_| engine.coverage_mode() != CoverageMode::Off);
+        let experiments = per_experiment(engine, |aggregates| {
+            aggregates.windows.totals(index, frontier)
+        });
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_coverage(coverage)
+            .with_interleaving(experiments, false)
     }
 
     /// The report of `snapshot`: since start (`None`) or of rolling window `index`.
@@ -228,8 +246,16 @@ impl Report {
             };
             Some((snapshot_named(group), figures))
         });
-        let report =
-            Self::build(config, &snapshot.counters, &snapshot.ks, groups).with_coverage(coverage);
+        let experiments = snapshot.experiments.iter().map(|experiment| {
+            let totals = match window {
+                None => experiment.totals.clone(),
+                Some(index) => experiment.windows.get(index).cloned().unwrap_or_default(),
+            };
+            (&experiment.name, totals)
+        });
+        let report = Self::build(config, &snapshot.counters, &snapshot.ks, groups)
+            .with_coverage(coverage)
+            .with_interleaving(experiments, window.is_none());
         if window.is_some() {
             return report;
         }
@@ -269,6 +295,20 @@ impl Report {
         self
     }
 
+    /// Fills in the interleaving experiments; `since_start` tells whether
+    /// the figures are since start, where the anytime-valid checks apply.
+    fn with_interleaving<'a>(
+        mut self,
+        experiments: impl Iterator<Item = (&'a ExperimentName, GroupTotals)>,
+        since_start: bool,
+    ) -> Self {
+        self.interleaving = experiment_reports(experiments, since_start);
+        if !since_start {
+            self.splits.clear();
+        }
+        self
+    }
+
     fn build<'a>(
         config: &ReportConfig,
         counters: &Counters,
@@ -302,6 +342,8 @@ impl Report {
             counters: ReportCounters::new(counters),
             groups,
             comparisons,
+            interleaving: Vec::new(),
+            splits: split_reports(&named, &config.expected_split),
         }
     }
 
@@ -381,6 +423,7 @@ impl Report {
         if let Some(comparisons) = &self.comparisons {
             write_comparisons(&mut out, comparisons);
         }
+        super::interleaving::write_table(&mut out, &self.interleaving, &self.splits);
         out
     }
 }
@@ -521,6 +564,19 @@ fn per_group<'a, T>(
         .iter()
         .zip(engine.group_names())
         .map(move |(aggregates, name)| (named(name), figure(aggregates)))
+}
+
+/// Each interleaving experiment of `engine` by name, with what `figure`
+/// takes of its aggregates.
+fn per_experiment<'a, T>(
+    engine: &'a Engine,
+    figure: impl Fn(&'a crate::join::ExperimentAggregates) -> T + 'a,
+) -> impl Iterator<Item = (&'a ExperimentName, T)> + 'a {
+    engine
+        .experiment_names()
+        .iter()
+        .zip(engine.experiment_aggregates())
+        .map(move |(name, aggregates)| (name, figure(aggregates)))
 }
 
 /// How the report names a snapshot's group.

@@ -36,6 +36,32 @@ impl LabelSet {
         Self(labels)
     }
 
+    /// An interleaving experiment's labels: `surface`, each segment label,
+    /// then `ranker_a` and `ranker_b`.
+    pub(super) fn of_experiment(name: &crate::join::ExperimentName) -> Self {
+        let mut labels = Self::of(&[("surface", &name.surface)]);
+        for (label, value) in &name.segments {
+            labels.0.push(',');
+            write_labels(&mut labels.0, &[(label, value)]);
+        }
+        labels.0.push(',');
+        write_labels(
+            &mut labels.0,
+            &[("ranker_a", &name.a), ("ranker_b", &name.b)],
+        );
+        labels
+    }
+
+    /// A surface's labels: `surface`, then each segment label.
+    pub(super) fn of_surface(surface: &str, segments: &[(String, String)]) -> Self {
+        let mut labels = Self::of(&[("surface", surface)]);
+        for (label, value) in segments {
+            labels.0.push(',');
+            write_labels(&mut labels.0, &[(label, value)]);
+        }
+        labels
+    }
+
     /// A group's labels: `model`, `surface`, then each segment label.
     pub(super) fn of_group(model: &str, surface: &str, segments: &[(String, String)]) -> Self {
         let mut labels = Self::of(&[("model", model), ("surface", surface)]);

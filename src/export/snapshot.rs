@@ -1,7 +1,7 @@
 //! One moment's figures of the engine, as `/metrics` shows them.
 
 use crate::event::Nanos;
-use crate::join::{Counters, Engine};
+use crate::join::{Counters, Engine, ExperimentName};
 use crate::metrics::{Coverage, CoverageFigures, CoverageMode, GroupTotals, PositionCurve};
 
 /// One group's figures at a moment.
@@ -23,6 +23,17 @@ pub struct GroupSnapshot {
     pub coverage: Option<CoverageFigures>,
     /// The same per configured window (empty when coverage is off).
     pub window_coverage: Vec<CoverageFigures>,
+}
+
+/// One interleaving experiment's figures at a moment.
+#[derive(Clone, Debug)]
+pub struct ExperimentSnapshot {
+    /// Its surface, segment values and pair of rankers.
+    pub name: ExperimentName,
+    /// Since start.
+    pub totals: GroupTotals,
+    /// Per configured window, over the lists in the window.
+    pub windows: Vec<GroupTotals>,
 }
 
 /// Everything `/metrics` shows of the engine, taken at one moment.
@@ -50,6 +61,12 @@ pub struct Snapshot {
     pub frontier: Option<Nanos>,
     /// The model the others are compared against, if any (docs/SPEC.md §9).
     pub control_model: Option<String>,
+    /// Every interleaving experiment (docs/SPEC.md §12).
+    pub experiments: Vec<ExperimentSnapshot>,
+    /// Interleaved lists that found no room for their experiments, since start.
+    pub unregistered_interleavings: u64,
+    /// The intended share of lists of each model; empty for no check.
+    pub expected_split: Vec<(String, f64)>,
 }
 
 impl Snapshot {
@@ -104,6 +121,30 @@ impl Snapshot {
             watermark: engine.watermark(),
             frontier,
             control_model,
+            experiments: engine
+                .experiment_names()
+                .iter()
+                .zip(engine.experiment_aggregates())
+                .map(|(name, aggregates)| ExperimentSnapshot {
+                    name: name.clone(),
+                    totals: aggregates.totals.clone(),
+                    windows: (0..window_count)
+                        .map(|index| {
+                            frontier
+                                .map(|f| aggregates.windows.totals(index, f))
+                                .unwrap_or_default()
+                        })
+                        .collect(),
+                })
+                .collect(),
+            unregistered_interleavings: engine.unregistered_interleavings(),
+            expected_split: Vec::new(),
         }
+    }
+
+    /// The snapshot with the sample ratio check against `split`.
+    pub fn with_expected_split(mut self, split: &[(String, f64)]) -> Self {
+        self.expected_split = split.to_vec();
+        self
     }
 }

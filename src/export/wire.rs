@@ -4,7 +4,8 @@
 //! live here, so that a field added to one cannot be forgotten in the other.
 
 use super::{
-    Comparison, GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters,
+    Comparison, ExperimentReport, GroupReport, MeanPair, PositionPoint, Report, ReportConfig,
+    ReportCounters, SplitReport,
 };
 use crate::metrics::{CoverageFigures, Metric};
 use crate::proto;
@@ -27,6 +28,7 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
             allowed_lateness_s: config.allowed_lateness_s,
             gain: config.gain,
             control_model: config.control_model.clone().unwrap_or_default(),
+            expected_split: config.expected_split.iter().cloned().collect(),
         }),
         counters: Some(proto::Counters {
             impressions: counters.impressions,
@@ -88,8 +90,12 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
             .map(comparison_to_proto)
             .collect(),
         window,
-        interleaving: Vec::new(),
-        splits: Vec::new(),
+        interleaving: report
+            .interleaving
+            .into_iter()
+            .map(experiment_to_proto)
+            .collect(),
+        splits: report.splits.into_iter().map(split_to_proto).collect(),
     }
 }
 
@@ -109,6 +115,70 @@ fn comparison_to_proto(c: Comparison) -> proto::Comparison {
     }
 }
 
+fn experiment_to_proto(e: ExperimentReport) -> proto::InterleavingExperiment {
+    proto::InterleavingExperiment {
+        surface: e.surface,
+        segments: e.segments.into_iter().collect(),
+        a: e.a,
+        b: e.b,
+        lists: e.lists,
+        wins_a: e.wins_a,
+        wins_b: e.wins_b,
+        ties: e.ties,
+        preference: e.preference,
+        se: e.se,
+        ci95_lower: e.ci95[0],
+        ci95_upper: e.ci95[1],
+        cs95_lower: e.cs95[0],
+        cs95_upper: e.cs95[1],
+        first_a: e.first_a,
+        first_b: e.first_b,
+        first_pick_p_value: e.first_pick_p_value,
+    }
+}
+
+fn experiment(e: proto::InterleavingExperiment) -> ExperimentReport {
+    ExperimentReport {
+        surface: e.surface,
+        segments: e.segments.into_iter().collect(),
+        a: e.a,
+        b: e.b,
+        lists: e.lists,
+        wins_a: e.wins_a,
+        wins_b: e.wins_b,
+        ties: e.ties,
+        preference: e.preference,
+        se: e.se,
+        ci95: [e.ci95_lower, e.ci95_upper],
+        cs95: [e.cs95_lower, e.cs95_upper],
+        first_a: e.first_a,
+        first_b: e.first_b,
+        first_pick_p_value: e.first_pick_p_value,
+    }
+}
+
+fn split_to_proto(s: SplitReport) -> proto::SplitCheck {
+    proto::SplitCheck {
+        surface: s.surface,
+        segments: s.segments.into_iter().collect(),
+        lists: s.lists.into_iter().collect(),
+        expected: s.expected.into_iter().collect(),
+        p_value: s.p_value,
+        mismatch: s.mismatch,
+    }
+}
+
+fn split(s: proto::SplitCheck) -> SplitReport {
+    SplitReport {
+        surface: s.surface,
+        segments: s.segments.into_iter().collect(),
+        lists: s.lists.into_iter().collect(),
+        expected: s.expected.into_iter().collect(),
+        p_value: s.p_value,
+        mismatch: s.mismatch,
+    }
+}
+
 /// The report of `GetMetrics`, in the shape `replay` gives it.
 impl TryFrom<proto::Report> for Report {
     type Error = IncompleteReport;
@@ -124,6 +194,11 @@ impl TryFrom<proto::Report> for Report {
                 allowed_lateness_s: config.allowed_lateness_s,
                 gain: config.gain,
                 control_model: Some(config.control_model).filter(|name| !name.is_empty()),
+                expected_split: {
+                    let mut split: Vec<(String, f64)> = config.expected_split.into_iter().collect();
+                    split.sort_by(|a, b| a.0.cmp(&b.0));
+                    split
+                },
             },
             counters: ReportCounters {
                 impressions: counters.impressions,
@@ -142,6 +217,8 @@ impl TryFrom<proto::Report> for Report {
             comparisons: control_set
                 .then(|| report.comparisons.into_iter().map(comparison).collect())
                 .transpose()?,
+            interleaving: report.interleaving.into_iter().map(experiment).collect(),
+            splits: report.splits.into_iter().map(split).collect(),
         })
     }
 }
@@ -216,7 +293,7 @@ fn comparison(c: proto::Comparison) -> Result<Comparison, IncompleteReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Event, Impression, Interaction};
+    use crate::event::{Event, Impression, Interaction, Interleaving};
     use crate::join::{Engine, JoinSettings, SegmentSettings};
     use crate::metrics::{CoverageMode, ListEvaluator, MetricSettings};
 
@@ -242,7 +319,11 @@ mod tests {
             settings,
             ListEvaluator::new(MetricSettings::default(), &[1, 3]),
         );
-        for (user, model) in [(1, "a"), (2, "b"), (3, "a")] {
+        for (user, model) in [(1, "a"), (2, "b"), (3, "a"), (4, "mixed")] {
+            let interleaving = (model == "mixed").then(|| Interleaving {
+                rankers: vec!["b".into(), "a".into()],
+                teams: vec![0, 1, 0],
+            });
             engine.apply(Event::Impression(Impression {
                 request: user,
                 user,
@@ -251,6 +332,7 @@ mod tests {
                 model: model.into(),
                 surface: "home".into(),
                 segments: vec![],
+                interleaving,
             }));
             engine.apply(Event::Interaction(Interaction {
                 event: None,
@@ -269,6 +351,7 @@ mod tests {
             allowed_lateness_s: 0.0,
             gain: "linear".into(),
             control_model: Some("a".into()),
+            expected_split: vec![("a".into(), 0.5), ("b".into(), 0.5)],
         };
         Report::since_start(&engine, &config)
     }
@@ -277,6 +360,8 @@ mod tests {
     fn a_report_survives_the_round_trip_through_the_wire() {
         let report = report();
         assert!(report.comparisons.as_ref().is_some_and(|c| !c.is_empty()));
+        assert_eq!(report.interleaving.len(), 1);
+        assert_eq!(report.splits.len(), 1);
         let back = Report::try_from(to_proto(report.clone(), String::new())).unwrap();
         assert_eq!(back, report);
     }

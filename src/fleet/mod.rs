@@ -199,8 +199,10 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
             | Command::AdvanceIfIdle { .. }
             | Command::RetireIdleGroups { .. } => {}
             Command::Snapshot { reply } => {
-                let control = fleet.engine_settings().control_model.clone();
-                let _ = reply.send(Snapshot::of(&fleet.figures(), control));
+                let settings = fleet.engine_settings();
+                let snapshot = Snapshot::of(&fleet.figures(), settings.control_model.clone())
+                    .with_expected_split(&settings.expected_split);
+                let _ = reply.send(snapshot);
             }
             Command::Report { window, reply } => {
                 let view = fleet.figures();

@@ -184,10 +184,9 @@ impl Relay {
                 } => self.relay(batch, stream_failed, done).await,
                 Command::AdvanceIfIdle { .. } | Command::RetireIdleGroups { .. } => {}
                 Command::Snapshot { reply } => {
-                    let _ = reply.send(Snapshot::of(
-                        &self.engine,
-                        self.report.control_model.clone(),
-                    ));
+                    let snapshot = Snapshot::of(&self.engine, self.report.control_model.clone())
+                        .with_expected_split(&self.report.expected_split);
+                    let _ = reply.send(snapshot);
                 }
                 Command::Report { window, reply } => {
                     let report = match window {

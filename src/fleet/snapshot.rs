@@ -60,7 +60,7 @@ const MANIFEST_KEY: &str = "manifest";
 /// panes that cascade; version 6, open impressions in fixed-width fields.
 /// Snapshots of another version are not restored (the partition starts
 /// empty, loudly).
-const FORMAT_VERSION: u32 = 7;
+const FORMAT_VERSION: u32 = 8;
 
 /// What a snapshot is and where its chunks are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

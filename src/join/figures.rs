@@ -26,6 +26,8 @@ impl Engine {
     /// aggregates (matched by name), overflow and fold counts.
     pub fn absorb_finalized(&mut self, other: &Engine) {
         add_counters(&mut self.counters, &other.counters);
+        self.experiments
+            .absorb(&other.experiments, &self.settings.windows);
         self.groups.overflowed += other.groups.overflowed;
         self.groups.add_folded(&other.groups);
         for (aggregates, name) in other.aggregates.iter().zip(other.groups.names()) {
@@ -59,6 +61,7 @@ impl Engine {
                 next_seq: self.next_seq,
                 groups,
                 aggregates: &[],
+                experiments: self.experiments.without_figures(&self.settings.windows),
                 counters: Counters::default(),
                 users: UsersAhead(sorted_user_refs(&self.shards)),
             },
@@ -128,6 +131,7 @@ mod tests {
             model: Cow::Borrowed(model),
             surface: Cow::Borrowed("home"),
             segments: Vec::new(),
+            interleaving: None,
         })
     }
 

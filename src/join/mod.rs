@@ -9,6 +9,7 @@
 
 mod counters;
 mod due;
+mod experiments;
 mod figures;
 mod groups;
 mod packed;
@@ -16,6 +17,7 @@ mod persist;
 mod user;
 
 pub use counters::{Counters, Unattributed};
+pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
 
@@ -26,9 +28,10 @@ use crate::metrics::{
 };
 use crate::window::{CoverageWindows, RollingWindows};
 use due::DueQueue;
+use experiments::Experiments;
 use groups::{GroupId, Groups};
 use std::collections::HashMap;
-use user::{Attributed, OpenImpression, UserState, Waiting};
+use user::{Attributed, OpenImpression, UserState, Waiting, NOT_INTERLEAVED};
 
 /// Join timing and bounds.
 #[derive(Clone, Debug, PartialEq)]
@@ -167,6 +170,7 @@ pub struct Engine {
     next_seq: u64,
     groups: Groups,
     aggregates: Vec<GroupAggregates>,
+    experiments: Experiments,
     evaluator: ListEvaluator,
     grades: Vec<f64>,
     values: Vec<f64>,
@@ -174,6 +178,10 @@ pub struct Engine {
     exposure_weights: Vec<f64>,
     /// `exposure_sums[n]`: the first `n` weights summed, a list of `n` items' exposure.
     exposure_sums: Vec<f64>,
+    /// Per ranker, the credit of the interleaved list being finalized.
+    credits: Vec<f64>,
+    /// The teams of the interleaved list being finalized.
+    teams: Vec<u8>,
     /// The items engaged in the list being finalized.
     engaged_items: Vec<u64>,
     /// The sketch slots of the list being finalized.
@@ -206,11 +214,14 @@ impl Engine {
             give_ups: DueQueue::default(),
             next_seq: 0,
             aggregates: Vec::new(),
+            experiments: Experiments::default(),
             evaluator,
             grades: Vec::new(),
             values: vec![0.0; width],
             exposure_weights: Vec::new(),
             exposure_sums: vec![0.0],
+            credits: Vec::new(),
+            teams: Vec::new(),
             engaged_items: Vec::new(),
             slots: Vec::new(),
             counters: Counters::default(),
@@ -418,6 +429,7 @@ impl Engine {
             next_seq: self.next_seq,
             groups: self.groups.clone(),
             aggregates: self.aggregates.clone(),
+            experiments: self.experiments.clone(),
             counters: self.counters.clone(),
             users: persist::sorted_users(&self.shards),
         }
@@ -440,6 +452,8 @@ impl Engine {
             engine.settings.segments.max_values,
         );
         engine.aggregates = state.aggregates;
+        engine.experiments = state.experiments;
+        engine.experiments.restored();
         engine.counters = state.counters;
         for (id, user) in state.users {
             engine.restore_user(id, user);
@@ -506,8 +520,20 @@ impl Engine {
             &impression.segments,
             self.received_at,
         );
+        let lineup = match &impression.interleaving {
+            None => NOT_INTERLEAVED,
+            Some(interleaving) => self
+                .experiments
+                .lineup(
+                    &self.groups.names()[group as usize],
+                    &interleaving.rankers,
+                    self.settings.max_groups,
+                    &self.settings.windows,
+                )
+                .unwrap_or(NOT_INTERLEAVED),
+        };
         let seq = self.seq();
-        let mut open = OpenImpression::new(seq, group, impression);
+        let mut open = OpenImpression::new(seq, group, lineup, impression);
         let index = shard_index(user_id, self.shards.len());
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters);
@@ -617,6 +643,43 @@ impl Engine {
         aggregates.windows.add(list.time, &self.values, engaged);
         aggregates.positions.add(list.shown(), list.credited());
         self.add_coverage(group, &list);
+        if list.lineup != NOT_INTERLEAVED {
+            self.credit_rankers(&list);
+        }
+    }
+
+    /// Credits each ranker of a finalized interleaved list with the gain of
+    /// its items, and adds the outcome of each pair to its experiment.
+    fn credit_rankers(&mut self, list: &OpenImpression) {
+        list.grades_into(&mut self.grades);
+        list.teams_into(&mut self.teams);
+        let rankers = self.experiments.rankers(list.lineup);
+        crate::metrics::interleaving::credits_into(
+            &self.grades,
+            &self.teams,
+            self.evaluator.gain(),
+            rankers,
+            &mut self.credits,
+        );
+        let first = self.teams.first().copied().unwrap_or(0);
+        self.experiments
+            .add(list.lineup, &self.credits, first, list.time);
+    }
+
+    /// The name of every interleaving experiment, indexed by id.
+    pub fn experiment_names(&self) -> &[ExperimentName] {
+        self.experiments.names()
+    }
+
+    /// Aggregates of every interleaving experiment, indexed by id.
+    pub fn experiment_aggregates(&self) -> &[ExperimentAggregates] {
+        self.experiments.aggregates()
+    }
+
+    /// Interleaved lists that found no room for their lineup under
+    /// `max_groups`: counted in their group only, since start.
+    pub fn unregistered_interleavings(&self) -> u64 {
+        self.experiments.unregistered
     }
 
     /// Adds a finalized list's items to its group's coverage, since start and per window.
@@ -701,6 +764,7 @@ mod tests {
             model: Cow::Borrowed("m"),
             surface: Cow::Borrowed("s"),
             segments: Vec::new(),
+            interleaving: None,
         })
     }
 

@@ -3,9 +3,11 @@
 //! hashes and credits as they are instead of writing each 64-bit hash as a
 //! variable-length integer of up to ten bytes, one call at a time.
 //!
-//! Layout: `seq` (8 bytes), `request` (8), `time` (8), `group` (4), the
-//! number of items (4), the item hashes (8 each), then the credits to the
-//! end: rank (4), type index (2), grade (8, IEEE 754 bits), event hash (8).
+//! Layout: `seq` (8 bytes), `request` (8), `time` (8), `group` (4),
+//! `lineup` (4), the number of words of the item box (4), those words (8
+//! each: the item hashes, then an interleaved list's teams), then the
+//! credits to the end: rank (4), type index (2), grade (8, IEEE 754 bits),
+//! event hash (8).
 
 use super::user::{Credit, OpenImpression};
 use serde::de::{self, Deserializer, Visitor};
@@ -13,7 +15,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use std::cell::RefCell;
 use std::fmt;
 
-const HEADER_BYTES: usize = 8 + 8 + 8 + 4 + 4;
+const HEADER_BYTES: usize = 8 + 8 + 8 + 4 + 4 + 4;
 const ITEM_BYTES: usize = 8;
 const CREDIT_BYTES: usize = 4 + 2 + 8 + 8;
 
@@ -33,6 +35,7 @@ impl Serialize for OpenImpression {
             bytes.extend_from_slice(&self.request.to_le_bytes());
             bytes.extend_from_slice(&self.time.to_le_bytes());
             bytes.extend_from_slice(&self.group.to_le_bytes());
+            bytes.extend_from_slice(&self.lineup.to_le_bytes());
             bytes.extend_from_slice(&(self.items.len() as u32).to_le_bytes());
             for item in self.items.iter() {
                 bytes.extend_from_slice(&item.to_le_bytes());
@@ -75,6 +78,7 @@ fn unpack(bytes: &[u8]) -> Option<OpenImpression> {
     let request = u64::from_le_bytes(reader.take()?);
     let time = i64::from_le_bytes(reader.take()?);
     let group = u32::from_le_bytes(reader.take()?);
+    let lineup = u32::from_le_bytes(reader.take()?);
     let count = u32::from_le_bytes(reader.take()?) as usize;
     let item_bytes = reader.take_slice(count.checked_mul(ITEM_BYTES)?)?;
     let (items, _) = item_bytes.as_chunks::<ITEM_BYTES>();
@@ -96,6 +100,7 @@ fn unpack(bytes: &[u8]) -> Option<OpenImpression> {
         request,
         time,
         group,
+        lineup,
         items,
         credits,
     })
@@ -126,6 +131,7 @@ mod tests {
             request: u64::MAX - 3,
             time: -1_700_000_000_000_000_000,
             group: 2,
+            lineup: 5,
             items: vec![1, u64::MAX, 1 << 63].into_boxed_slice(),
             credits: vec![Credit {
                 rank: 1,
@@ -156,7 +162,7 @@ mod tests {
             assert!(unpack(&packed[..len]).is_none(), "{len} bytes");
         }
         let mut items_overrun = packed.to_vec();
-        items_overrun[28..32].copy_from_slice(&u32::MAX.to_le_bytes());
+        items_overrun[32..36].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(unpack(&items_overrun).is_none());
     }
 }

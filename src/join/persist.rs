@@ -4,7 +4,9 @@
 //! [`super::Engine::from_state`]); this module owns its serialized form,
 //! whose field order is the state file's format.
 
-use super::{user::UserState, Counters, GroupAggregates, Groups, Shard};
+use super::experiments::Experiments;
+use super::user::{UserState, NOT_INTERLEAVED};
+use super::{Counters, GroupAggregates, Groups, Shard};
 use crate::event::Nanos;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
@@ -16,6 +18,7 @@ pub struct EngineState {
     pub(super) next_seq: u64,
     pub(super) groups: Groups,
     pub(super) aggregates: Vec<GroupAggregates>,
+    pub(super) experiments: Experiments,
     pub(super) counters: Counters,
     pub(super) users: Vec<(u64, UserState)>,
 }
@@ -29,6 +32,7 @@ pub(super) struct OpenState<'a> {
     pub(super) next_seq: u64,
     pub(super) groups: Groups,
     pub(super) aggregates: &'a [GroupAggregates],
+    pub(super) experiments: Experiments,
     pub(super) counters: Counters,
     pub(super) users: UsersAhead<'a>,
 }
@@ -90,6 +94,21 @@ impl EngineState {
         }
         if !opens().all(|open| open.is_well_formed()) {
             return Some("an open impression credits a rank it does not show");
+        }
+        if !self.experiments.is_well_formed() {
+            return Some("the interleaving registry names an experiment it does not hold");
+        }
+        let mut teams = Vec::new();
+        let teams_fit = |open: &super::user::OpenImpression| {
+            if open.lineup == NOT_INTERLEAVED {
+                return true;
+            }
+            let rankers = self.experiments.rankers(open.lineup);
+            open.teams_into(&mut teams);
+            rankers > 0 && teams.iter().all(|&t| usize::from(t) < rankers)
+        };
+        if !opens().all(teams_fit) {
+            return Some("an open interleaved list names an unknown lineup or ranker");
         }
         None
     }

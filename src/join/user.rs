@@ -17,10 +17,21 @@ pub struct OpenImpression {
     pub request: u64,
     pub time: Nanos,
     pub group: GroupId,
+    /// The interleaving lineup of the list ([`super::experiments`]), or
+    /// [`NOT_INTERLEAVED`]; it fills what would be padding after `group`.
+    pub lineup: u32,
+    /// The item hashes, rank order; for an interleaved list followed by its
+    /// teams, eight to a word (see [`OpenImpression::shown`]).
     pub(super) items: Box<[u64]>,
     /// The interactions credited to it, in blocks of 2, 4, 8….
     pub(super) credits: Vec<Credit>,
 }
+
+/// The lineup of a list that was not interleaved.
+pub const NOT_INTERLEAVED: u32 = u32::MAX;
+
+/// Teams (one byte each) per word of an interleaved list's item box.
+const TEAMS_PER_WORD: usize = 8;
 
 /// One interaction credited to an impression.
 #[derive(Clone, Copy, Debug)]
@@ -34,20 +45,45 @@ pub(super) struct Credit {
 }
 
 impl OpenImpression {
-    /// A newly opened impression, taking over its item hashes.
-    pub fn new(seq: u64, group: GroupId, impression: Impression<'_>) -> Self {
+    /// A newly opened impression, taking over its item hashes; its teams
+    /// are kept when `lineup` is one (not [`NOT_INTERLEAVED`]).
+    pub fn new(seq: u64, group: GroupId, lineup: u32, impression: Impression<'_>) -> Self {
+        let mut items = impression.items;
+        if let (Some(interleaving), true) = (&impression.interleaving, lineup != NOT_INTERLEAVED) {
+            items.reserve_exact(interleaving.teams.len().div_ceil(TEAMS_PER_WORD));
+            items.extend(interleaving.teams.chunks(TEAMS_PER_WORD).map(|teams| {
+                let mut word = [0u8; TEAMS_PER_WORD];
+                word[..teams.len()].copy_from_slice(teams);
+                u64::from_le_bytes(word)
+            }));
+        }
         Self {
             seq,
             request: impression.request,
             time: impression.time,
             group,
-            items: impression.items.into_boxed_slice(),
+            lineup: match impression.interleaving {
+                Some(_) => lineup,
+                None => NOT_INTERLEAVED,
+            },
+            items: items.into_boxed_slice(),
             credits: Vec::new(),
         }
     }
 
+    /// The team of each item, rank order, into `teams`; none for a list
+    /// that was not interleaved.
+    pub fn teams_into(&self, teams: &mut Vec<u8>) {
+        teams.clear();
+        let shown = self.shown();
+        for word in &self.items[shown..] {
+            teams.extend_from_slice(&word.to_le_bytes());
+        }
+        teams.truncate(shown);
+    }
+
     fn rank_of(&self, item: u64) -> Option<usize> {
-        self.items.iter().position(|&i| i == item)
+        self.items().iter().position(|&i| i == item)
     }
 
     fn in_window(&self, time: Nanos, window: Nanos) -> bool {
@@ -92,7 +128,7 @@ impl OpenImpression {
     /// Writes the grade of every item, rank order, into `grades`.
     pub fn grades_into(&self, grades: &mut Vec<f64>) {
         grades.clear();
-        grades.resize(self.items.len(), 0.0);
+        grades.resize(self.shown(), 0.0);
         for credit in &self.credits {
             let grade = &mut grades[credit.rank as usize];
             *grade = grade.max(credit.grade);
@@ -102,19 +138,24 @@ impl OpenImpression {
     /// Whether every credit names a rank of the list, as `credit` gives
     /// them: `grades_into` indexes the list by them.
     pub fn is_well_formed(&self) -> bool {
-        self.credits
-            .iter()
-            .all(|c| (c.rank as usize) < self.items.len())
+        let shown = self.shown();
+        let packed = self.lineup == NOT_INTERLEAVED
+            || (shown > 0 && shown + shown.div_ceil(TEAMS_PER_WORD) == self.items.len());
+        packed && self.credits.iter().all(|c| (c.rank as usize) < shown)
     }
 
-    /// The number of items shown.
+    /// The number of items shown. An interleaved list of `n` items holds
+    /// `L = n + ⌈n/8⌉` words, and `n = ⌊8L/9⌋` is the one `n` that gives `L`.
     pub fn shown(&self) -> usize {
-        self.items.len()
+        match self.lineup {
+            NOT_INTERLEAVED => self.items.len(),
+            _ => self.items.len() * TEAMS_PER_WORD / (TEAMS_PER_WORD + 1),
+        }
     }
 
     /// The item hashes shown, rank order.
     pub fn items(&self) -> &[u64] {
-        &self.items
+        &self.items[..self.shown()]
     }
 
     /// The items with a credited interaction of grade > 0 (an item once per credit).
@@ -122,7 +163,7 @@ impl OpenImpression {
         self.credits
             .iter()
             .filter(|c| c.grade > 0.0)
-            .map(|c| self.items[c.rank as usize])
+            .map(|c| self.items()[c.rank as usize])
     }
 
     /// `(rank index, type index)` of every credited interaction.
@@ -180,7 +221,7 @@ struct UserIndex {
 impl UserIndex {
     fn add_open(&mut self, m: &OpenImpression) {
         self.requests.insert(m.request, (m.time, m.seq));
-        for &item in m.items.iter() {
+        for &item in m.items().iter() {
             let lists = self.items.entry(item).or_default();
             let at = lists.partition_point(|&key| key <= (m.time, m.seq));
             lists.insert(at, (m.time, m.seq));
@@ -189,7 +230,7 @@ impl UserIndex {
 
     fn remove_open(&mut self, m: &OpenImpression) {
         self.requests.remove(&m.request);
-        for item in m.items.iter() {
+        for item in m.items().iter() {
             if let Some(lists) = self.items.get_mut(item) {
                 if let Some(at) = lists.iter().position(|&key| key == (m.time, m.seq)) {
                     lists.remove(at);
@@ -456,7 +497,7 @@ impl UserState {
         if let Some(index) = &self.index {
             let mut candidates: Vec<u64> =
                 index.named.get(&open.request).cloned().unwrap_or_default();
-            for item in open.items.iter() {
+            for item in open.items().iter() {
                 candidates.extend(index.unnamed.get(item).into_iter().flatten());
             }
             if candidates.is_empty() {
@@ -600,6 +641,7 @@ mod tests {
                     request: *request,
                     time: *time,
                     group: 0,
+                    lineup: NOT_INTERLEAVED,
                     items: items.clone().into_boxed_slice(),
                     credits: Vec::new(),
                 };

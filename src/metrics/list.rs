@@ -14,7 +14,8 @@ pub enum Gain {
 }
 
 impl Gain {
-    fn apply(self, grade: f64) -> f64 {
+    /// The gain of `grade`.
+    pub fn apply(self, grade: f64) -> f64 {
         match self {
             Gain::Linear => grade,
             Gain::Exponential => grade.exp2() - 1.0,
@@ -192,6 +193,11 @@ impl ListEvaluator {
             ideal: Vec::new(),
             seen_positive: Vec::new(),
         }
+    }
+
+    /// The gain of DCG, which also credits interleaved rankers (docs/SPEC.md §12).
+    pub fn gain(&self) -> Gain {
+        self.settings.gain
     }
 
     /// The position discount of DCG, which also weighs exposure (docs/SPEC.md §11).

@@ -4,6 +4,7 @@
 mod aggregate;
 mod coverage;
 mod hyperloglog;
+pub mod interleaving;
 mod list;
 mod position;
 pub mod uncertainty;
