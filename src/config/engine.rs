@@ -228,9 +228,24 @@ fn grades(
 const MAX_SEGMENT_LABELS: usize = 8;
 
 /// Labels that rankwatch's own series carry, which a segment label may not shadow.
-const SERIES_LABELS: [&str; 16] = [
-    "model", "surface", "k", "window", "scope", "rank", "type", "control", "metric", "reason",
-    "kind", "label", "le", "quantile", "ranker_a", "ranker_b",
+const SERIES_LABELS: [&str; 17] = [
+    "model",
+    "surface",
+    "k",
+    "window",
+    "scope",
+    "rank",
+    "type",
+    "control",
+    "metric",
+    "reason",
+    "kind",
+    "label",
+    "le",
+    "quantile",
+    "ranker_a",
+    "ranker_b",
+    "candidate",
 ];
 
 /// The segment labels: flags and environment over the file; each a

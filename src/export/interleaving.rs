@@ -287,6 +287,53 @@ fn render_preference(
             }
         }
     }
+    if let Some(control) = &snapshot.control_model {
+        render_against_control(writer, &views, control);
+    }
+}
+
+/// `rankwatch_interleaving_candidate_preference*`: for each experiment one
+/// of whose rankers is the control model, the other's preference over it
+/// (the sign and the bounds turned when the candidate is `b`), which the
+/// alert rules read with `candidate` and `control` labels.
+fn render_against_control(
+    writer: &mut SeriesWriter<'_>,
+    views: &[(&str, Vec<(LabelSet, ExperimentReport)>)],
+    control: &str,
+) {
+    let against: Vec<(&str, LabelSet, [f64; 3])> = views
+        .iter()
+        .flat_map(|(window, reports)| reports.iter().map(move |(_, e)| (*window, e)))
+        .filter_map(|(window, e)| {
+            let (candidate, figures) = if e.b == control {
+                (&e.a, [e.preference, e.cs95[0], e.cs95[1]])
+            } else if e.a == control {
+                (&e.b, [-e.preference, -e.cs95[1], -e.cs95[0]])
+            } else {
+                return None;
+            };
+            let segments: Vec<(String, String)> = e.segments.clone().into_iter().collect();
+            let mut labels = vec![("surface", e.surface.as_str())];
+            labels.extend(segments.iter().map(|(l, v)| (l.as_str(), v.as_str())));
+            labels.extend([
+                ("candidate", candidate.as_str()),
+                ("control", control),
+                ("window", window),
+            ]);
+            Some((window, LabelSet::of(&labels), figures))
+        })
+        .collect();
+    let gauges = [
+        ("candidate_preference", "Preference of the candidate ranker over the control model in interleaved lists: below 0 when users prefer the control."),
+        ("candidate_preference_cs95_lower", "Lower bound of the anytime-valid 95% confidence sequence of the candidate's preference over the control."),
+        ("candidate_preference_cs95_upper", "Upper bound of the anytime-valid 95% confidence sequence of the candidate's preference over the control: below minus the margin, the candidate loses."),
+    ];
+    for (index, (figure, help)) in gauges.into_iter().enumerate() {
+        let mut family = writer.family(format!("{INTERLEAVING_PREFIX}{figure}"), Kind::Gauge, help);
+        for (_, labels, figures) in &against {
+            family.sample(labels, &[], figures[index]);
+        }
+    }
 }
 
 /// `rankwatch_split_check_p_value`: per surface (and segment values), the

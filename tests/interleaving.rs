@@ -1,0 +1,411 @@
+//! Interleaving (docs/SPEC.md §12) against an independent computation: a
+//! seeded log of team-draft interleaved and multileaved lists, A/B lists
+//! and malformed interleavings is replayed, with linear and exponential
+//! gain, and streamed to a real server; every count of every experiment is
+//! checked list by list against team-draft evaluation written here from the
+//! spec, and every statistic against values computed from those counts.
+
+mod common;
+
+use common::server::Server;
+use common::{replay_json, Seeded};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+const RANKERS: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
+const SURFACES: [&str; 2] = ["home", "search"];
+const LISTS: usize = 1500;
+/// `(type, grade)` of the default grade table.
+const TYPES: [(&str, f64); 3] = [("click", 1.0), ("add_to_cart", 2.0), ("purchase", 3.0)];
+
+fn time(seconds: u64) -> String {
+    let (minutes, seconds) = (seconds / 60, seconds % 60);
+    let (hours, minutes) = (minutes / 60, minutes % 60);
+    format!("2026-11-01T{:02}:{minutes:02}:{seconds:02}Z", 8 + hours)
+}
+
+/// Team draft: in each round the rankers pick in a random order, each
+/// taking its highest item not yet shown.
+fn team_draft(rankings: &[Vec<u32>], length: usize, rng: &mut Seeded) -> (Vec<u32>, Vec<usize>) {
+    let (mut shown, mut teams) = (Vec::new(), Vec::new());
+    while shown.len() < length {
+        let mut order: Vec<usize> = (0..rankings.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        let mut picked = false;
+        for ranker in order {
+            if shown.len() == length {
+                break;
+            }
+            if let Some(&item) = rankings[ranker].iter().find(|i| !shown.contains(*i)) {
+                shown.push(item);
+                teams.push(ranker);
+                picked = true;
+            }
+        }
+        if !picked {
+            break;
+        }
+    }
+    (shown, teams)
+}
+
+/// One interleaved list as the test knows it.
+struct Shown {
+    surface: &'static str,
+    rankers: Vec<&'static str>,
+    teams: Vec<usize>,
+    /// Per item, the largest grade of its interactions.
+    grades: Vec<f64>,
+}
+
+/// The log's lines, and the interleaved lists that are valid.
+fn log(seed: u64) -> (Vec<String>, Vec<Shown>, usize) {
+    let mut rng = Seeded(seed);
+    let (mut lines, mut shown, mut malformed) = (Vec::new(), Vec::new(), 0);
+    for list in 0..LISTS {
+        let at = 10 * list as u64;
+        let surface = SURFACES[list % 2];
+        let request = format!("r{list}");
+        let user = format!("u{}", rng.next() % 300);
+        let count = 2 + (rng.next() % 3) as usize;
+        let mut rankers: Vec<&'static str> = RANKERS.to_vec();
+        for i in (1..rankers.len()).rev() {
+            rankers.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        rankers.truncate(count);
+        // Each ranker ranks 12 items of a pool of 30, the better ones
+        // (lower indexes) higher for alpha than for the others.
+        let rankings: Vec<Vec<u32>> = rankers
+            .iter()
+            .map(|r| {
+                let noise = if *r == "alpha" { 8 } else { 30 };
+                let mut keyed: Vec<(u32, u32)> = (0..30)
+                    .map(|i| (i + (rng.next() % noise) as u32, i))
+                    .collect();
+                keyed.sort_unstable();
+                let mut items: Vec<u32> = keyed.into_iter().map(|(_, i)| i).collect();
+                items.truncate(12);
+                items
+            })
+            .collect();
+        let kind = rng.next() % 10;
+        let (items, teams) = team_draft(&rankings, 10, &mut rng);
+        let ids: Vec<String> = items.iter().map(|i| format!("i{i}")).collect();
+        let mut impression = json!({"impression": {
+            "requestId": request, "userId": user, "itemIds": ids,
+            "time": time(at), "model": "mixed", "surface": surface,
+        }});
+        let mut interleaving = json!({"rankers": rankers, "teams": teams});
+        match kind {
+            0 => {
+                // An A/B list of one ranker: no interleaving.
+                impression["impression"]["model"] = json!(rankers[0]);
+                lines.push(impression.to_string());
+                continue;
+            }
+            1 => {
+                malformed += 1;
+                match rng.next() % 4 {
+                    0 => interleaving["teams"] = json!(teams[1..]),
+                    1 => interleaving["rankers"] = json!([rankers[0]]),
+                    2 => interleaving["rankers"] = json!([rankers[0], rankers[0]]),
+                    _ => interleaving["teams"][0] = json!(count),
+                }
+                impression["impression"]["interleaving"] = interleaving;
+                lines.push(impression.to_string());
+                continue;
+            }
+            _ => impression["impression"]["interleaving"] = interleaving,
+        }
+        lines.push(impression.to_string());
+        let mut grades = vec![0.0; items.len()];
+        // Clicks fall more often on better items (lower indexes) and near the top.
+        for (rank, item) in items.iter().enumerate() {
+            let chance = (40 - *item as u64).saturating_sub(3 * rank as u64);
+            if rng.next() % 100 >= chance {
+                continue;
+            }
+            let (kind, type_grade) = TYPES[(rng.next() % 3) as usize];
+            let explicit = (rng.next() % 5 == 0).then(|| (rng.next() % 5) as f64 * 0.5);
+            let grade = explicit.unwrap_or(type_grade);
+            grades[rank] = f64::max(grades[rank], grade);
+            let mut x = json!({"interaction": {
+                "userId": user, "itemId": format!("i{item}"), "requestId": format!("r{list}"),
+                "type": kind, "time": time(at + 1 + rank as u64),
+            }});
+            if let Some(grade) = explicit {
+                x["interaction"]["grade"] = json!(grade);
+            }
+            lines.push(x.to_string());
+        }
+        shown.push(Shown {
+            surface,
+            rankers,
+            teams,
+            grades,
+        });
+    }
+    (lines, shown, malformed)
+}
+
+/// Per experiment `(surface, a, b)`: lists, wins of a, wins of b, first picks of a and of b.
+type Expected = BTreeMap<(String, String, String), [u64; 5]>;
+
+/// Team-draft evaluation from the spec: credit per ranker, a win for the
+/// one of each pair with more, pairs ordered by name.
+fn evaluate(shown: &[Shown], exponential: bool) -> Expected {
+    let gain = |g: f64| if exponential { g.exp2() - 1.0 } else { g };
+    let mut experiments = Expected::new();
+    for list in shown {
+        let mut credit = vec![0.0; list.rankers.len()];
+        for (team, grade) in list.teams.iter().zip(&list.grades) {
+            credit[*team] += gain(*grade);
+        }
+        for i in 0..list.rankers.len() {
+            for j in i + 1..list.rankers.len() {
+                let (a, b) = if list.rankers[i] < list.rankers[j] {
+                    (i, j)
+                } else {
+                    (j, i)
+                };
+                let key = (
+                    list.surface.to_owned(),
+                    list.rankers[a].to_owned(),
+                    list.rankers[b].to_owned(),
+                );
+                let row = experiments.entry(key).or_default();
+                row[0] += 1;
+                row[1] += u64::from(credit[a] > credit[b]);
+                row[2] += u64::from(credit[b] > credit[a]);
+                row[3] += u64::from(list.teams[0] == a);
+                row[4] += u64::from(list.teams[0] == b);
+            }
+        }
+    }
+    experiments
+}
+
+/// The half-width multiplier of docs/SPEC.md §9's confidence sequence at
+/// `t` lists, α = 0.05, tightest at 10,000 lists, written out again.
+fn sequence_multiplier(t: f64) -> f64 {
+    let alpha: f64 = 0.05;
+    let l = -2.0 * alpha.ln();
+    let rho2 = (l + (l + 1.0).ln()) / 10_000.0;
+    let tr = t.max(1.0) * rho2;
+    ((tr + 1.0) / tr * ((tr + 1.0) / (alpha * alpha)).ln()).sqrt()
+}
+
+fn close(got: &Value, want: f64, what: &str) {
+    let got = got.as_f64().unwrap_or_else(|| panic!("{what}: {got}"));
+    assert!((got - want).abs() <= 1e-9, "{what}: got {got}, want {want}");
+}
+
+/// Checks the report's `interleaving` list against `expected`.
+fn check(report: &Value, expected: &Expected) {
+    let rows = report["interleaving"]
+        .as_array()
+        .expect("an interleaving list");
+    let got: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["surface"].as_str().unwrap().into(),
+                r["a"].as_str().unwrap().into(),
+                r["b"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = expected.keys().cloned().collect();
+    assert_eq!(got, want, "one row per experiment, sorted by surface, a, b");
+    for (row, counts) in rows.iter().zip(expected.values()) {
+        let [lists, wins_a, wins_b, first_a, first_b] = *counts;
+        let name = format!("{} {} {}", row["surface"], row["a"], row["b"]);
+        assert_eq!(row["lists"], lists, "{name}");
+        assert_eq!(row["wins_a"], wins_a, "{name}");
+        assert_eq!(row["wins_b"], wins_b, "{name}");
+        assert_eq!(row["ties"], lists - wins_a - wins_b, "{name}");
+        assert_eq!(row["first_a"], first_a, "{name}");
+        assert_eq!(row["first_b"], first_b, "{name}");
+        let n = lists as f64;
+        let preference = (wins_a as f64 - wins_b as f64) / n;
+        let variance = ((wins_a + wins_b) as f64 - n * preference * preference) / (n - 1.0);
+        let se = (variance.max(0.0) / n).sqrt();
+        close(&row["preference"], preference, &name);
+        close(&row["se"], se, &name);
+        let z = 1.959963984540054;
+        close(&row["ci95"][0], preference - z * se, &name);
+        close(&row["ci95"][1], preference + z * se, &name);
+        let cs = sequence_multiplier(n) * se;
+        close(&row["cs95"][0], preference - cs, &name);
+        close(&row["cs95"][1], preference + cs, &name);
+        let (lo, hi) = (
+            row["cs95"][0].as_f64().unwrap(),
+            row["cs95"][1].as_f64().unwrap(),
+        );
+        assert!(lo <= row["ci95"][0].as_f64().unwrap() && hi >= row["ci95"][1].as_f64().unwrap());
+        let p = row["first_pick_p_value"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&p), "{name}: p-value {p}");
+    }
+}
+
+fn write_log(lines: &[String]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("interleaved.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    (dir, path)
+}
+
+#[test]
+fn replay_credits_each_ranker_as_team_draft_evaluation_does() {
+    let (lines, shown, malformed) = log(7);
+    let (_dir, path) = write_log(&lines);
+    for (gain, exponential) in [("linear", false), ("exponential", true)] {
+        let report = replay_json(&["--format", "json", "--gain", gain, &path], None);
+        let expected = evaluate(&shown, exponential);
+        assert_eq!(
+            expected.len(),
+            12,
+            "every pair of 4 rankers on both surfaces"
+        );
+        assert!(
+            expected.values().any(|c| c[1] != c[2]),
+            "wins differ somewhere"
+        );
+        check(&report, &expected);
+        assert_eq!(
+            report["counters"]["rejected"]["invalid_interleaving"],
+            malformed
+        );
+        // An interleaved list counts in its group like any list.
+        let mixed: u64 = report["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["model"] == "mixed")
+            .map(|g| g["lists"].as_u64().unwrap())
+            .sum();
+        assert_eq!(mixed, shown.len() as u64);
+    }
+}
+
+#[test]
+fn the_table_shows_each_experiment() {
+    let (lines, shown, _) = log(11);
+    let (_dir, path) = write_log(&lines);
+    let output = common::replay(&[path.as_str()], None);
+    let table = String::from_utf8(output.stdout).unwrap();
+    let expected = evaluate(&shown, false);
+    let ((surface, a, b), counts) = expected.iter().next().unwrap();
+    let row = table
+        .lines()
+        .find(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            words.len() > 4 && words[0] == surface && words[1] == a && words[2] == b
+        })
+        .unwrap_or_else(|| panic!("no row for {surface} {a} {b} in\n{table}"));
+    assert!(row.contains(&format!(" {} ", counts[0])), "{row}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reports_what_replay_reports_and_exports_counters() {
+    let (mut lines, shown, _) = log(3);
+    // Far past every list, so that all of them are finalized.
+    lines.push(r#"{"interaction":{"userId":"closing","itemId":"x","type":"click","time":"2026-11-01T23:00:00Z"}}"#.into());
+    let server = Server::exact(&[]);
+    server.stream_lines(&lines).await;
+    let (_dir, path) = write_log(&lines);
+    let replayed = replay_json(&["--format", "json", &path], None);
+    let report = rankwatch::export::Report::try_from(server.report().await).unwrap();
+    // Printed and read back as replay's report is, so that both go through
+    // the same decimal form.
+    let served: Value = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(served["interleaving"], replayed["interleaving"]);
+    check(&served, &evaluate(&shown, false));
+    let (status, text) = server.get("/metrics");
+    assert_eq!(status, 200);
+    let metrics = common::server::parse_metrics(&text);
+    for row in replayed["interleaving"].as_array().unwrap() {
+        // parse_metrics sorts each series' labels.
+        let labels = format!(
+            "{{ranker_a=\"{}\",ranker_b=\"{}\",surface=\"{}\"}}",
+            row["a"].as_str().unwrap(),
+            row["b"].as_str().unwrap(),
+            row["surface"].as_str().unwrap()
+        );
+        for (series, field) in [
+            ("lists_total", "lists"),
+            ("wins_a_total", "wins_a"),
+            ("wins_b_total", "wins_b"),
+            ("ties_total", "ties"),
+        ] {
+            let name = format!("rankwatch_interleaving_{series}{labels}");
+            assert_eq!(metrics.get(&name).copied(), row[field].as_f64(), "{name}");
+        }
+        let since_start = labels.replace('}', ",window=\"since_start\"}");
+        let name = format!("rankwatch_interleaving_preference_cs95_lower{since_start}");
+        let got = metrics.get(&name).copied().unwrap_or(f64::NAN);
+        assert!(
+            (got - row["cs95"][0].as_f64().unwrap()).abs() < 1e-9,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_malformed_interleaving_is_rejected_with_what_to_change() {
+    let line = |interleaving: Value| {
+        json!({"impression": {"requestId": "r", "userId": "u", "itemIds": ["a", "b"],
+            "time": "2026-11-01T10:00:00Z", "interleaving": interleaving}})
+        .to_string()
+    };
+    let cases = [
+        (
+            json!({"rankers": ["x"], "teams": [0, 0]}),
+            "names 1 rankers",
+        ),
+        (
+            json!({"rankers": ["x", "y", "z", "w"], "teams": [0, 0]}),
+            "max_interleaved_rankers = 3",
+        ),
+        (
+            json!({"rankers": ["x", "x"], "teams": [0, 1]}),
+            "repeats rankers[0]",
+        ),
+        (
+            json!({"rankers": ["x", "__y"], "teams": [0, 1]}),
+            "starts with",
+        ),
+        (
+            json!({"rankers": ["x", "y"], "teams": [0]}),
+            "1 entries for 2 item_ids",
+        ),
+        (
+            json!({"rankers": ["x", "y"], "teams": [0, 2]}),
+            "teams[1] is 2",
+        ),
+        (
+            json!({"rankers": ["x", "y"], "teams": [0, 1.5]}),
+            "teams[1] is not a whole number",
+        ),
+    ];
+    let lines: Vec<String> = cases.iter().map(|(i, _)| line(i.clone())).collect();
+    let output = common::replay(
+        &["--format", "json", "--max-interleaved-rankers", "3", "-"],
+        Some((lines.join("\n") + "\n").as_bytes()),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for (line, (_, message)) in cases.iter().enumerate() {
+        let found = stderr.lines().any(|l| {
+            l.starts_with(&format!("-:{}: invalid_interleaving: ", line + 1)) && l.contains(message)
+        });
+        assert!(found, "line {}: {message} in\n{stderr}", line + 1);
+    }
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["counters"]["rejected"]["invalid_interleaving"],
+        cases.len()
+    );
+}
