@@ -314,10 +314,16 @@ async fn a_server_reports_what_replay_reports_and_exports_counters() {
     let (mut lines, shown, _) = log(3);
     // Far past every list, so that all of them are finalized.
     lines.push(r#"{"interaction":{"userId":"closing","itemId":"x","type":"click","time":"2026-11-01T23:00:00Z"}}"#.into());
-    let server = Server::exact(&[]);
+    let split = [
+        "--control-model",
+        "alpha",
+        "--expected-split",
+        "alpha=0.5,beta=0.5",
+    ];
+    let server = Server::exact(&split);
     server.stream_lines(&lines).await;
     let (_dir, path) = write_log(&lines);
-    let replayed = replay_json(&["--format", "json", &path], None);
+    let replayed = replay_json(&[&["--format", "json", &path][..], &split].concat(), None);
     let report = rankwatch::export::Report::try_from(server.report().await).unwrap();
     // Printed and read back as replay's report is, so that both go through
     // the same decimal form.
@@ -326,7 +332,15 @@ async fn a_server_reports_what_replay_reports_and_exports_counters() {
     check(&served, &evaluate(&shown, false));
     let (status, text) = server.get("/metrics");
     assert_eq!(status, 200);
+    common::server::assert_promtool_clean(&text);
     let metrics = common::server::parse_metrics(&text);
+    assert!(metrics
+        .keys()
+        .any(|k| k.starts_with("rankwatch_split_check_p_value{")));
+    assert!(metrics
+        .keys()
+        .any(|k| k.starts_with("rankwatch_interleaving_candidate_preference_cs95_upper{")));
+    assert_eq!(served["splits"], replayed["splits"]);
     for row in replayed["interleaving"].as_array().unwrap() {
         // parse_metrics sorts each series' labels.
         let labels = format!(
@@ -335,13 +349,29 @@ async fn a_server_reports_what_replay_reports_and_exports_counters() {
             row["b"].as_str().unwrap(),
             row["surface"].as_str().unwrap()
         );
-        for (series, field) in [
-            ("lists_total", "lists"),
-            ("wins_a_total", "wins_a"),
-            ("wins_b_total", "wins_b"),
-            ("ties_total", "ties"),
+        let with_ranker = |side: &str| labels.replace('{', &format!("{{ranker=\"{side}\","));
+        for (name, field) in [
+            (
+                format!("rankwatch_interleaving_lists_total{labels}"),
+                "lists",
+            ),
+            (format!("rankwatch_interleaving_ties_total{labels}"), "ties"),
+            (
+                format!("rankwatch_interleaving_wins_total{}", with_ranker("a")),
+                "wins_a",
+            ),
+            (
+                format!("rankwatch_interleaving_wins_total{}", with_ranker("b")),
+                "wins_b",
+            ),
+            (
+                format!(
+                    "rankwatch_interleaving_first_picks_total{}",
+                    with_ranker("a")
+                ),
+                "first_a",
+            ),
         ] {
-            let name = format!("rankwatch_interleaving_{series}{labels}");
             assert_eq!(metrics.get(&name).copied(), row[field].as_f64(), "{name}");
         }
         let since_start = labels.replace('}', ",window=\"since_start\"}");
@@ -408,4 +438,30 @@ fn a_malformed_interleaving_is_rejected_with_what_to_change() {
         report["counters"]["rejected"]["invalid_interleaving"],
         cases.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_interleaved_lists_and_experiments_survive_a_restart() {
+    let (mut lines, shown, _) = log(5);
+    lines.push(r#"{"interaction":{"userId":"closing","itemId":"x","type":"click","time":"2026-11-01T23:00:00Z"}}"#.into());
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--state-dir", dir.path().to_str().unwrap()];
+    // Half the log: some experiments have finalized lists, others are open.
+    let (first, rest) = lines.split_at(lines.len() / 2);
+    let mut server = Server::exact(&args);
+    server.stream_lines(first).await;
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+    let server = Server::exact(&args);
+    let restored = common::server::parse_metrics(&server.get("/metrics").1);
+    assert!(
+        restored["rankwatch_open_impressions"] > 0.0,
+        "open lists survived the restart"
+    );
+    server.stream_lines(rest).await;
+    let report = rankwatch::export::Report::try_from(server.report().await).unwrap();
+    let served: Value = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    check(&served, &evaluate(&shown, false));
 }

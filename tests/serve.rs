@@ -462,7 +462,6 @@ async fn sigterm_ends_open_streams_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
-    use std::io::Write;
     let server = Server::exact(&[]);
     let mut events = conformance_events();
     events.push(closing_event());
@@ -477,31 +476,7 @@ async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
         body.contains("rankwatch_batch_duration_seconds_bucket"),
         "batch latency is a histogram"
     );
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect(
-            "promtool is installed (tests/install-deps.sh installs Debian's prometheus package)",
-        );
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let output = promtool.wait_with_output().unwrap();
-    let findings = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success() && findings.trim().is_empty(),
-        "promtool check metrics: {findings}"
-    );
+    common::server::assert_promtool_clean(&body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -192,36 +192,16 @@ pub(super) fn render(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, window_
             )
         })
         .collect();
-    let counters: [(&str, &str, fn(&ExperimentReport) -> u64); 6] = [
+    let counters: [(&str, &str, fn(&ExperimentReport) -> u64); 2] = [
         (
             "lists_total",
             "Interleaved lists finalized with both rankers, since start.",
             |e| e.lists,
         ),
         (
-            "wins_a_total",
-            "Interleaved lists whose ranker_a items earned more gain than ranker_b's, since start.",
-            |e| e.wins_a,
-        ),
-        (
-            "wins_b_total",
-            "Interleaved lists whose ranker_b items earned more gain than ranker_a's, since start.",
-            |e| e.wins_b,
-        ),
-        (
             "ties_total",
             "Interleaved lists where ranker_a and ranker_b earned equal gain, since start.",
             |e| e.ties,
-        ),
-        (
-            "first_picks_a_total",
-            "Interleaved lists whose rank-1 item ranker_a contributed, since start.",
-            |e| e.first_a,
-        ),
-        (
-            "first_picks_b_total",
-            "Interleaved lists whose rank-1 item ranker_b contributed, since start.",
-            |e| e.first_b,
         ),
     ];
     for (figure, help, value) in counters {
@@ -232,6 +212,22 @@ pub(super) fn render(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, window_
         );
         for (labels, experiment) in &since_start {
             family.sample(labels, &[], value(experiment));
+        }
+    }
+    let by_ranker: [(&str, &str, fn(&ExperimentReport) -> [u64; 2]); 2] = [
+        ("wins_total", "Interleaved lists where the items of one ranker of the pair (ranker=\"a\": ranker_a, \"b\": ranker_b) earned more gain than the other's, since start.", |e| [e.wins_a, e.wins_b]),
+        ("first_picks_total", "Interleaved lists whose rank-1 item one ranker of the pair (ranker=\"a\": ranker_a, \"b\": ranker_b) contributed, since start.", |e| [e.first_a, e.first_b]),
+    ];
+    for (figure, help, value) in by_ranker {
+        let mut family = writer.family(
+            format!("{INTERLEAVING_PREFIX}{figure}"),
+            Kind::Counter,
+            help,
+        );
+        for (labels, experiment) in &since_start {
+            let [a, b] = value(experiment);
+            family.sample(labels, &[("ranker", "a")], a);
+            family.sample(labels, &[("ranker", "b")], b);
         }
     }
     let help = "Anytime-valid p-value of the first picks against an even coin, since start: at or below 0.01, the interleaver's coin is not fair.";

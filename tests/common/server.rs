@@ -420,3 +420,33 @@ pub fn exit_of(command: &mut Command) -> (Option<i32>, String) {
         std::fs::read_to_string(log.path()).unwrap_or_default(),
     )
 }
+
+/// Asserts that `promtool check metrics` finds nothing to say of `body`.
+pub fn assert_promtool_clean(body: &str) {
+    use std::io::Write;
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect(
+            "promtool is installed (tests/install-deps.sh installs Debian's prometheus package)",
+        );
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let output = promtool.wait_with_output().unwrap();
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && findings.trim().is_empty(),
+        "promtool check metrics: {findings}"
+    );
+}
