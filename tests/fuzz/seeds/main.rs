@@ -122,19 +122,27 @@ fn event(line: Value) -> proto::Event {
             .get("itemIds")
             .or_else(|| m.get("item_ids"))
             .and_then(Value::as_array);
+        let item_ids: Vec<String> = items
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        // Every other list interleaved by two rankers, so that seeds reach
+        // the interleaving reader and its validation.
+        let interleaving = (item_ids.len() % 2 == 0).then(|| proto::Interleaving {
+            rankers: vec!["a".into(), "b".into()],
+            teams: (0..item_ids.len() as u32).map(|i| i % 2).collect(),
+        });
         Some(Kind::Impression(proto::Impression {
             request_id: text(m, "requestId", "request_id"),
             user_id: text(m, "userId", "user_id"),
-            item_ids: items
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
+            item_ids,
             time: time(m),
             model: text(m, "model", "model"),
             surface: text(m, "surface", "surface"),
             labels: Default::default(),
+            interleaving,
         }))
     } else if let Some(x) = line.get("interaction") {
         Some(Kind::Interaction(proto::Interaction {
