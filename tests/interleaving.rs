@@ -128,7 +128,10 @@ fn log(seed: u64) -> (Vec<String>, Vec<Shown>, usize) {
                 continue;
             }
             let (kind, type_grade) = TYPES[(rng.next() % 3) as usize];
-            let explicit = (rng.next() % 5 == 0).then(|| (rng.next() % 5) as f64 * 0.5);
+            let explicit = rng
+                .next()
+                .is_multiple_of(5)
+                .then(|| (rng.next() % 5) as f64 * 0.5);
             let grade = explicit.unwrap_or(type_grade);
             grades[rank] = f64::max(grades[rank], grade);
             let mut x = json!({"interaction": {

@@ -351,16 +351,37 @@ fn expected_split(
     Ok(split)
 }
 
+/// The cutoffs K: at least one, each at least 1.
+fn cutoffs(args: &EngineArgs, file: &FileSettings) -> Result<Vec<usize>, ConfigError> {
+    let k = resolved(args.k.clone(), file.k.clone(), defaults::K.to_vec());
+    if k.is_empty() || k.contains(&0) {
+        return Err(invalid(
+            "k",
+            "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
+        ));
+    }
+    Ok(k)
+}
+
+/// `max_interleaved_rankers`: 2 to what a team index's byte holds.
+fn max_interleaved_rankers(args: &EngineArgs, file: &FileSettings) -> Result<usize, ConfigError> {
+    between(
+        "max_interleaved_rankers",
+        pick!(
+            args,
+            file,
+            max_interleaved_rankers,
+            defaults::MAX_INTERLEAVED_RANKERS
+        ),
+        2,
+        crate::event::MAX_INTERLEAVED_RANKERS,
+    )
+}
+
 impl EngineSettings {
     /// Resolves flags and environment over `file` over defaults.
     pub fn resolve(args: &EngineArgs, file: &FileSettings) -> Result<Self, ConfigError> {
-        let k = resolved(args.k.clone(), file.k.clone(), defaults::K.to_vec());
-        if k.is_empty() || k.contains(&0) {
-            return Err(invalid(
-                "k",
-                "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
-            ));
-        }
+        let k = cutoffs(args, file)?;
         let metrics = metric_settings(args, file)?;
         let max_grade = max_grade(args, file, metrics.gain)?;
         // A limit's value: from 1 to MAX_LIMIT.
@@ -423,17 +444,7 @@ impl EngineSettings {
             max_waiting_interactions: limit!(max_waiting_interactions, MAX_WAITING_INTERACTIONS)?,
             control_model: control_model(args, file)?,
             expected_split: expected_split(args, file)?,
-            max_interleaved_rankers: between(
-                "max_interleaved_rankers",
-                pick!(
-                    args,
-                    file,
-                    max_interleaved_rankers,
-                    defaults::MAX_INTERLEAVED_RANKERS
-                ),
-                2,
-                crate::event::MAX_INTERLEAVED_RANKERS,
-            )?,
+            max_interleaved_rankers: max_interleaved_rankers(args, file)?,
         })
     }
 

@@ -3,8 +3,7 @@
 //! valid ranker index per item.
 
 use super::raw::RawInterleaving;
-use super::validate::RESERVED_PREFIX;
-use super::{quoted, Interleaving, Reason, Rejection};
+use super::{quoted, Interleaving, Reason, Rejection, RESERVED_PREFIX};
 
 /// The largest `max_interleaved_rankers`: a team index is kept in one byte.
 pub const MAX_INTERLEAVED_RANKERS: usize = 255;

@@ -127,13 +127,16 @@ pub struct SplitReport {
     pub mismatch: bool,
 }
 
+/// A surface and its segment values.
+type SurfaceKey<'a> = (&'a str, &'a [(String, String)]);
+
 /// The check of every surface (and segment values) where a model of
 /// `expected` has finalized lists, sorted by surface and segment values.
 pub fn split_reports(groups: &[NamedTotals<'_>], expected: &[(String, f64)]) -> Vec<SplitReport> {
     if expected.is_empty() {
         return Vec::new();
     }
-    let mut counts: BTreeMap<(&str, &[(String, String)]), Vec<u64>> = BTreeMap::new();
+    let mut counts: BTreeMap<SurfaceKey<'_>, Vec<u64>> = BTreeMap::new();
     for group in groups {
         let Some(index) = expected.iter().position(|(model, _)| model == group.model) else {
             continue;
@@ -170,6 +173,9 @@ pub const SPLIT_CHECK_P_VALUE: &str = "rankwatch_split_check_p_value";
 /// to read it off the experiment's report.
 type ExperimentFigure = (&'static str, &'static str, fn(&ExperimentReport) -> f64);
 
+/// A counter of an experiment, the same way.
+type CounterFigure<T> = (&'static str, &'static str, fn(&ExperimentReport) -> T);
+
 /// `rankwatch_interleaving_*` and `rankwatch_split_check_p_value`: counters
 /// since start, so that PromQL sums them across instances, and gauges of the
 /// preference and its bounds per window and since start.
@@ -192,7 +198,7 @@ pub(super) fn render(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, window_
             )
         })
         .collect();
-    let counters: [(&str, &str, fn(&ExperimentReport) -> u64); 2] = [
+    let counters: [CounterFigure<u64>; 2] = [
         (
             "lists_total",
             "Interleaved lists finalized with both rankers, since start.",
@@ -214,7 +220,7 @@ pub(super) fn render(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, window_
             family.sample(labels, &[], value(experiment));
         }
     }
-    let by_ranker: [(&str, &str, fn(&ExperimentReport) -> [u64; 2]); 2] = [
+    let by_ranker: [CounterFigure<[u64; 2]>; 2] = [
         ("wins_total", "Interleaved lists where the items of one ranker of the pair (ranker=\"a\": ranker_a, \"b\": ranker_b) earned more gain than the other's, since start.", |e| [e.wins_a, e.wins_b]),
         ("first_picks_total", "Interleaved lists whose rank-1 item one ranker of the pair (ranker=\"a\": ranker_a, \"b\": ranker_b) contributed, since start.", |e| [e.first_a, e.first_b]),
     ];
@@ -360,16 +366,24 @@ fn render_splits(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot) {
     }
 }
 
+/// Segment values as `label=value,…`.
+fn segment_text(segments: &BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
+    pairs.join(",")
+}
+
 /// The experiments and the split checks as tables, each when there is one.
 pub(super) fn write_table(
     out: &mut String,
     experiments: &[ExperimentReport],
     splits: &[SplitReport],
 ) {
-    let segments = |segments: &BTreeMap<String, String>| {
-        let pairs: Vec<String> = segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
-        pairs.join(",")
-    };
+    write_experiments(out, experiments);
+    write_splits(out, splits);
+}
+
+fn write_experiments(out: &mut String, experiments: &[ExperimentReport]) {
+    let segments = segment_text;
     if !experiments.is_empty() {
         let _ = writeln!(
             out,
@@ -408,6 +422,10 @@ pub(super) fn write_table(
         }
         out.push_str("\ninterleaving: pref = (wins a − wins b) / lists, above 0 when users prefer a; coin p: first picks against an even coin (since start).\n");
     }
+}
+
+fn write_splits(out: &mut String, splits: &[SplitReport]) {
+    let segments = segment_text;
     if !splits.is_empty() {
         let _ = writeln!(
             out,

@@ -1,6 +1,8 @@
 //! What `rankwatch query` keeps of a report: the groups and comparisons of
 //! some models, surfaces and segment values, and some metrics at some
-//! cutoffs; comparisons in the order of their cutoffs as numbers.
+//! cutoffs; comparisons in the order of their cutoffs as numbers. An
+//! interleaving experiment is kept when either of its rankers is a kept
+//! model; a split check by its surface and segment values.
 
 use crate::export::Report;
 
@@ -80,6 +82,14 @@ impl ReportFilter {
                 ))
             });
         }
+        report.interleaving.retain(|e| {
+            (self.models.is_empty() || self.models.contains(&e.a) || self.models.contains(&e.b))
+                && keeps(&self.surfaces, &e.surface)
+                && self.keeps_segments(&e.segments)
+        });
+        report.splits.retain(|check| {
+            keeps(&self.surfaces, &check.surface) && self.keeps_segments(&check.segments)
+        });
         report
     }
 }
