@@ -190,4 +190,78 @@ mod tests {
         assert!(after.aggregates().is_empty());
         assert_eq!(before.aggregates()[0].totals.lists, 1, "the figures stay");
     }
+
+    fn interleaved(
+        user: &str,
+        request: &str,
+        rankers: [&'static str; 2],
+        time: i64,
+    ) -> Event<'static> {
+        let Event::Impression(mut m) = impression(user, request, "mixed", time) else {
+            unreachable!("an impression")
+        };
+        m.interleaving = Some(crate::event::Interleaving {
+            rankers: rankers.iter().map(|&r| Cow::Borrowed(r)).collect(),
+            teams: vec![0, 1],
+        });
+        Event::Impression(m)
+    }
+
+    #[test]
+    fn interleaved_lists_handed_over_count_once_as_one_engine_counts_them() {
+        // One engine sees everything; the other is handed over half-way.
+        let events = |engine: &mut Engine, from: usize, to: usize| {
+            for i in from..to {
+                let user = format!("u{i}");
+                let rankers = if i % 3 == 0 { ["y", "x"] } else { ["x", "y"] };
+                engine.apply(interleaved(&user, &user, rankers, i as i64 * S));
+                if i % 2 == 0 {
+                    engine.apply(click(&user, i as i64 * S + 1));
+                }
+            }
+        };
+        let mut whole = engine();
+        events(&mut whole, 0, 40);
+        whole.finish();
+
+        let mut before = engine();
+        events(&mut before, 0, 20);
+        let encoded = before.encode_open_state(StdVec::new()).expect("encodes");
+        let state = postcard::from_bytes(&encoded).expect("decodes as an EngineState");
+        let mut after =
+            Engine::from_state(before.settings.clone(), before.evaluator().clone(), state);
+        assert!(after
+            .experiment_aggregates()
+            .iter()
+            .all(|a| a.totals.lists == 0));
+        events(&mut after, 20, 40);
+        after.finish();
+        let mut view = engine();
+        view.absorb(&before);
+        view.absorb(&after);
+
+        let totals = |engine: &Engine| -> Vec<(String, String, u64, Vec<f64>)> {
+            engine
+                .experiment_names()
+                .iter()
+                .zip(engine.experiment_aggregates())
+                .map(|(n, a)| {
+                    (
+                        n.a.clone(),
+                        n.b.clone(),
+                        a.totals.lists,
+                        a.totals.sums.clone(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(totals(&view), totals(&whole));
+        // Clicks on the rank-2 item (team 1) of the even lists: x's in the 7
+        // of them whose rankers came as [y, x], y's in the other 13; y picked
+        // first in the 14 lists with i % 3 == 0, x in the other 26.
+        assert_eq!(
+            totals(&whole),
+            [("x".into(), "y".into(), 40, vec![7.0, 13.0, 26.0, 14.0])]
+        );
+    }
 }
