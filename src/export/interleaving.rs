@@ -460,3 +460,66 @@ fn write_splits(out: &mut String, splits: &[SplitReport]) {
         out.push_str("\nsample ratio check: anytime-valid p-value of lists per model against expected_split; a mismatch at or below 0.01.\n");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn totals(wins_a: u64, wins_b: u64, ties: u64) -> GroupTotals {
+        let mut totals = GroupTotals::new(slot::WIDTH);
+        let lists = [
+            ([1.0, 0.0, 1.0, 0.0], wins_a),
+            ([0.0, 1.0, 0.0, 1.0], wins_b),
+            ([0.0; 4], ties),
+        ];
+        for (outcome, count) in lists {
+            for _ in 0..count {
+                totals.add(&outcome, true);
+            }
+        }
+        totals
+    }
+
+    proptest! {
+        #[test]
+        fn every_figure_is_finite_and_the_sequence_holds_the_interval(
+            wins_a in 0u64..200, wins_b in 0u64..200, ties in 0u64..200,
+        ) {
+            let name = ExperimentName::default();
+            let e = ExperimentReport::new(&name, &totals(wins_a, wins_b, ties), true);
+            let figures = [e.preference, e.se, e.ci95[0], e.ci95[1], e.cs95[0], e.cs95[1], e.first_pick_p_value];
+            prop_assert!(figures.iter().all(|f| f.is_finite()));
+            prop_assert!((-1.0..=1.0).contains(&e.preference));
+            prop_assert!(e.cs95[0] <= e.ci95[0] && e.ci95[1] <= e.cs95[1]);
+            prop_assert_eq!(e.lists, wins_a + wins_b + ties);
+            prop_assert_eq!((e.wins_a, e.wins_b, e.ties), (wins_a, wins_b, ties));
+            prop_assert!((0.0..=1.0).contains(&e.first_pick_p_value));
+        }
+    }
+
+    #[test]
+    fn a_split_is_checked_per_surface_with_the_models_it_names() {
+        let (a, b, other) = (totals(60, 0, 0), totals(40, 0, 0), totals(500, 0, 0));
+        let group = |model, surface, totals| NamedTotals {
+            model,
+            surface,
+            segments: &[],
+            totals,
+        };
+        let groups = [
+            group("a", "home", &a),
+            group("b", "home", &b),
+            group("c", "home", &other),
+            group("c", "search", &other),
+        ];
+        let expected = [("a".to_owned(), 0.5), ("b".to_owned(), 0.5)];
+        let checks = split_reports(&groups, &expected);
+        assert_eq!(checks.len(), 1, "search shows no model of the split");
+        assert_eq!(
+            checks[0].lists,
+            BTreeMap::from([("a".into(), 60), ("b".into(), 40)])
+        );
+        assert!(split_reports(&groups, &[]).is_empty());
+    }
+}

@@ -206,6 +206,8 @@ function renderQuality(chosen) {
     container.append(card);
   }
   renderComparisons(chosen);
+  renderInterleaving(chosen);
+  renderSplits();
 }
 
 function extent(lines) {
@@ -314,14 +316,93 @@ function renderComparisons(chosen) {
     head.append(element("th", { class: title === "surface" || title.endsWith("model") || title === "control" ? "" : "n" }, title));
   }
   table.append(head);
-  const range = (pair) => (Array.isArray(pair) ? "[" + number(pair[0], 4) + ", " + number(pair[1], 4) + "]" : "–");
+  const broken = brokenSplits();
   for (const c of rows) {
     const row = element("tr", Array.isArray(c.cs95) && c.cs95[1] < 0 ? { class: "worse" } : {});
-    row.append(element("td", {}, place(c)), element("td", {}, c.model), element("td", {}, c.control));
+    const where = element("td", {}, place(c));
+    if (broken.has(place(c))) where.append(element("span", { class: "untrusted" }, " split broken: not to be trusted"));
+    row.append(where, element("td", {}, c.model), element("td", {}, c.control));
     row.append(element("td", { class: "n" }, number(c.diff, 4)));
     row.append(element("td", { class: "n" }, range(c.ci95)), element("td", { class: "n" }, range(c.cs95)));
     table.append(row);
   }
+  wrap.append(table);
+  container.append(wrap);
+}
+
+function range(pair) {
+  return Array.isArray(pair) ? "[" + number(pair[0], 4) + ", " + number(pair[1], 4) + "]" : "–";
+}
+
+// The places (surface and segments) whose traffic split failed its check, since start.
+function brokenSplits() {
+  const latest = history[history.length - 1].reports[SINCE_START];
+  return new Set(((latest && latest.splits) || []).filter((s) => s.mismatch).map(place));
+}
+
+// One plain sentence on an interleaving experiment: who is preferred, by how
+// much, and whether the anytime-valid bound says it is settled.
+function verdict(e) {
+  const share = (value) => Math.abs(value * 100).toFixed(1) + "%";
+  if (e.lists === 0) return "No interleaved list yet.";
+  const [lo, hi] = e.cs95;
+  if (lo > 0) return "Users prefer " + e.a + " to " + e.b + ": it wins " + share(e.preference) + " more lists; settled (the anytime 95% bound excludes 0).";
+  if (hi < 0) return "Users prefer " + e.b + " to " + e.a + ": it wins " + share(e.preference) + " more lists; settled (the anytime 95% bound excludes 0).";
+  const leader = e.preference >= 0 ? e.a : e.b;
+  return leader + " leads by " + share(e.preference) + " of lists, but not settled yet: the anytime 95% bound still includes 0.";
+}
+
+function renderInterleaving(chosen) {
+  const container = $("interleaving");
+  container.replaceChildren();
+  const latest = history[history.length - 1].reports[chosen.window];
+  const rows = (latest && latest.interleaving) || [];
+  if (rows.length === 0) return;
+  container.append(element("h3", {}, "Interleaving: preference per pair of rankers, " + chosen.window));
+  const wrap = element("div", { class: "comparisons" });
+  const table = element("table");
+  const head = element("tr");
+  for (const title of ["surface", "a", "b", "lists", "wins a / b / ties", "preference", "anytime 95%", "what it says"]) {
+    head.append(element("th", { class: ["lists", "preference", "anytime 95%", "wins a / b / ties"].includes(title) ? "n" : "" }, title));
+  }
+  table.append(head);
+  for (const e of rows) {
+    const settled = Array.isArray(e.cs95) && (e.cs95[0] > 0 || e.cs95[1] < 0);
+    const row = element("tr", settled ? { class: "settled" } : {});
+    const where = element("td", {}, place(e));
+    if (chosen.window === SINCE_START && e.first_pick_p_value <= 0.01) {
+      where.append(element("span", { class: "untrusted" }, " unfair coin: not to be trusted"));
+    }
+    row.append(where, element("td", {}, e.a), element("td", {}, e.b));
+    row.append(element("td", { class: "n" }, count(e.lists)));
+    row.append(element("td", { class: "n" }, count(e.wins_a) + " / " + count(e.wins_b) + " / " + count(e.ties)));
+    row.append(element("td", { class: "n" }, number(e.preference, 4)), element("td", { class: "n" }, range(e.cs95)));
+    row.append(element("td", { class: "sentence" }, verdict(e)));
+    table.append(row);
+  }
+  wrap.append(table);
+  container.append(wrap);
+}
+
+function renderSplits() {
+  const container = $("splits");
+  container.replaceChildren();
+  const latest = history[history.length - 1].reports[SINCE_START];
+  const rows = (latest && latest.splits) || [];
+  if (rows.length === 0) return;
+  container.append(element("h3", {}, "Traffic split against expected_split, since start"));
+  const table = element("table");
+  const head = element("tr");
+  for (const title of ["surface", "lists (expected share)", "p-value", "verdict"]) head.append(element("th", {}, title));
+  table.append(head);
+  for (const s of rows) {
+    const row = element("tr", s.mismatch ? { class: "untrusted" } : {});
+    const lists = Object.entries(s.lists).map(([model, n]) => model + " " + count(n) + " (" + number(s.expected[model], 2) + ")").join(", ");
+    row.append(element("td", {}, place(s)), element("td", {}, lists), element("td", { class: "n" }, s.p_value.toPrecision(3)));
+    row.append(element("td", {}, s.mismatch ? "mismatch: the split is broken, comparisons here are not to be trusted" : "as expected"));
+    table.append(row);
+  }
+  const wrap = element("div", { class: "comparisons" });
   wrap.append(table);
   container.append(wrap);
 }
