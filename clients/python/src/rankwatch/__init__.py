@@ -5,12 +5,20 @@ gRPC without ever blocking the caller; `KafkaCollector` (extra `kafka`)
 produces them to the Kafka topic of fleet mode instead; `Evaluation` reads the
 server's report. Events can also be built on their own with
 `rankwatch.events`.
+
+The client logs under the `rankwatch` logger (`rankwatch.client`,
+`rankwatch.kafka`) and adds no handler of its own beyond a `NullHandler`:
+its warnings appear wherever the application's logging sends them.
 """
+
+import logging
 
 from rankwatch.client import Collector
 from rankwatch.evaluation import Evaluation
 from rankwatch.sink import EventSink
 from rankwatch.stats import RejectedEvent, SinkStats
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["Collector", "Evaluation", "EventSink", "KafkaCollector", "RejectedEvent", "SinkStats"]
 
