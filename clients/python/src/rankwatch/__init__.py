@@ -4,7 +4,8 @@
 gRPC without ever blocking the caller; `KafkaCollector` (extra `kafka`)
 produces them to the Kafka topic of fleet mode instead; `Evaluation` reads the
 server's report. Events can also be built on their own with
-`rankwatch.events`.
+`rankwatch.events`, and lists merged from several rankers with
+`rankwatch.interleave.team_draft`.
 
 The client logs under the `rankwatch` logger (`rankwatch.client`,
 `rankwatch.kafka`) and adds no handler of its own beyond a `NullHandler`:
@@ -13,6 +14,7 @@ its warnings appear wherever the application's logging sends them.
 
 import logging
 
+from rankwatch import interleave
 from rankwatch.client import Collector
 from rankwatch.evaluation import Evaluation
 from rankwatch.sink import EventSink
@@ -20,7 +22,7 @@ from rankwatch.stats import RejectedEvent, SinkStats
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["Collector", "Evaluation", "EventSink", "KafkaCollector", "RejectedEvent", "SinkStats"]
+__all__ = ["Collector", "Evaluation", "EventSink", "KafkaCollector", "RejectedEvent", "SinkStats", "interleave"]
 
 
 def __getattr__(name: str) -> object:
