@@ -3,6 +3,8 @@
 The binary is `RANKWATCH_BINARY`, or the repository's `target/release/rankwatch`
 (`cargo build --release --locked --bins`). Servers run with
 `--wall-clock-advance false`, so they follow the replay's rules exactly.
+A Kafka-compatible broker (tansu, `tests/install-broker.sh`) runs for the
+tests that need one, which are skipped without it.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 from typing import Deque, Dict, Iterator, List, Optional, Tuple
 
@@ -26,6 +31,7 @@ BINARY = os.environ.get("RANKWATCH_BINARY", os.path.join(REPO, "target", "releas
 K = "1,5,10"
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
+TANSU = os.environ.get("RANKWATCH_TANSU", os.path.expanduser("~/.cache/rankwatch/tansu-0.6.0/bin/tansu"))
 
 #: A Prometheus sample: name and sorted label pairs.
 Series = Tuple[str, Tuple[Tuple[str, str], ...]]
@@ -151,3 +157,51 @@ def replay(events_path: str) -> dict:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[str]:
+    """A tansu broker on a loopback port, its storage in memory."""
+    kafka = pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed")
+    if not os.access(TANSU, os.X_OK) and shutil.which("tansu") is None:
+        pytest.skip(f"no Kafka-compatible broker: tansu is not built at {TANSU} (set RANKWATCH_TANSU)")
+    binary = TANSU if os.access(TANSU, os.X_OK) else str(shutil.which("tansu"))
+    address = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "tansu.log"
+    process = subprocess.Popen(
+        [binary, "broker", "--listener-url", f"tcp://{address}", "--advertised-listener-url", f"tcp://{address}",
+         "--storage-engine", "memory://tansu/"],
+        stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": address})
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert process.poll() is None, f"tansu exited: {log.read_text()[-2000:]}"
+            try:
+                admin.list_topics(timeout=1)
+                break
+            except kafka.KafkaException:
+                assert time.monotonic() < deadline, "tansu did not answer"
+        yield address
+    finally:
+        process.kill()
+        process.wait()
+
+
+def create_topic(broker: str, topic: str, partitions: int) -> None:
+    """Creates `topic` on `broker` with `partitions` partitions."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=START_TIMEOUT_S)

@@ -1,4 +1,4 @@
-"""The event builders and the batch cutter, on their own."""
+"""The event builders and the batch cutter; a builder's error surfaces at the caller's own call."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import time
 import uuid
 
 import pytest
+from conftest import Server
 
-from rankwatch import events
+from rankwatch import Collector, events
 from rankwatch.batching import EventBuffer
 
 
@@ -34,12 +35,35 @@ def test_an_interaction_keeps_given_ids_grade_and_time() -> None:
 
 
 def test_times_are_aware_datetimes_or_seconds_since_1970() -> None:
+    numpy = pytest.importorskip("numpy")
     event = events.interaction(user_id="u1", item_id="b", time=1_793_527_425.5)
     assert event.interaction.time.ToJsonString() == "2026-11-01T10:03:45.500Z"
+    paris = datetime.timezone(datetime.timedelta(hours=1))
+    event = events.interaction(user_id="u1", item_id="b", time=datetime.datetime(2026, 11, 1, 11, 3, 45, tzinfo=paris))
+    assert event.interaction.time.ToJsonString() == "2026-11-01T10:03:45Z"
+    assert events.interaction(user_id="u1", item_id="b", time=numpy.int64(1_793_527_425)).interaction.time.seconds \
+        == 1_793_527_425
     with pytest.raises(ValueError, match="naive datetime"):
         events.impression(user_id="u1", items=["a"], time=datetime.datetime(2026, 11, 1))
-    with pytest.raises(ValueError):
-        events.impression(user_id="u1", items=["a"], time=float("nan"))
+    for bad in (float("nan"), float("inf"), True, "2026-11-01T10:00:00Z"):
+        with pytest.raises(ValueError, match="neither an aware datetime nor finite seconds"):
+            events.impression(user_id="u1", items=["a"], time=bad)
+
+
+def test_a_naive_datetime_raises_at_the_callers_call_and_nothing_is_queued(server: Server) -> None:
+    pandas = pytest.importorskip("pandas")
+    naive = datetime.datetime(2026, 11, 1, 10, 0)
+    with Collector(server.grpc_addr) as client:
+        with pytest.raises(ValueError, match="naive datetime 2026-11-01T10:00:00: pass an aware datetime"):
+            client.impression(user_id="u1", items=["a"], time=naive)
+        with pytest.raises(ValueError, match="pass an aware datetime"):
+            client.interaction(user_id="u1", item_id="a", time=naive)
+        with pytest.raises(ValueError, match="pass an aware datetime"):  # a pandas Timestamp is a datetime too
+            client.impression(user_id="u1", items=["a"], time=pandas.Timestamp("2026-11-01 10:00"))
+        client.impression(user_id="u1", items=["a"], time=naive.replace(tzinfo=datetime.timezone.utc))
+        assert client.flush(timeout=60)
+        stats = client.stats()
+    assert (stats.queued, stats.accepted, stats.rejected) == (1, 1, {})
 
 
 def test_batches_are_cut_by_count_then_by_bytes() -> None:

@@ -3,35 +3,25 @@ from a real Kafka-compatible broker (tansu) when one is installed."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
+import logging
 import time
-from typing import Dict, Iterator, List
+from typing import Dict, List
 
 import pytest
 
 kafka = pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed: pip install './clients/python[kafka]'")
 
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from conftest import create_topic, free_port  # noqa: E402
 from traffic import lists  # noqa: E402
 
 from rankwatch import KafkaCollector, RejectedEvent  # noqa: E402
 from rankwatch.v1 import rankwatch_pb2 as pb  # noqa: E402
 
-TANSU = os.environ.get("RANKWATCH_TANSU", os.path.expanduser("~/.cache/rankwatch/tansu-0.6.0/bin/tansu"))
 PATIENCE_S = 60.0
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def test_records_that_no_broker_takes_are_counted_and_reported() -> None:
+def test_records_that_no_broker_takes_are_counted_reported_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="rankwatch")
     heard: List[RejectedEvent] = []
     client = KafkaCollector(f"127.0.0.1:{free_port()}", queue_size=3, on_rejection=heard.append,
                             config={"message.timeout.ms": 500, "enable.idempotence": False})
@@ -44,42 +34,18 @@ def test_records_that_no_broker_takes_are_counted_and_reported() -> None:
     assert sorted(r.event.impression.request_id for r in heard) == sorted(sent[:3])
     assert {r.reason for r in heard} == {"delivery_failed"}
     assert client.send(pb.Event()) is False
-
-
-@pytest.fixture
-def broker(tmp_path) -> Iterator[str]:
-    """A tansu broker on a loopback port, its storage in memory."""
-    if not os.access(TANSU, os.X_OK) and shutil.which("tansu") is None:
-        pytest.skip(f"no Kafka-compatible broker: tansu is not built at {TANSU} (set RANKWATCH_TANSU)")
-    binary = TANSU if os.access(TANSU, os.X_OK) else str(shutil.which("tansu"))
-    address = f"127.0.0.1:{free_port()}"
-    log = tmp_path / "tansu.log"
-    process = subprocess.Popen(
-        [binary, "broker", "--listener-url", f"tcp://{address}", "--advertised-listener-url", f"tcp://{address}",
-         "--storage-engine", "memory://tansu/"],
-        stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )
-    try:
-        admin = AdminClient({"bootstrap.servers": address})
-        deadline = time.monotonic() + PATIENCE_S
-        while True:
-            assert process.poll() is None, f"tansu exited: {log.read_text()[-2000:]}"
-            try:
-                admin.list_topics(timeout=1)
-                break
-            except kafka.KafkaException:
-                assert time.monotonic() < deadline, "tansu did not answer"
-        yield address
-    finally:
-        process.kill()
-        process.wait()
+    # One line for the first record not delivered, the two others counted at close.
+    messages = [r.getMessage() for r in caplog.records if r.name == "rankwatch.kafka"]
+    undelivered = [m for m in messages if "not delivered" in m or "undelivered" in m]
+    assert undelivered[0].startswith("rankwatch record not delivered to rankwatch.events: ")
+    assert undelivered[1:] == [
+        "rankwatch: 2 more undelivered records (_MSG_TIMED_OUT) not logged since the last such warning"]
+    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "rankwatch.kafka")
 
 
 def test_records_are_keyed_by_user_and_carry_the_event(broker: str) -> None:
     topic, partitions = "rankwatch.events", 3
-    admin = AdminClient({"bootstrap.servers": broker})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout=PATIENCE_S)
+    create_topic(broker, topic, partitions)
     log = lists(seed=5, n_lists=100)
 
     with KafkaCollector(broker, topic) as client:

@@ -12,6 +12,11 @@ A stream the server ends because of a message it cannot take (oversize or
 undecodable) may end before the acks of the batches before it, so the batch
 at fault is found by sending the suspects one at a time; it is split in two
 and sent again, down to the single event at fault, which is given up.
+
+What goes wrong is logged to the `rankwatch.client` logger at WARNING: the
+rejections from acks with their reasons, a server that cannot be reached, a
+stream that failed and the reconnection after it; each subject at most once
+per `log_interval`, with the number of those not logged in the next line.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from rankwatch.batching import EventBuffer
 from rankwatch.ingest import IngestStream
 from rankwatch.sink import EventSink
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
+from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
 
-logger = logging.getLogger("rankwatch")
+logger = logging.getLogger(__name__)
 
 #: How long the sender sleeps at most before it looks at its state again.
 IDLE_WAKEUP_S = 0.2
@@ -58,6 +64,15 @@ class _Unacked:
     """In the window when a stream was refused; suspects are sent one at a time."""
 
 
+@dataclasses.dataclass
+class _Outage:
+    """Streams that failed in a row, since the last one the server took."""
+
+    since: float
+    """When the first of them failed (`time.monotonic()`)."""
+    failures: int = 0
+
+
 class Collector(EventSink):
     """Streams events to `rankwatch serve` over gRPC, in the background.
 
@@ -82,6 +97,7 @@ class Collector(EventSink):
         retry_backoff: float = 0.1,
         max_retry_backoff: float = 5.0,
         channel_options: Sequence[Tuple[str, object]] = (),
+        log_interval: float = DEFAULT_INTERVAL_S,
     ) -> None:
         """A client of the server at `target` (`host:port`), TLS when `credentials` are given.
 
@@ -92,7 +108,9 @@ class Collector(EventSink):
         at most `max_inflight_batches` batches wait for their ack.
         `on_rejection` hears every event the server rejected, with its reason.
         A broken stream is opened again after `retry_backoff` seconds, doubling
-        up to `max_retry_backoff` while it keeps failing.
+        up to `max_retry_backoff` while it keeps failing. Warnings of one
+        subject (a rejection reason, the connection) are logged at most once
+        per `log_interval` seconds.
         """
         if max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be at least 1")
@@ -101,6 +119,8 @@ class Collector(EventSink):
         self._max_inflight = max_inflight_batches
         self._first_backoff = retry_backoff
         self._max_backoff = max_retry_backoff
+        self._target = target
+        self._throttle = Throttle(log_interval)
         options = list(CHANNEL_OPTIONS) + list(channel_options)
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=options)
@@ -111,7 +131,9 @@ class Collector(EventSink):
         self._window: Deque[_Unacked] = collections.deque()
         self._next_sequence = 1
         self._stream: Optional[IngestStream] = None
+        self._open = False
         self._generation = 0
+        self._outage: Optional[_Outage] = None
         self._retry_at = 0.0
         self._backoff = retry_backoff
         self._stopping = False
@@ -162,6 +184,7 @@ class Collector(EventSink):
             if not done:
                 stream.cancel()
         self._channel.close()
+        self._throttle.warn_left(logger)
         return done
 
     def stats(self) -> SinkStats:
@@ -211,9 +234,9 @@ class Collector(EventSink):
             return self._stream
         if time.monotonic() < self._retry_at:
             return None
-        self._stream = IngestStream(self._channel, self._on_ack, self._on_end)
+        self._stream = IngestStream(self._channel, self._on_open, self._on_ack, self._on_end)
+        self._open = False
         self._generation += 1
-        self._send_due()
         return self._stream
 
     def _dispatch(self, events: List[pb.Event]) -> None:
@@ -229,9 +252,10 @@ class Collector(EventSink):
         return batch
 
     def _send_due(self) -> None:
-        """Gives the current stream, in order, the batches it has not had:
-        all of them, or only the oldest while it is a suspect; holds `_state`."""
-        if self._stream is None:
+        """Gives the current stream, once the server took it, in order, the
+        batches it has not had: all of them, or only the oldest while it is a
+        suspect; holds `_state`."""
+        if self._stream is None or not self._open:
             return
         for unacked in list(self._window)[:1] if self._suspects() else self._window:
             if unacked.generation == self._generation:
@@ -250,8 +274,28 @@ class Collector(EventSink):
 
     # ---- the receiver thread -------------------------------------------------
 
+    def _on_open(self, stream: IngestStream) -> None:
+        """The server took the stream: sends it the batches waiting for an ack."""
+        with self._state:
+            if self._stream is not stream:
+                return
+            self._open = True
+            outage, self._outage = self._outage, None
+            resending = sum(1 for unacked in self._window if unacked.generation)
+            self._send_due()
+            self._state.notify_all()
+        if outage is not None:
+            self._throttle.warn(
+                logger, "reconnections",
+                "rankwatch reconnected to %s after %d failed stream(s) over %.1f s; "
+                "resending %d unacknowledged batch(es)",
+                self._target, outage.failures, time.monotonic() - outage.since, resending,
+            )
+
     def _on_ack(self, ack: pb.IngestAck) -> None:
-        """Settles the oldest unacknowledged batch and reports its rejections."""
+        """Settles the oldest unacknowledged batch and reports its rejections
+        (logged first, so that a flush that returns has seen them logged)."""
+        self._warn_rejections(ack)
         with self._state:
             if not self._window or self._window[0].batch.sequence != ack.sequence:
                 expected = self._window[0].batch.sequence if self._window else None
@@ -270,6 +314,20 @@ class Collector(EventSink):
             self._state.notify_all()
         if ack.rejections:
             self._report(batch, ack.rejections)
+
+    def _warn_rejections(self, ack: pb.IngestAck) -> None:
+        """Logs the rejections of an ack, one line per reason (throttled per reason)."""
+        counts: Dict[str, int] = collections.Counter()
+        first_message: Dict[str, str] = {}
+        for rejection in ack.rejections:
+            counts[rejection.reason] += 1
+            first_message.setdefault(rejection.reason, rejection.message)
+        for counted in ack.more_rejections:
+            counts[counted.reason] += counted.count
+        for reason, count in sorted(counts.items()):
+            message = first_message.get(reason, "(counted by the server, without details)")
+            self._throttle.warn(logger, f"rejections ({reason})", "rankwatch rejected %d event(s) with reason %s: %s",
+                                count, reason, message, count=count)
 
     def _report(self, batch: pb.EventBatch, rejections: Sequence[pb.Rejection]) -> None:
         """Hands each rejected event to the callback, if there is one."""
@@ -290,23 +348,39 @@ class Collector(EventSink):
         a failure, deals with a refused message and schedules the next stream
         after the backoff."""
         given_up: Optional[pb.Event] = None
+        refused = False
         with self._state:
             current = self._stream is stream
             if current:
                 self._stream = None
+                self._open = False
             if self._stopping:
                 self._state.notify_all()
                 return
             self._stream_failures += 1
+            retry_in = self._backoff
+            waiting = self._buffer.offered - self._settled
             if current and _refused(code, details):
                 # Not an outage: the next stream may start at once.
+                refused = True
                 given_up = self._narrow_down()
             else:
                 self._retry_at = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, self._max_backoff)
+                self._outage = self._outage or _Outage(since=time.monotonic())
+                self._outage.failures += 1
             self._state.notify_all()
-        logger.warning("rankwatch ingest stream ended (%s: %s); resending what was not acknowledged",
-                       code.name, details)
+        if refused:
+            self._throttle.warn(logger, "refused messages", "rankwatch server at %s refused a message (%s: %s); "
+                                "sending the batches in doubt one at a time", self._target, code.name, details)
+        elif stream.opened:
+            self._throttle.warn(logger, "stream failures", "rankwatch stream to %s ended (%s: %s); "
+                                "%d event(s) wait, reconnecting in %.2g s",
+                                self._target, code.name, details, waiting, retry_in)
+        else:
+            self._throttle.warn(logger, "stream failures", "rankwatch server at %s unreachable (%s: %s); "
+                                "%d event(s) wait, retrying in %.2g s",
+                                self._target, code.name, details, waiting, retry_in)
         if given_up is not None:
             logger.error("rankwatch refused an event on its own; given up (%s: %s)", code.name, details)
             self._report_refused(given_up, code, details)

@@ -3,23 +3,31 @@
 Ids that make retries idempotent are generated when the caller gives none: an
 impression's `request_id` and an interaction's `event_id` (uuid4). Times
 default to now; a `datetime` must carry its time zone, and a number is taken
-as seconds since 1970 (what `time.time()` returns).
+as seconds since 1970 (what `time.time()` returns). Every check runs in the
+builder, so a bad argument raises `ValueError` at the caller's own call,
+never later in the client's background thread.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+import numbers
 import time as clock
 import uuid
 from typing import Mapping, Optional, Sequence, Union
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rankwatch.interleave import Interleaved
 from rankwatch.v1 import rankwatch_pb2 as pb
 
 #: An event time: an aware `datetime`, seconds since 1970, or `None` for now.
 EventTime = Union[datetime.datetime, float, int, None]
+#: Who contributed each item of an interleaved list: the result of
+#: `rankwatch.interleave.team_draft`, the protobuf message, or a mapping
+#: `{"rankers": [...], "teams": [...]}` (the JSON form).
+InterleavingSpec = Union[Interleaved, pb.Interleaving, Mapping[str, Sequence]]
 
 
 def new_id() -> str:
@@ -34,11 +42,14 @@ def set_time(target: Timestamp, time: EventTime) -> None:
     elif isinstance(time, datetime.datetime):
         if time.tzinfo is None or time.utcoffset() is None:
             raise ValueError(
-                f"naive datetime {time.isoformat()}: give it a time zone, e.g. datetime.now(timezone.utc)"
+                f"naive datetime {time.isoformat()}: pass an aware datetime, one with a time zone, "
+                "e.g. datetime.now(timezone.utc) or dt.replace(tzinfo=timezone.utc)"
             )
         target.FromDatetime(time)
-    elif isinstance(time, (int, float)) and not isinstance(time, bool) and math.isfinite(time):
-        target.FromNanoseconds(round(time * 1_000_000_000))
+    elif isinstance(time, numbers.Integral) and not isinstance(time, bool):
+        target.FromNanoseconds(int(time) * 1_000_000_000)
+    elif isinstance(time, numbers.Real) and not isinstance(time, bool) and math.isfinite(time):
+        target.FromNanoseconds(round(float(time) * 1_000_000_000))
     else:
         raise ValueError(f"event time {time!r} is neither an aware datetime nor finite seconds since 1970")
 
@@ -52,6 +63,7 @@ def impression(
     request_id: Optional[str] = None,
     time: EventTime = None,
     labels: Optional[Mapping[str, str]] = None,
+    interleaving: Optional[InterleavingSpec] = None,
 ) -> pb.Event:
     """An impression event: the ranked list `items` (rank 1 first) shown to `user_id`.
 
@@ -59,6 +71,10 @@ def impression(
     Pass the same id with the interactions on this list for exact attribution.
     `labels` (such as `{"country": "de"}`) are read by a server whose
     `segment_labels` names their keys, and ignored otherwise.
+    `interleaving` says which ranker contributed each item of a list merged
+    by `rankwatch.interleave.team_draft` (pass its result, whose `items` are
+    then `items`), or by your own interleaver (`{"rankers": [...], "teams":
+    [...]}`, one team per item).
     """
     shown = pb.Impression(
         request_id=new_id() if request_id is None else request_id,
@@ -68,8 +84,32 @@ def impression(
         surface=surface,
         labels=dict(labels or {}),
     )
+    if interleaving is not None:
+        shown.interleaving.CopyFrom(interleaving_of(interleaving, shown.item_ids))
     set_time(shown.time, time)
     return pb.Event(impression=shown)
+
+
+def interleaving_of(spec: InterleavingSpec, items: Sequence[str]) -> pb.Interleaving:
+    """The `Interleaving` field of a list of `items`, checked for its shape:
+    one team per item, each an index of `rankers`. (The server checks the
+    rankers' names against its own settings.)"""
+    if isinstance(spec, Interleaved):
+        if list(spec.items) != list(items):
+            raise ValueError("items differ from the interleaved list's: pass items=interleaved.items")
+        rankers, teams = spec.rankers, spec.teams
+    elif isinstance(spec, pb.Interleaving):
+        rankers, teams = spec.rankers, spec.teams
+    elif isinstance(spec, Mapping) and {"rankers", "teams"} <= set(spec):
+        rankers, teams = spec["rankers"], spec["teams"]
+    else:
+        raise ValueError(f"interleaving {spec!r} is not team_draft's result nor {{'rankers': [...], 'teams': [...]}}")
+    if len(teams) != len(items):
+        raise ValueError(f"interleaving has {len(teams)} teams for {len(items)} items; give one per item")
+    for rank, team in enumerate(teams, start=1):
+        if isinstance(team, bool) or not isinstance(team, numbers.Integral) or not 0 <= team < len(rankers):
+            raise ValueError(f"interleaving team {team!r} at rank {rank} is not an index of the {len(rankers)} rankers")
+    return pb.Interleaving(rankers=list(rankers), teams=[int(team) for team in teams])
 
 
 def interaction(

@@ -1,8 +1,11 @@
 """One `Collector.Ingest` bidirectional stream: batches go out through a queue
 that grpc reads on its own thread, acks come back on a receiver thread of ours.
 
-The stream knows nothing of resending: it reports each ack and, once, how it
-ended; the client decides what to send again on the next stream.
+The stream knows nothing of resending: it reports when the server has taken
+the call (its response headers arrived), each ack and, once, how it ended;
+the client decides what to send, and what to send again on the next stream.
+The call fails at once when the server cannot be reached, rather than wait
+for it, so that an outage is seen, counted and logged.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import grpc
 from rankwatch.v1 import rankwatch_pb2 as pb
 from rankwatch.v1 import rankwatch_pb2_grpc as pb_grpc
 
+#: Called once when the server has taken the call, on the receiver thread.
+OpenHandler = Callable[["IngestStream"], None]
 #: Called with each ack, in order, on the receiver thread.
 AckHandler = Callable[[pb.IngestAck], None]
 #: Called once when the stream has ended, with its status code and details.
@@ -25,14 +30,16 @@ EndHandler = Callable[["IngestStream", grpc.StatusCode, str], None]
 class IngestStream:
     """A live `Ingest` call on `channel`."""
 
-    def __init__(self, channel: grpc.Channel, on_ack: AckHandler, on_end: EndHandler) -> None:
-        """Opens the call; it waits for the channel to be ready rather than failing at once."""
+    def __init__(self, channel: grpc.Channel, on_open: OpenHandler, on_ack: AckHandler, on_end: EndHandler) -> None:
+        """Opens the call; it ends (UNAVAILABLE) at once if the server cannot be reached."""
         self._outgoing: "queue.SimpleQueue[Optional[pb.EventBatch]]" = queue.SimpleQueue()
+        self._on_open = on_open
         self._on_ack = on_ack
         self._on_end = on_end
+        self._opened = False
         self._ended = threading.Event()
         stub = pb_grpc.CollectorStub(channel)
-        self._call = stub.Ingest(self._requests(), wait_for_ready=True)
+        self._call = stub.Ingest(self._requests())
         self._receiver = threading.Thread(target=self._receive, name="rankwatch-acks", daemon=True)
         self._receiver.start()
 
@@ -55,6 +62,11 @@ class IngestStream:
         return self._ended.wait(timeout)
 
     @property
+    def opened(self) -> bool:
+        """Whether the server took the call (its end may since have come)."""
+        return self._opened
+
+    @property
     def ended(self) -> bool:
         """Whether the stream has ended (and its end was reported)."""
         return self._ended.is_set()
@@ -68,9 +80,14 @@ class IngestStream:
             yield batch
 
     def _receive(self) -> None:
-        """Hands on every ack, then how the stream ended."""
+        """Reports the opening, hands on every ack, then how the stream ended."""
         code, details = grpc.StatusCode.OK, ""
         try:
+            # Returns once the server's headers arrived, or the call ended without them.
+            self._call.initial_metadata()
+            if not self._call.done():
+                self._opened = True
+                self._on_open(self)
             for ack in self._call:
                 self._on_ack(ack)
         except grpc.RpcError as error:

@@ -5,6 +5,10 @@ Each event becomes one record: key = its `user_id` in UTF-8, value = the
 serialized `rankwatch.v1.Event`. librdkafka batches, retries and keeps order
 per partition (with idempotence on); this module counts what it was given and
 what the broker took. Needs the `kafka` extra (confluent-kafka).
+
+Records the broker did not take and brokers that cannot be reached are
+logged to the `rankwatch.kafka` logger at WARNING, at most once per error per
+`log_interval`; librdkafka's own log goes to `rankwatch.kafka.librdkafka`.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ except ImportError as missing:  # pragma: no cover - depends on the installed ex
 from rankwatch.events import user_of
 from rankwatch.sink import EventSink
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
+from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
 
-logger = logging.getLogger("rankwatch")
+logger = logging.getLogger(__name__)
 
 #: The topic rankwatch consumes by default (setting `kafka_topic`).
 DEFAULT_TOPIC = "rankwatch.events"
@@ -49,6 +54,7 @@ class KafkaCollector(EventSink):
         linger: float = 0.05,
         on_rejection: Optional[RejectionCallback] = None,
         config: Optional[Mapping[str, Any]] = None,
+        log_interval: float = DEFAULT_INTERVAL_S,
     ) -> None:
         """A producer to `topic` on `brokers` (`host:port,…`).
 
@@ -56,7 +62,8 @@ class KafkaCollector(EventSink):
         is dropped and counted); a batch leaves at the latest `linger` seconds
         after its first record. `on_rejection` hears every record the broker
         did not take (reason `delivery_failed`). `config` adds or overrides
-        librdkafka settings (TLS, SASL, acks, …).
+        librdkafka settings (TLS, SASL, acks, …). Warnings of one error are
+        logged at most once per `log_interval` seconds.
         """
         settings: Dict[str, Any] = {
             "bootstrap.servers": brokers,
@@ -70,10 +77,13 @@ class KafkaCollector(EventSink):
             # A misspelled topic must fail, not be created by a broker that
             # auto-creates topics with its default partition count.
             "allow.auto.create.topics": False,
+            "error_cb": self._error,
+            "logger": logging.getLogger(f"{__name__}.librdkafka"),
         }
         settings.update(config or {})
         self._topic = topic
         self._on_rejection = on_rejection
+        self._throttle = Throttle(log_interval)
         self._producer = Producer(settings)
         self._counts = threading.Lock()
         self._queued = 0
@@ -114,6 +124,7 @@ class KafkaCollector(EventSink):
         self._closed.set()
         done = self.flush(timeout)
         self._poller.join()
+        self._throttle.warn_left(logger)
         return done
 
     def stats(self) -> SinkStats:
@@ -126,6 +137,10 @@ class KafkaCollector(EventSink):
                 accepted=self._accepted,
                 failed=self._failed,
             )
+
+    def _error(self, error: KafkaError) -> None:
+        """Logs an error of the producer itself, such as no broker reachable."""
+        self._throttle.warn(logger, f"producer errors ({error.name()})", "rankwatch Kafka producer: %s", error.str())
 
     def _drop(self) -> bool:
         """Counts an event that was not queued; returns `False` for `send`."""
@@ -145,7 +160,8 @@ class KafkaCollector(EventSink):
                 self._accepted += 1
                 return
             self._failed += 1
-        logger.warning("rankwatch record not delivered: %s", error)
+        self._throttle.warn(logger, f"undelivered records ({error.name()})",
+                            "rankwatch record not delivered to %s: %s", self._topic, error.str())
         if self._on_rejection is None:
             return
         try:

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Mapping, Optional, Sequence, Type, TypeVar
 
 from rankwatch import events
-from rankwatch.events import EventTime
+from rankwatch.events import EventTime, InterleavingSpec
 from rankwatch.stats import SinkStats
 from rankwatch.v1 import rankwatch_pb2 as pb
 
@@ -51,11 +51,14 @@ class EventSink(abc.ABC):
         request_id: Optional[str] = None,
         time: EventTime = None,
         labels: Optional[Mapping[str, str]] = None,
+        interleaving: Optional[InterleavingSpec] = None,
     ) -> str:
         """Sends the ranked list `items` (rank 1 first) shown to `user_id`.
 
         Returns its `request_id` (a generated uuid4 when `None` was given), to
-        pass along with the interactions on this list.
+        pass along with the interactions on this list. `interleaving`: see
+        `rankwatch.events.impression`. A bad argument (such as a naive
+        `datetime`) raises `ValueError` here, and nothing is queued.
         """
         event = events.impression(
             user_id=user_id,
@@ -65,6 +68,7 @@ class EventSink(abc.ABC):
             request_id=request_id,
             time=time,
             labels=labels,
+            interleaving=interleaving,
         )
         self.send(event)
         return event.impression.request_id
@@ -81,7 +85,8 @@ class EventSink(abc.ABC):
         time: EventTime = None,
     ) -> str:
         """Sends one interaction of `user_id` with `item_id`; returns its
-        `event_id` (a generated uuid4 when `None` was given)."""
+        `event_id` (a generated uuid4 when `None` was given). A bad argument
+        raises `ValueError` here, and nothing is queued."""
         event = events.interaction(
             user_id=user_id,
             item_id=item_id,

@@ -50,7 +50,8 @@ class SinkStats:
     resent_events: int = 0
     """Events in those batches."""
     stream_failures: int = 0
-    """Streams that ended before the client closed them."""
+    """Streams that ended before the client closed them, or could not be opened:
+    while the server cannot be reached, each attempt (one per backoff) counts."""
 
     @property
     def rejected_total(self) -> int:
