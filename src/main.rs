@@ -299,9 +299,15 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
     let report = runtime.block_on(query::fetch(&args.query))?;
     if report.groups.is_empty() {
         let wait = report.config.attribution_window_s + report.config.allowed_lateness_s;
+        let when = match report.pending {
+            Some(pending) => format!(
+                "{} lists are open; the first is finalized in about {:.0} s",
+                pending.open_impressions, pending.seconds_to_first_finalization
+            ),
+            None => format!("{} impressions received", report.counters.impressions),
+        };
         eprintln!(
-            "rankwatch: no list is finalized yet ({} impressions received): a list is evaluated once attribution window + allowed lateness ({wait} s) have passed after it was shown",
-            report.counters.impressions
+            "rankwatch: no list is finalized yet ({when}): a list is evaluated once attribution window + allowed lateness ({wait} s) have passed after it was shown"
         );
     }
     print_report(&args.filter.apply(report), args.format)

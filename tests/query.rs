@@ -176,3 +176,39 @@ async fn query_of_a_report_with_no_list_yet_says_why() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_server_says_how_many_lists_are_open_and_when_the_first_is_finalized() {
+    let server = Server::start(&["--attribution-window", "60s", "--allowed-lateness", "10s"]);
+    let now = rankwatch::clock::wall_clock();
+    let time = rankwatch::event::format_rfc3339(now);
+    let lines: Vec<String> = (0..3)
+        .map(|i| format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b"],"time":"{time}"}}}}"#))
+        .collect();
+    server.stream_lines(&lines).await;
+
+    let output = query(&["--grpc-addr", &server.grpc.to_string()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let said = stderr
+        .split("3 lists are open; the first is finalized in about ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|seconds| seconds.parse::<f64>().ok());
+    assert!(said.is_some_and(|s| (60.0..=70.0).contains(&s)), "{stderr}");
+
+    let (status, body) = server.get("/api/status");
+    assert_eq!(status, 200);
+    let health = &serde_json::from_str::<Value>(&body).unwrap()["health"];
+    assert_eq!(health["open_impressions"], 3);
+    let first = health["first_finalization_in_s"].as_f64().unwrap();
+    assert!((60.0..=70.0).contains(&first), "{health}");
+
+    let logged = server
+        .log
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .into_iter()
+        .chain(server.log.try_iter())
+        .find(|line| line.contains("lists open"));
+    let logged = logged.expect("the server logs when the first lists are open");
+    assert!(logged.contains("open_impressions=3") && logged.contains("first_finalized_in_s="), "{logged}");
+}

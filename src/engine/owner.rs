@@ -31,6 +31,7 @@ pub(super) async fn run(
     mut questions: mpsc::Receiver<Command>,
 ) {
     let mut idle = true;
+    let mut announced = false;
     loop {
         let command = tokio::select! {
             biased;
@@ -55,6 +56,9 @@ pub(super) async fn run(
                     Err(_) => stream_failed.store(true, Ordering::Relaxed),
                 }
                 let _ = done.send(applied);
+                if !announced {
+                    announced = announce_first_lists(&engine);
+                }
             }
             Command::AdvanceIfIdle { now } => {
                 if idle {
@@ -75,7 +79,8 @@ pub(super) async fn run(
                 let report = match window {
                     None => Report::since_start(&engine, &report_config),
                     Some(index) => Report::window(&engine, &report_config, index),
-                };
+                }
+                .with_pending(&engine);
                 let _ = reply.send(report);
             }
             Command::State { reply } => {
@@ -83,6 +88,21 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// Logs, once, that lists are open and when the first is finalized: a new
+/// server shows no figure for attribution window + allowed lateness.
+/// Returns whether it did.
+fn announce_first_lists(engine: &Engine) -> bool {
+    let Some(seconds) = engine.seconds_to_first_finalization() else {
+        return false;
+    };
+    tracing::info!(
+        open_impressions = engine.open_impressions(),
+        first_finalized_in_s = seconds.round(),
+        "lists open: each is evaluated once its attribution window and the allowed lateness have passed"
+    );
+    true
 }
 
 /// Reads and validates one batch, then applies it event by event, having

@@ -13,6 +13,8 @@ mod wire;
 
 pub use comparison::{compare, Comparison, NamedTotals};
 pub use interleaving::{ExperimentReport, SplitReport};
-pub use report::{GroupReport, MeanPair, PositionPoint, Report, ReportConfig, ReportCounters};
+pub use report::{
+    GroupReport, MeanPair, Pending, PositionPoint, Report, ReportConfig, ReportCounters,
+};
 pub use snapshot::{ExperimentSnapshot, GroupSnapshot, Snapshot};
 pub use wire::{to_proto, IncompleteReport};

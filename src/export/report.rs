@@ -31,6 +31,20 @@ pub struct Report {
     /// left out when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitReport>,
+    /// Lists still open and when the first is finalized; a running server
+    /// reports it while lists are open, replay never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Pending>,
+}
+
+/// Lists still open, so that a report without figures says when they come.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Pending {
+    /// Impressions open for attribution.
+    pub open_impressions: u64,
+    /// How far event time must still advance (with the wall-clock advance:
+    /// how many seconds) until the earliest open list is finalized.
+    pub seconds_to_first_finalization: f64,
 }
 
 /// The settings that shaped the figures, built by whoever configured the engine.
@@ -295,6 +309,17 @@ impl Report {
         self
     }
 
+    /// The report with the open lists of `engine`, when there are some.
+    pub fn with_pending(mut self, engine: &Engine) -> Self {
+        self.pending = engine
+            .seconds_to_first_finalization()
+            .map(|seconds| Pending {
+                open_impressions: engine.open_impressions() as u64,
+                seconds_to_first_finalization: seconds,
+            });
+        self
+    }
+
     /// Fills in the interleaving experiments; `since_start` tells whether
     /// the figures are since start, where the anytime-valid checks apply.
     fn with_interleaving<'a>(
@@ -344,6 +369,7 @@ impl Report {
             comparisons,
             interleaving: Vec::new(),
             splits: split_reports(&named, &config.expected_split),
+            pending: None,
         }
     }
 

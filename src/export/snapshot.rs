@@ -67,6 +67,9 @@ pub struct Snapshot {
     pub unregistered_interleavings: u64,
     /// The intended share of lists of each model; empty for no check.
     pub expected_split: Vec<(String, f64)>,
+    /// How far event time must still advance until the earliest open list
+    /// is finalized, in seconds; `None` when none is open.
+    pub seconds_to_first_finalization: Option<f64>,
 }
 
 impl Snapshot {
@@ -139,6 +142,7 @@ impl Snapshot {
                 .collect(),
             unregistered_interleavings: engine.unregistered_interleavings(),
             expected_split: Vec::new(),
+            seconds_to_first_finalization: engine.seconds_to_first_finalization(),
         }
     }
 

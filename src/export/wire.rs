@@ -4,8 +4,8 @@
 //! live here, so that a field added to one cannot be forgotten in the other.
 
 use super::{
-    Comparison, ExperimentReport, GroupReport, MeanPair, PositionPoint, Report, ReportConfig,
-    ReportCounters, SplitReport,
+    Comparison, ExperimentReport, GroupReport, MeanPair, Pending, PositionPoint, Report,
+    ReportConfig, ReportCounters, SplitReport,
 };
 use crate::metrics::{CoverageFigures, Metric};
 use crate::proto;
@@ -96,6 +96,10 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
             .map(experiment_to_proto)
             .collect(),
         splits: report.splits.into_iter().map(split_to_proto).collect(),
+        open_impressions: report.pending.map_or(0, |p| p.open_impressions),
+        seconds_to_first_finalization: report
+            .pending
+            .map_or(0.0, |p| p.seconds_to_first_finalization),
     }
 }
 
@@ -219,6 +223,10 @@ impl TryFrom<proto::Report> for Report {
                 .transpose()?,
             interleaving: report.interleaving.into_iter().map(experiment).collect(),
             splits: report.splits.into_iter().map(split).collect(),
+            pending: (report.open_impressions > 0).then_some(Pending {
+                open_impressions: report.open_impressions,
+                seconds_to_first_finalization: report.seconds_to_first_finalization,
+            }),
         })
     }
 }

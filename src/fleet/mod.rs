@@ -208,8 +208,8 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
                 let view = fleet.figures();
                 let settings = &fleet.engine_settings().report_config();
                 let report = match window {
-                    None => Report::since_start(&view, settings),
-                    Some(index) => Report::window(&view, settings, index),
+                    None => Report::since_start(&view, settings).with_pending(&view),
+                    Some(index) => Report::window(&view, settings, index).with_pending(&view),
                 };
                 let _ = reply.send(report);
             }

@@ -32,6 +32,16 @@ impl DueQueue {
         }
     }
 
+    /// The earliest entry, left in place.
+    pub fn peek(&self) -> Option<Due> {
+        let queued = self.in_order.front().copied();
+        let heaped = self.out_of_order.peek().map(|entry| entry.0);
+        match (queued, heaped) {
+            (Some(q), Some(h)) => Some(q.min(h)),
+            (q, h) => q.or(h),
+        }
+    }
+
     /// Removes and returns the earliest entry.
     pub fn pop(&mut self) -> Option<Due> {
         self.pop_due_by(Nanos::MAX)
@@ -46,11 +56,7 @@ impl DueQueue {
     /// Removes and returns the earliest entry, if it is due by `time`.
     pub fn pop_due_by(&mut self, time: Nanos) -> Option<Due> {
         let queued = self.in_order.front().copied();
-        let heaped = self.out_of_order.peek().map(|entry| entry.0);
-        let earliest = match (queued, heaped) {
-            (Some(q), Some(h)) => q.min(h),
-            (q, h) => q.or(h)?,
-        };
+        let earliest = self.peek()?;
         if earliest.0 > time {
             return None;
         }

@@ -412,6 +412,22 @@ impl Engine {
         self.settings.windows.len()
     }
 
+    /// The largest event time `T` must reach for the earliest open list
+    /// to be finalized (its time plus window plus lateness); `None` when no
+    /// list is open.
+    pub fn first_finalization(&self) -> Option<Nanos> {
+        let earliest = self.deadlines.peek()?.0;
+        Some(earliest.saturating_add(self.settings.allowed_lateness))
+    }
+
+    /// How far event time must still advance for the earliest open list to
+    /// be finalized, in seconds; `None` when no list is open.
+    pub fn seconds_to_first_finalization(&self) -> Option<f64> {
+        let due = self.first_finalization()?;
+        let now = self.max_time.unwrap_or(Nanos::MIN);
+        Some(due.saturating_sub(now).max(0) as f64 / crate::event::NANOS_PER_SECOND as f64)
+    }
+
     /// Impressions still open.
     pub fn open_impressions(&self) -> usize {
         self.open_impressions

@@ -163,6 +163,9 @@ struct Health {
     watermark_lag_s: Option<f64>,
     /// Wall clock minus the finalization frontier, once there is one.
     finalization_lag_s: Option<f64>,
+    /// Seconds (of event time, which the wall clock advances) until the
+    /// earliest open list is finalized; none when no list is open.
+    first_finalization_in_s: Option<f64>,
 }
 
 impl Health {
@@ -177,6 +180,7 @@ impl Health {
             groups: snapshot.groups.len(),
             watermark_lag_s: lag(snapshot.watermark),
             finalization_lag_s: lag(snapshot.frontier),
+            first_finalization_in_s: snapshot.seconds_to_first_finalization,
         }
     }
 }

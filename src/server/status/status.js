@@ -195,8 +195,12 @@ function renderQuality(chosen) {
   const surfaces = Object.keys(bySurface).sort();
   container.replaceChildren();
   if (surfaces.length === 0) {
+    const health = history[history.length - 1].health;
+    const open = health.open_impressions > 0 && health.first_finalization_in_s !== null
+      ? " " + count(health.open_impressions) + " lists are open; the first is finalized in about " + seconds(health.first_finalization_in_s) + "."
+      : "";
     container.append(element("p", { class: "empty" },
-      "No finalized list in this window yet: lists finalize once their attribution window and the allowed lateness have passed."));
+      "No finalized list in this window yet: lists finalize once their attribution window and the allowed lateness have passed." + open));
   }
   for (const surface of surfaces) {
     const card = element("article", { class: "surface", "data-surface": surface });
