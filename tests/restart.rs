@@ -272,12 +272,12 @@ async fn an_inconsistent_state_file_is_set_aside_and_counted() {
     assert_eq!(server.terminate(), Some(0));
 
     // The saved state ends with its one user's open impression, in
-    // fixed-width fields: group 0, one item, no credits; then no waiting
-    // interactions.
+    // fixed-width fields: group 0, no interleaving lineup, one item, no
+    // credits; then no waiting interactions.
     let path = dir.path().join("rankwatch.state");
     let saved = std::fs::read(&path).unwrap();
     let (header, payload) = saved.split_at(28);
-    let mut tail = vec![0, 0, 0, 0, 1, 0, 0, 0];
+    let mut tail = vec![0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0];
     tail.extend(rankwatch::event::id_hash("item-a").to_le_bytes());
     tail.push(0x00);
     assert!(payload.ends_with(&tail), "the state file format changed");

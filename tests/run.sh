@@ -11,6 +11,12 @@ bash tests/install-deps.sh
 cargo fmt --check
 cargo build --release --locked --bins
 bin="${CARGO_TARGET_DIR:-target}/release/rankwatch"
+# `cargo install --path .` as the README says, into a throwaway root; the
+# release build above is reused, so this only copies the binary.
+install_root="$(mktemp -d)"
+cargo install --quiet --locked --path . --root "$install_root" --target-dir "${CARGO_TARGET_DIR:-target}"
+"$install_root/bin/rankwatch" --version | grep -q '^rankwatch ' || { echo "run.sh: the installed rankwatch does not run" >&2; exit 1; }
+rm -rf "$install_root"
 bash tests/install-broker.sh >/dev/null
 cargo test --release --locked
 target/python/bin/python tests/python/check_server.py --binary "$bin"
