@@ -210,5 +210,8 @@ async fn a_new_server_says_how_many_lists_are_open_and_when_the_first_is_finaliz
         .chain(server.log.try_iter())
         .find(|line| line.contains("lists open"));
     let logged = logged.expect("the server logs when the first lists are open");
-    assert!(logged.contains("open_impressions=3") && logged.contains("first_finalized_in_s="), "{logged}");
+    assert!(
+        logged.contains("open_impressions=3") && logged.contains("first_finalized_in_s="),
+        "{logged}"
+    );
 }

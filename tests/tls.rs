@@ -204,3 +204,28 @@ async fn query_speaks_mutual_tls_with_a_client_certificate() {
         "plaintext is refused on a TLS listener"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_says_what_to_change_after_a_tls_mistake() {
+    let files = pki().files();
+    let server = mutual_tls_server(&files, &[]);
+    let addr = server.grpc.to_string();
+    let stderr = |args: &[&str]| {
+        let output = query(&[&["--grpc-addr", addr.as_str()][..], args].concat());
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+
+    let plaintext = stderr(&[]);
+    assert!(plaintext.contains("hint: the server may speak TLS") && plaintext.contains("--tls-ca-cert"), "{plaintext}");
+
+    let other = pki().files();
+    let wrong_ca = stderr(&["--tls-ca-cert", &other.ca, "--tls-server-name", "localhost"]);
+    assert!(wrong_ca.contains("hint: the server's certificate is not signed by the CA of --tls-ca-cert"), "{wrong_ca}");
+
+    let wrong_name = stderr(&["--tls-ca-cert", &files.ca, "--tls-server-name", "elsewhere"]);
+    assert!(wrong_name.contains("--tls-server-name with a name its certificate carries"), "{wrong_name}");
+
+    let no_identity = stderr(&["--tls-ca-cert", &files.ca, "--tls-server-name", "localhost"]);
+    assert!(no_identity.contains("hint: the server asks for a client certificate"), "{no_identity}");
+}

@@ -4,6 +4,7 @@
 //! query and nothing of the server.
 
 mod filter;
+mod tls_hint;
 
 pub use filter::ReportFilter;
 
@@ -72,10 +73,43 @@ pub enum QueryError {
     /// The answer lacks a part every report has.
     #[error(transparent)]
     Incomplete(#[from] IncompleteReport),
+    /// A failure whose text names a TLS mistake, and what to change.
+    #[error("{error}\n  hint: {hint}")]
+    Tls {
+        /// The failure, with its causes.
+        error: String,
+        /// What to change.
+        hint: &'static str,
+    },
+}
+
+impl QueryError {
+    /// This error, with what to change when it names a TLS mistake;
+    /// `tls` tells whether the query spoke TLS.
+    fn with_tls_hint(self, tls: bool) -> Self {
+        let text = match &self {
+            QueryError::Connect { source, .. } => tls_hint::describe(source),
+            QueryError::Refused(status) => tls_hint::describe(status),
+            _ => return self,
+        };
+        match tls_hint::hint(&text, tls) {
+            Some(hint) => QueryError::Tls {
+                error: tls_hint::chain(&self),
+                hint,
+            },
+            None => self,
+        }
+    }
 }
 
 /// Asks the server of `args` for its report.
 pub async fn fetch(args: &QueryArgs) -> Result<Report, QueryError> {
+    fetch_report(args)
+        .await
+        .map_err(|error| error.with_tls_hint(args.tls_ca_cert.is_some()))
+}
+
+async fn fetch_report(args: &QueryArgs) -> Result<Report, QueryError> {
     let channel = endpoint(args)?
         .connect()
         .await
