@@ -53,6 +53,7 @@
 //! | | [`window`] | rolling time buckets per group |
 //! | | [`export`] | Prometheus series, the report and its wire form |
 //! | | [`sequential`] | anytime-valid confidence sequences and their simulation |
+//! | | [`split_check`] | the anytime-valid sample ratio check and its simulation |
 //! | shared | [`codec`], [`clock`] | the raw gRPC codec; the wall clock and the ticker of periodic tasks |
 //!
 //! Pure logic ([`event`], [`join`], [`metrics`], [`window`], [`export`])

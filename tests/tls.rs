@@ -217,15 +217,28 @@ async fn query_says_what_to_change_after_a_tls_mistake() {
     };
 
     let plaintext = stderr(&[]);
-    assert!(plaintext.contains("hint: the server may speak TLS") && plaintext.contains("--tls-ca-cert"), "{plaintext}");
+    assert!(
+        plaintext.contains("hint: the server may speak TLS") && plaintext.contains("--tls-ca-cert"),
+        "{plaintext}"
+    );
 
     let other = pki().files();
     let wrong_ca = stderr(&["--tls-ca-cert", &other.ca, "--tls-server-name", "localhost"]);
-    assert!(wrong_ca.contains("hint: the server's certificate is not signed by the CA of --tls-ca-cert"), "{wrong_ca}");
+    assert!(
+        wrong_ca
+            .contains("hint: the server's certificate is not signed by the CA of --tls-ca-cert"),
+        "{wrong_ca}"
+    );
 
     let wrong_name = stderr(&["--tls-ca-cert", &files.ca, "--tls-server-name", "elsewhere"]);
-    assert!(wrong_name.contains("--tls-server-name with a name its certificate carries"), "{wrong_name}");
+    assert!(
+        wrong_name.contains("--tls-server-name with a name its certificate carries"),
+        "{wrong_name}"
+    );
 
     let no_identity = stderr(&["--tls-ca-cert", &files.ca, "--tls-server-name", "localhost"]);
-    assert!(no_identity.contains("hint: the server asks for a client certificate"), "{no_identity}");
+    assert!(
+        no_identity.contains("hint: the server asks for a client certificate"),
+        "{no_identity}"
+    );
 }
