@@ -468,3 +468,46 @@ async fn open_interleaved_lists_and_experiments_survive_a_restart() {
     let served: Value = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
     check(&served, &evaluate(&shown, false));
 }
+
+#[test]
+fn a_broken_traffic_split_is_flagged_and_a_right_one_is_not() {
+    // 600 lists of a and 400 of b on home; 500 of each on search.
+    let mut lines = Vec::new();
+    for list in 0..1000 {
+        for (surface, a_lists) in [("home", 600), ("search", 500)] {
+            let model = if list < a_lists { "a" } else { "b" };
+            lines.push(
+                json!({"impression": {"requestId": format!("{surface}{list}"), "userId": format!("u{list}"),
+                    "itemIds": ["x"], "time": time(list as u64), "model": model, "surface": surface}})
+                .to_string(),
+            );
+        }
+    }
+    let (_dir, path) = write_log(&lines);
+    let split = ["--expected-split", "a=1,b=1"];
+    let report = replay_json(&[&["--format", "json", &path][..], &split].concat(), None);
+    let splits = report["splits"].as_array().unwrap();
+    assert_eq!(splits.len(), 2);
+    assert_eq!(
+        (&splits[0]["surface"], &splits[0]["mismatch"]),
+        (&json!("home"), &json!(true))
+    );
+    assert_eq!(splits[0]["lists"], json!({"a": 600, "b": 400}));
+    assert_eq!(splits[0]["expected"], json!({"a": 0.5, "b": 0.5}));
+    assert!(splits[0]["p_value"].as_f64().unwrap() < 1e-6);
+    assert_eq!(
+        (&splits[1]["surface"], &splits[1]["mismatch"]),
+        (&json!("search"), &json!(false)),
+        "{splits:?}"
+    );
+    assert_eq!(splits[1]["p_value"], 1.0);
+    let table =
+        String::from_utf8(common::replay(&[&[path.as_str()][..], &split].concat(), None).stdout)
+            .unwrap();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("home") && l.contains("MISMATCH")),
+        "{table}"
+    );
+}
