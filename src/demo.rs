@@ -29,6 +29,11 @@ pub struct DemoArgs {
     /// Degrade a model after a while, as NAME=QUALITY@DELAY (e.g. candidate=0.05@2m), to watch an alert fire.
     #[arg(long, env = "RANKWATCH_DEMO_DEGRADE", value_parser = parse_degrade)]
     pub degrade: Option<(ModelSpec, Duration)>,
+    /// Interleave the models by team draft for this share of lists (0.2
+    /// when given without a value), so that the page shows their preference
+    /// beside the A/B comparison.
+    #[arg(long, env = "RANKWATCH_DEMO_INTERLEAVE", num_args = 0..=1, default_missing_value = "0.2")]
+    pub interleave: Option<f64>,
 }
 
 fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
@@ -75,6 +80,7 @@ pub async fn run(
     let traffic = Traffic::new(TrafficConfig {
         models: args.models.clone(),
         labels: vec![DEMO_LABEL.parse()?],
+        interleave_share: args.interleave.unwrap_or(0.0),
         ..TrafficConfig::default()
     })?;
     if let Some((model, delay)) = args.degrade {

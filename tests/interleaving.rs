@@ -511,3 +511,70 @@ fn a_broken_traffic_split_is_flagged_and_a_right_one_is_not() {
         "{table}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_interleaves_and_the_better_model_is_preferred() {
+    let server = Server::exact(&["--attribution-window", "1s", "--allowed-lateness", "0s"]);
+    let target = format!("http://{}", server.grpc);
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+            .args([
+                "loadgen",
+                "--target",
+                &target,
+                "--rate",
+                "20000",
+                "--duration",
+                "3s",
+            ])
+            .args([
+                "--models",
+                "control=0.9,candidate=0.4",
+                "--interleave",
+                "0.5",
+                "--users",
+                "2000",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = rankwatch::export::Report::try_from(server.report().await).unwrap();
+    let experiment = report
+        .interleaving
+        .iter()
+        .find(|e| e.surface == "home")
+        .expect("an experiment on home");
+    assert_eq!(
+        (experiment.a.as_str(), experiment.b.as_str()),
+        ("candidate", "control")
+    );
+    assert!(experiment.lists > 500, "{experiment:?}");
+    assert!(
+        experiment.wins_b > experiment.wins_a,
+        "control's items earn more: {experiment:?}"
+    );
+    assert!(
+        experiment.cs95[1] < 0.0,
+        "and the anytime bound says so: {experiment:?}"
+    );
+    let (first_a, first_b) = (experiment.first_a as f64, experiment.first_b as f64);
+    assert!(
+        (first_a / (first_a + first_b) - 0.5).abs() < 0.1,
+        "a fair coin: {experiment:?}"
+    );
+    let interleaved = report
+        .groups
+        .iter()
+        .find(|g| g.model == "interleaved" && g.surface == "home");
+    assert!(
+        interleaved.is_some_and(|g| g.lists > 0),
+        "interleaved lists count in their group"
+    );
+}

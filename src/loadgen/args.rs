@@ -75,6 +75,10 @@ pub struct LoadgenArgs {
     /// user always takes the same value of each (for `segment_labels`).
     #[arg(long, env = "RANKWATCH_LOADGEN_LABELS", value_delimiter = ';')]
     pub labels: Vec<LabelSpec>,
+    /// Share of lists, in [0, 1], merged from every model's ranking by team
+    /// draft (model `interleaved`, with the `interleaving` field).
+    #[arg(long, env = "RANKWATCH_LOADGEN_INTERLEAVE", default_value_t = 0.0)]
+    pub interleave: f64,
     /// Most batches a stream leaves unacknowledged before it waits.
     #[arg(long, env = "RANKWATCH_LOADGEN_MAX_INFLIGHT", default_value_t = 8)]
     pub max_inflight: usize,
@@ -180,6 +184,7 @@ impl LoadgenArgs {
             surfaces: self.surfaces.clone(),
             labels: self.labels.clone(),
             id_prefix: format!("{run:x}-{stream}-"),
+            interleave_share: self.interleave,
         }
     }
 }

@@ -27,6 +27,7 @@ mod sender;
 mod source;
 mod stats;
 mod stream;
+mod team_draft;
 mod traffic;
 mod traffic_config;
 
@@ -36,7 +37,8 @@ pub use label_spec::LabelSpec;
 pub use model_spec::{ModelSpec, DEFAULT_MODELS};
 pub use quality::QualityHandle;
 pub use report::{LatencySummary, LoadReport};
-pub use traffic::Traffic;
+pub use team_draft::team_draft;
+pub use traffic::{Traffic, INTERLEAVED_MODEL};
 pub use traffic_config::{TrafficConfig, TrafficError};
 
 use crate::clock::wall_clock;

@@ -3,9 +3,10 @@
 
 use super::click_model::{engagement_depth, examination_probability, Feedback};
 use super::quality::QualityHandle;
+use super::team_draft::team_draft;
 use super::{LabelSpec, TrafficConfig, TrafficError};
 use crate::event::{Nanos, NANOS_PER_SECOND};
-use crate::proto::{event::Kind, Event, Impression, Interaction};
+use crate::proto::{event::Kind, Event, Impression, Interaction, Interleaving};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -17,6 +18,8 @@ const NOISE_SCALE: f64 = 1.0;
 const MAX_DELAY_FACTOR: f64 = 5.0;
 /// Scheduled interactions held before the earliest is sent early: bounds memory at any rate.
 const MAX_PENDING: usize = 1 << 18;
+/// The model name of an interleaved list.
+pub const INTERLEAVED_MODEL: &str = "interleaved";
 /// Fixed seed of the catalogue, so that every generator agrees on item relevance.
 const CATALOGUE_SEED: u64 = 0x7261_6e6b_7761_7463;
 
@@ -75,6 +78,12 @@ pub struct Traffic {
     scheduled: u64,
     /// Interactions owed to the share, carried from list to list.
     owed: f64,
+    /// Share of lists interleaved from every model's ranking.
+    interleave_share: f64,
+    /// Each model's ranking of an interleaved list's candidates.
+    rankings: Vec<Vec<u32>>,
+    /// The team of each shown item of an interleaved list.
+    teams: Vec<u32>,
 }
 
 impl Traffic {
@@ -117,6 +126,9 @@ impl Traffic {
             events: 0,
             scheduled: 0,
             owed: 0.0,
+            interleave_share: config.interleave_share,
+            rankings: Vec::new(),
+            teams: Vec::new(),
         })
     }
 
@@ -173,7 +185,22 @@ impl Traffic {
         let user = self.rng.u32(0..self.users);
         let model = user as usize % self.models.len();
         let surface = self.rng.usize(0..self.surfaces.len());
-        self.rank(self.models.quality(model));
+        // No draw at all without interleaving: the traffic stays as it was.
+        let interleaved = self.interleave_share > 0.0
+            && self.models.len() >= 2
+            && self.rng.f64() < self.interleave_share;
+        let interleaving = if interleaved {
+            self.interleave();
+            Some(Interleaving {
+                rankers: (0..self.models.len())
+                    .map(|m| self.models.name(m).to_owned())
+                    .collect(),
+                teams: self.teams.clone(),
+            })
+        } else {
+            self.rank(self.models.quality(model));
+            None
+        };
         let list = self.lists;
         self.lists += 1;
         self.schedule_feedback(user, list, time);
@@ -183,16 +210,50 @@ impl Traffic {
                 user_id: self.user_id(user),
                 item_ids: self.shown.iter().map(|&item| item_id(item)).collect(),
                 time: Some(timestamp(time)),
-                model: self.models.name(model).to_owned(),
+                model: match interleaved {
+                    true => INTERLEAVED_MODEL.to_owned(),
+                    false => self.models.name(model).to_owned(),
+                },
                 surface: self.surfaces[surface].clone(),
                 labels: self
                     .labels
                     .iter()
                     .map(|label| (label.key.clone(), label.value_of(user).to_owned()))
                     .collect(),
-                interleaving: None,
+                interleaving,
             })),
         }
+    }
+
+    /// Fills `shown` and `teams` with a team-draft interleaving of every
+    /// model's ranking of the same candidates.
+    fn interleave(&mut self) {
+        for slot in 0..self.candidates {
+            let pick = self.rng.usize(slot..self.catalogue.len());
+            self.catalogue.swap(slot, pick);
+        }
+        let mut rankings = std::mem::take(&mut self.rankings);
+        rankings.resize(self.models.len(), Vec::new());
+        for (model, ranking) in rankings.iter_mut().enumerate() {
+            let noise = NOISE_SCALE * (1.0 - self.models.quality(model));
+            self.scored.clear();
+            for slot in 0..self.candidates {
+                let item = self.catalogue[slot];
+                let score = self.relevance[item as usize] + noise * self.gaussian();
+                self.scored.push((score, item));
+            }
+            self.scored.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+            ranking.clear();
+            ranking.extend(self.scored.iter().map(|&(_, item)| item));
+        }
+        team_draft(
+            &rankings,
+            self.items_per_list,
+            &mut self.rng,
+            &mut self.shown,
+            &mut self.teams,
+        );
+        self.rankings = rankings;
     }
 
     fn interaction(&mut self, scheduled: Scheduled) -> Event {

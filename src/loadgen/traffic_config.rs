@@ -53,6 +53,9 @@ pub enum TrafficError {
     /// A label specification is not `KEY=V1,V2,...`.
     #[error("label {0:?} is not KEY=VALUE,VALUE,..., e.g. country=de,fr,us")]
     LabelSpec(String),
+    /// An interleaving share outside [0, 1].
+    #[error("interleave share is {0}; give a fraction of lists from 0 to 1, e.g. 0.2")]
+    InterleaveShare(f64),
     /// A request-id share outside [0, 1].
     #[error("request id share is {0}; give a fraction from 0 to 1, e.g. 0.9")]
     RequestIdShare(f64),
@@ -90,6 +93,10 @@ pub struct TrafficConfig {
     /// Prefix of user, request and event ids. Give each generator feeding the
     /// same server its own prefix, so their users and requests never collide.
     pub id_prefix: String,
+    /// Share of lists, in [0, 1], that merge every model's ranking of the
+    /// same candidates by team draft (model `interleaved`, with the
+    /// `interleaving` field) instead of showing the user's own model's.
+    pub interleave_share: f64,
 }
 
 impl Default for TrafficConfig {
@@ -110,6 +117,7 @@ impl Default for TrafficConfig {
             surfaces: vec!["home".to_owned(), "search".to_owned()],
             labels: Vec::new(),
             id_prefix: String::new(),
+            interleave_share: 0.0,
         }
     }
 }
@@ -145,6 +153,9 @@ impl TrafficConfig {
         }
         if !(0.0..=1.0).contains(&self.request_id_share) {
             return Err(TrafficError::RequestIdShare(self.request_id_share));
+        }
+        if !(0.0..=1.0).contains(&self.interleave_share) {
+            return Err(TrafficError::InterleaveShare(self.interleave_share));
         }
         Ok(())
     }
