@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end: the deploy kit against the real binary and a real Prometheus.
 #
-# Runs `rankwatch demo` with `control` and `candidate` at equal quality and
+# Runs `rankwatch demo` with `control` and `candidate` at equal quality
+# (30% of its lists interleaving both, the split checked against 50/50) and
 # degrades `candidate` to 0.05 after 60 s, has Debian's prometheus scrape it
 # every second (rules evaluated every second) with recording_rules.yml as
 # shipped and a copy of alert_rules.yml whose `for:` durations are cut to 10s,
@@ -11,8 +12,8 @@
 #       model_k:rankwatch_list_ndcg:mean_rate5m equals
 #       sum(rate(_sum[5m])) / sum(rate(_count[5m])) (1e-9) and agrees with the
 #       rolling 5m gauges weighted by rankwatch_window_lists (0.02);
-#   (c) RankwatchNdcgBelowControl does not fire for candidate before the
-#       degradation and fires after it;
+#   (c) RankwatchNdcgBelowControl and RankwatchInterleavingCandidateLoses do
+#       not fire for candidate before the degradation and fire after it;
 #   (d) every rule evaluates without error (/api/v1/rules health "ok").
 # Ends with the line `e2e: N passed, M failed`; exits 1 if a check failed.
 # About 2.5 minutes plus the build. Listens on 127.0.0.1 only: ports 19577
@@ -115,7 +116,8 @@ wait_http() {
 
 demo_started=$(date +%s.%N)
 "${CARGO_TARGET_DIR:-target}/release/rankwatch" demo --grpc-addr 127.0.0.1:0 --http-addr "$demo_http" --rate 5000 \
-  --models control=0.9,candidate=0.9 --degrade "candidate=0.05@${degrade_after}s" >"$work/demo.log" 2>&1 &
+  --models control=0.9,candidate=0.9 --degrade "candidate=0.05@${degrade_after}s" --interleave 0.3 \
+  --expected-split control=0.5,candidate=0.5 >"$work/demo.log" 2>&1 &
 demo_pid=$!
 pids+=("$demo_pid")
 wait_http "http://$demo_http/metrics" 20 "$demo_pid" ||

@@ -54,6 +54,7 @@
 //! | | [`export`] | Prometheus series, the report and its wire form |
 //! | | [`sequential`] | anytime-valid confidence sequences and their simulation |
 //! | | [`split_check`] | the anytime-valid sample ratio check and its simulation |
+//! | | [`sensitivity`] | interleaving against A/B by simulation: lists until the sequence excludes 0 |
 //! | shared | [`codec`], [`clock`] | the raw gRPC codec; the wall clock and the ticker of periodic tasks |
 //!
 //! Pure logic ([`event`], [`join`], [`metrics`], [`window`], [`export`])
@@ -80,6 +81,7 @@ pub mod metrics;
 pub mod process;
 pub mod query;
 pub mod replay;
+pub mod sensitivity;
 pub mod sequential;
 pub mod serve;
 pub mod server;

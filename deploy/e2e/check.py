@@ -12,7 +12,8 @@ Timeline (t = seconds since the demo started, D = --degrade-after):
                  degradation are finalized 12 s later at the earliest)
              (b) nDCG@10 per model: recording rule = direct rate query (1e-9),
                  = rolling gauges (0.02), gauges = since-start summary (1e-9)
-  ... D + 150 (c) RankwatchNdcgBelowControl fires for candidate
+  ... D + 150 (c) RankwatchNdcgBelowControl fires for candidate, and
+                 RankwatchInterleavingCandidateLoses in the interleaved lists
              (b) the same three nDCG@10 comparisons on the degraded data
              (d) every rule evaluates without error; no other alert fires
 
@@ -32,6 +33,8 @@ import urllib.parse
 import urllib.request
 
 ALERT = "RankwatchNdcgBelowControl"
+# The demo interleaves a share of its lists: this alert reads the same degradation.
+INTERLEAVING_ALERT = "RankwatchInterleavingCandidateLoses"
 RECORDED = "model_k:rankwatch_list_ndcg:mean_rate5m"
 MODELS = ("control", "candidate")
 
@@ -131,6 +134,11 @@ def below_control(alert_list, model, state):
             and a["labels"].get("model") == model and a["state"] == state]
 
 
+def candidate_loses(alert_list, state):
+    return [a for a in alert_list if a["labels"].get("alertname") == INTERLEAVING_ALERT
+            and a["labels"].get("candidate") == "candidate" and a["state"] == state]
+
+
 def unix(stamp):
     """RFC 3339 (as Prometheus writes it, UTC) to Unix time."""
     whole, _, frac = stamp.rstrip("Z").partition(".")
@@ -211,6 +219,7 @@ def check_not_firing_before():
             polls += 1
             pending |= {a["labels"].get("surface") for a in below_control(current, "candidate", "pending")}
             firing += [(since_demo(), a["labels"].get("surface")) for a in below_control(current, "candidate", "firing")]
+            firing += [(since_demo(), "interleaved " + a["labels"].get("surface", "")) for a in candidate_loses(current, "firing")]
         except ApiError as e:
             errors.append(str(e))
         time.sleep(2)
@@ -232,8 +241,8 @@ def check_not_firing_before():
         detail += f"; recorded data first at t={since_demo(first_record):.0f}s: too late to tell"
     if errors:
         detail += f"; {len(errors)} failed polls, e.g. {errors[0]}"
-    check(f"{ALERT} not firing for candidate before the degradation", meaningful and not firing and not errors,
-          detail)
+    check(f"{ALERT} and {INTERLEAVING_ALERT} not firing for candidate before the degradation",
+          meaningful and not firing and not errors, detail)
 
 
 def check_consistency(when):
@@ -286,6 +295,11 @@ def check_fires():
     else:
         detail = f"not firing {since_demo() - ARGS.degrade_after:.0f}s after the degradation"
     check(f"{ALERT} fires for candidate after the degradation", fired, detail)
+    lost = wait_until(lambda: [a for a in candidate_loses(alerts(), "firing")
+                               if unix(a["activeAt"]) >= degraded_at], degraded_at + 150)
+    detail = (f"on {sorted(a['labels'].get('surface') for a in lost)}, value {float(lost[0]['value']):.3f}" if lost
+              else f"not firing {since_demo() - ARGS.degrade_after:.0f}s after the degradation")
+    check(f"{INTERLEAVING_ALERT} fires for candidate in interleaved lists after the degradation", lost, detail)
 
 
 def check_end():
@@ -295,9 +309,10 @@ def check_end():
     control = [a["state"] for a in current if a["labels"].get("alertname") == ALERT
                and a["labels"].get("model") == "control"]
     check(f"{ALERT} neither pending nor firing for control", not control, ", ".join(control))
+    expected = {(ALERT, "candidate"), (INTERLEAVING_ALERT, "candidate")}
     others = [f"{a['labels'].get('alertname')}{{model={a['labels'].get('model')}}}" for a in current
-              if a["state"] == "firing" and not (a["labels"].get("alertname") == ALERT
-                                                 and a["labels"].get("model") == "candidate")]
+              if a["state"] == "firing" and (a["labels"].get("alertname"),
+                                             a["labels"].get("model") or a["labels"].get("candidate")) not in expected]
     check("no other alert fires on the demo's healthy pipeline", not others, ", ".join(others))
     loaded = rules()
     for rule in loaded:

@@ -136,14 +136,35 @@ impl Traffic {
     /// click model, rank by rank (the deepest feedback: click 1, cart 2,
     /// purchase 3; 0 for none), without making events: for simulations.
     pub fn list_grades(&mut self, quality: f64) -> Vec<f64> {
+        self.list_grades_of(quality, 1.0)
+    }
+
+    /// [`Self::list_grades`] for a user whose `activity` scales every
+    /// examination probability (1: the click model's user; capped at 1).
+    pub fn list_grades_of(&mut self, quality: f64, activity: f64) -> Vec<f64> {
         self.rank(quality);
+        self.shown_grades(activity)
+    }
+
+    /// The grades a user of `activity` gives a team-draft interleaving of
+    /// every model's ranking of the same candidates; the team of each item
+    /// goes into `teams`. For simulations.
+    pub fn interleaved_grades(&mut self, activity: f64, teams: &mut Vec<u32>) -> Vec<f64> {
+        self.interleave();
+        teams.clone_from(&self.teams);
+        self.shown_grades(activity)
+    }
+
+    /// The grades the click model gives the list in `shown`.
+    fn shown_grades(&mut self, activity: f64) -> Vec<f64> {
         let shown = std::mem::take(&mut self.shown);
         let grades = shown
             .iter()
             .enumerate()
             .map(|(rank, &item)| {
                 let relevance = self.relevance[item as usize];
-                engagement_depth(&mut self.rng, self.examination[rank], relevance)
+                let examination = (self.examination[rank] * activity).min(1.0);
+                engagement_depth(&mut self.rng, examination, relevance)
                     .map_or(0.0, |depth| depth as f64)
             })
             .collect();
