@@ -41,48 +41,7 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
             rejected: counters.rejected.into_iter().collect(),
             shed: counters.shed.into_iter().collect(),
         }),
-        groups: report
-            .groups
-            .into_iter()
-            .map(|group| proto::GroupReport {
-                model: group.model,
-                surface: group.surface,
-                segments: group.segments.into_iter().collect(),
-                lists: group.lists,
-                engaged_lists: group.engaged_lists,
-                metrics: group
-                    .metrics
-                    .into_iter()
-                    .map(|(key, mean)| {
-                        (
-                            key,
-                            proto::MetricMean {
-                                all: mean.all,
-                                engaged: mean.engaged,
-                                se_all: mean.se_all,
-                                se_engaged: mean.se_engaged,
-                            },
-                        )
-                    })
-                    .collect(),
-                positions: group
-                    .positions
-                    .into_iter()
-                    .map(|point| proto::PositionPoint {
-                        rank: point.rank as u32,
-                        lists: point.lists,
-                        interactions: point.interactions.into_iter().collect(),
-                    })
-                    .collect(),
-                coverage: group.coverage.map(|c| proto::Coverage {
-                    items_shown: c.items_shown,
-                    items_engaged: c.items_engaged,
-                    exposure_gini: c.exposure_gini,
-                    exposure_entropy: c.exposure_entropy,
-                    exact: c.exact,
-                }),
-            })
-            .collect(),
+        groups: report.groups.into_iter().map(group_to_proto).collect(),
         comparisons: report
             .comparisons
             .unwrap_or_default()
@@ -100,6 +59,47 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
         seconds_to_first_finalization: report
             .pending
             .map_or(0.0, |p| p.seconds_to_first_finalization),
+    }
+}
+
+fn group_to_proto(group: GroupReport) -> proto::GroupReport {
+    proto::GroupReport {
+        model: group.model,
+        surface: group.surface,
+        segments: group.segments.into_iter().collect(),
+        lists: group.lists,
+        engaged_lists: group.engaged_lists,
+        metrics: group
+            .metrics
+            .into_iter()
+            .map(|(key, mean)| {
+                (
+                    key,
+                    proto::MetricMean {
+                        all: mean.all,
+                        engaged: mean.engaged,
+                        se_all: mean.se_all,
+                        se_engaged: mean.se_engaged,
+                    },
+                )
+            })
+            .collect(),
+        positions: group
+            .positions
+            .into_iter()
+            .map(|point| proto::PositionPoint {
+                rank: point.rank as u32,
+                lists: point.lists,
+                interactions: point.interactions.into_iter().collect(),
+            })
+            .collect(),
+        coverage: group.coverage.map(|c| proto::Coverage {
+            items_shown: c.items_shown,
+            items_engaged: c.items_engaged,
+            exposure_gini: c.exposure_gini,
+            exposure_entropy: c.exposure_entropy,
+            exact: c.exact,
+        }),
     }
 }
 
