@@ -43,6 +43,8 @@ CHROMIUM_FLAGS = [
     "--remote-debugging-port=0",
 ]
 DEMO_MODELS = ("candidate", "control")
+# The demo's interleaved lists (--interleave) chart as a model of their own.
+INTERLEAVED = "interleaved"
 SURFACES = ("home", "search")
 
 
@@ -53,7 +55,7 @@ class Failure(Exception):
 def start_demo(binary: str) -> tuple[subprocess.Popen[str], str]:
     """Starts the demo on free loopback ports; returns it and its HTTP address."""
     demo = subprocess.Popen(
-        [binary, "demo", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"],
+        [binary, "demo", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--interleave"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -173,7 +175,7 @@ def charts(page: DevTools) -> list[dict[str, Any]]:
 def complete(cards: list[dict[str, Any]]) -> bool:
     """Every surface charts both demo models with at least three polled points each."""
     return sorted(card["surface"] for card in cards) == list(SURFACES) and all(
-        sorted(card["lines"]) == list(DEMO_MODELS) and card["points"] >= 3 for card in cards
+        sorted(set(card["lines"]) - {INTERLEAVED}) == list(DEMO_MODELS) and card["points"] >= 3 for card in cards
     )
 
 
@@ -188,10 +190,34 @@ def check_charts(cards: list[dict[str, Any]]) -> None:
             if f"{number:.4f}" != shown:
                 raise Failure(f"{card['surface']}/{model}: legend shows {shown!r} for {value}")
             values[model] = number
+        values.pop(INTERLEAVED, None)
         if sorted(values) != list(DEMO_MODELS):
             raise Failure(f"{card['surface']}: legend holds {sorted(values)}")
         if not values["control"] > values["candidate"]:
             raise Failure(f"{card['surface']}: control {values['control']} is not ahead of candidate {values['candidate']}")
+
+
+INTERLEAVING_ROWS = """JSON.stringify(Array.from(document.querySelectorAll('#interleaving tr')).slice(1)
+  .map((row) => Array.from(row.cells).map((cell) => cell.textContent)))"""
+
+
+def check_interleaving(page: DevTools) -> None:
+    """The interleaving panel: one row per surface, control preferred, in a sentence, once settled."""
+    deadline = time.monotonic() + 60
+    while True:
+        rows = json.loads(page.evaluate(INTERLEAVING_ROWS))
+        settled = [row for row in rows if row[-1].startswith("Users prefer control to candidate")]
+        if len(rows) == len(SURFACES) and len(settled) == len(SURFACES):
+            break
+        if time.monotonic() > deadline:
+            raise Failure(f"within 60 s more the interleaving panel held {rows}")
+        time.sleep(1)
+    for row in rows:
+        surface, a, b = row[0].split(" ")[0], row[1], row[2]
+        if (a, b) != ("candidate", "control") or surface not in SURFACES:
+            raise Failure(f"an interleaving row names {surface} {a} {b}")
+        if not float(row[5]) < 0:
+            raise Failure(f"{surface}: preference {row[5]} does not favour control")
 
 
 def run(binary: str, artifacts: Path) -> None:
@@ -213,6 +239,7 @@ def run(binary: str, artifacts: Path) -> None:
             time.sleep(1)
             cards = charts(page)
         check_charts(cards)
+        check_interleaving(page)
         title = page.evaluate("document.title")
         if title != "rankwatch":
             raise Failure(f"the page's title is {title!r}")
