@@ -156,3 +156,30 @@ def test_the_impression_carries_the_rankers_and_teams() -> None:
 def test_an_interleaving_that_does_not_fit_its_items_raises_at_the_call(items, interleaving, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         events.impression(user_id="u1", items=items, interleaving=interleaving)
+
+
+def test_the_engine_credits_each_ranker_of_an_interleaving_the_helper_made() -> None:
+    """Team-drafted lists sent as the helper builds them, clicks on v8's items
+    only: the real engine (the binary's replay) counts a win for v8 in each."""
+    import datetime
+
+    import rankwatch
+
+    start = datetime.datetime(2026, 11, 1, 10, 0, tzinfo=datetime.timezone.utc)
+    built = []
+    rng = random.Random(11)
+    for n in range(40):
+        mixed = team_draft({"v7": ["a", "b", "c", "d"], "v8": ["d", "e", "a", "f"]}, 4, rng)
+        at = start + datetime.timedelta(seconds=n)
+        shown = events.impression(user_id=f"u{n}", items=mixed.items, request_id=f"r{n}",
+                                  surface="home", model="mixed", interleaving=mixed, time=at)
+        built.append(shown)
+        clicked = next(item for item, team in zip(mixed.items, mixed.teams) if mixed.rankers[team] == "v8")
+        built.append(events.interaction(user_id=f"u{n}", item_id=clicked, request_id=f"r{n}",
+                                        time=at + datetime.timedelta(seconds=1)))
+    report = rankwatch.replay(built)
+    [experiment] = report["interleaving"]
+    assert (experiment["surface"], experiment["a"], experiment["b"]) == ("home", "v7", "v8")
+    assert (experiment["lists"], experiment["wins_a"], experiment["wins_b"], experiment["ties"]) == (40, 0, 40, 0)
+    assert experiment["preference"] == -1.0
+    assert experiment["first_a"] + experiment["first_b"] == 40
