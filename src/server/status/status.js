@@ -8,7 +8,8 @@ const POLL_MS = 2000;
 const HISTORY = 450; // polls kept: 15 minutes at one poll every 2 s
 const Z95 = 1.959963984540054;
 const SINCE_START = "since start";
-const COLORS = ["#1f6fd1", "#d1431f", "#2e9b4b", "#8a4fc7", "#c98a00", "#0f8f8f", "#c2387f", "#5b6573"];
+// Model colours avoid red, which marks what is worse than the control.
+const COLORS = ["#1f6fd1", "#e08a00", "#2e9b4b", "#8a4fc7", "#0f8f8f", "#6b4f2a", "#c2387f", "#5b6573"];
 const SVG = "http://www.w3.org/2000/svg";
 
 const history = []; // {t, reports: {window name: report}, counters, health}
@@ -228,10 +229,13 @@ function extent(lines) {
       end = Math.max(end, p.t);
     }
   }
-  if (low >= 0) low = 0;
-  if (high - low < 1e-9) high = low + 1;
+  // The axis fits what is drawn, with a margin, so that bands are not hairlines.
+  if (!Number.isFinite(low)) return { low: 0, high: 1, start: end - 60, end };
+  const span = Math.max(high - low, 0.01);
+  low = Math.max(Math.min(low, high) - span * 0.1, low >= 0 ? 0 : -Infinity);
+  high = high + span * 0.1;
   if (end - start < 60) start = end - 60;
-  return { low, high: high + (high - low) * 0.05, start, end };
+  return { low, high, start, end };
 }
 
 function ticks(low, high, wanted) {
@@ -316,8 +320,9 @@ function renderComparisons(chosen) {
   const wrap = element("div", { class: "comparisons" });
   const table = element("table");
   const head = element("tr");
-  for (const title of ["surface", "model", "control", "difference", "95% interval", "anytime 95%"]) {
-    head.append(element("th", { class: title === "surface" || title.endsWith("model") || title === "control" ? "" : "n" }, title));
+  for (const title of ["surface", "model", "control", "difference", "anytime 95%", "95% interval", "what it says"]) {
+    const kind = title === "95% interval" ? "n wide" : ["difference", "anytime 95%"].includes(title) ? "n" : "";
+    head.append(element("th", { class: kind }, title));
   }
   table.append(head);
   const broken = brokenSplits();
@@ -327,7 +332,8 @@ function renderComparisons(chosen) {
     if (broken.has(place(c))) where.append(element("span", { class: "untrusted" }, " split broken: not to be trusted"));
     row.append(where, element("td", {}, c.model), element("td", {}, c.control));
     row.append(element("td", { class: "n" }, number(c.diff, 4)));
-    row.append(element("td", { class: "n" }, range(c.ci95)), element("td", { class: "n" }, range(c.cs95)));
+    row.append(element("td", { class: "n" }, range(c.cs95)), element("td", { class: "n wide" }, range(c.ci95)));
+    row.append(element("td", { class: "sentence" }, comparisonSentence(c, chosen.key)));
     table.append(row);
   }
   wrap.append(table);
@@ -342,6 +348,18 @@ function range(pair) {
 function brokenSplits() {
   const latest = history[history.length - 1].reports[SINCE_START];
   return new Set(((latest && latest.splits) || []).filter((s) => s.mismatch).map(place));
+}
+
+// One plain sentence on a comparison: which model is better on the metric,
+// by how much, and whether the anytime-valid bound settles it.
+function comparisonSentence(c, key) {
+  if (!Array.isArray(c.cs95)) return "";
+  const by = number(Math.abs(c.diff), 4);
+  const [lo, hi] = c.cs95;
+  if (hi < 0) return c.control + " is better than " + c.model + " on " + key + " by " + by + "; settled (the anytime 95% bound is below 0).";
+  if (lo > 0) return c.model + " is better than " + c.control + " on " + key + " by " + by + "; settled (the anytime 95% bound is above 0).";
+  const leader = c.diff >= 0 ? c.model : c.control;
+  return leader + " leads on " + key + " by " + by + ", not settled yet: the anytime 95% bound still includes 0.";
 }
 
 // One plain sentence on an interleaving experiment: who is preferred, by how
