@@ -6,9 +6,8 @@
 //! flagged (false alarms, 50/50 and 20/30/50), and after how many lists a
 //! broken one is (52/48 and 55/45 against an intended 50/50).
 
-use rankwatch::split_check::{
-    median_lists, SplitSimulation, PRIOR_CONCENTRATION, SPLIT_CHECK_LEVEL,
-};
+use rankwatch::sequential::median_lists;
+use rankwatch::split_check::{SplitSimulation, PRIOR_CONCENTRATION, SPLIT_CHECK_LEVEL};
 
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; the figures are the other arguments.

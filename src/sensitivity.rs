@@ -12,9 +12,10 @@
 use crate::loadgen::{ModelSpec, Traffic, TrafficConfig, TrafficError};
 use crate::metrics::interleaving::credits_into;
 use crate::metrics::uncertainty::{
-    confidence_sequence_multiplier, standard_error, Difference, Estimate, CS_ALPHA, CS_TIGHTEST_AT,
+    confidence_sequence_multiplier, standard_error, Difference, CS_ALPHA, CS_TIGHTEST_AT,
 };
 use crate::metrics::{Gain, ListEvaluator, Metric, MetricSettings};
+use crate::sequential::{median_lists, Sums};
 
 /// How a simulation runs.
 #[derive(Clone, Copy, Debug)]
@@ -47,22 +48,13 @@ pub struct ListsNeeded {
 impl ListsNeeded {
     /// The median of interleaving's runs (`None` if half were not found).
     pub fn interleaving_median(&self) -> Option<u64> {
-        median(&self.interleaving)
+        median_lists(&self.interleaving)
     }
 
     /// The median of the A/B runs (`None` if half were not found).
     pub fn ab_median(&self) -> Option<u64> {
-        median(&self.ab)
+        median_lists(&self.ab)
     }
-}
-
-fn median(runs: &[Option<u64>]) -> Option<u64> {
-    let mut lists: Vec<u64> = runs.iter().map(|l| l.unwrap_or(u64::MAX)).collect();
-    lists.sort_unstable();
-    lists
-        .get(lists.len() / 2)
-        .copied()
-        .filter(|&l| l != u64::MAX)
 }
 
 /// Runs `simulation`: each run measures both methods on traffic of its own seed.
@@ -142,7 +134,7 @@ fn ab_run(simulation: &Sensitivity, seed: u64) -> Result<Option<u64>, TrafficErr
         );
         evaluator.evaluate(&grades, &mut row);
         arms[arm].add(row[Metric::Ndcg as usize]);
-        if n % simulation.look_every == 0 && arms.iter().all(|a| a.n >= 2) {
+        if n % simulation.look_every == 0 && arms.iter().all(|a| a.estimate().n >= 2) {
             let difference = Difference::between(arms[1].estimate(), arms[0].estimate());
             if difference.cs95[1] < 0.0 {
                 return Ok(Some(n));
@@ -150,30 +142,6 @@ fn ab_run(simulation: &Sensitivity, seed: u64) -> Result<Option<u64>, TrafficErr
         }
     }
     Ok(None)
-}
-
-/// Running sums of one model's values.
-#[derive(Default)]
-struct Sums {
-    n: u64,
-    sum: f64,
-    squares: f64,
-}
-
-impl Sums {
-    fn add(&mut self, value: f64) {
-        self.n += 1;
-        self.sum += value;
-        self.squares += value * value;
-    }
-
-    fn estimate(&self) -> Estimate {
-        Estimate {
-            mean: self.sum / self.n as f64,
-            se: standard_error(self.sum, self.squares, self.n),
-            n: self.n,
-        }
-    }
 }
 
 #[cfg(test)]

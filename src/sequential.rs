@@ -68,13 +68,19 @@ pub struct Detection {
 impl Detection {
     /// The median over runs of the lists needed, counting misses as never (`None` if half missed).
     pub fn median_lists(&self) -> Option<u64> {
-        let mut lists: Vec<u64> = self.lists.iter().map(|l| l.unwrap_or(u64::MAX)).collect();
-        lists.sort_unstable();
-        lists
-            .get(lists.len() / 2)
-            .copied()
-            .filter(|&l| l != u64::MAX)
+        median_lists(&self.lists)
     }
+}
+
+/// The median of the lists each run needed, counting a run that never got
+/// there as never (`None` if half of them did not).
+pub fn median_lists(runs: &[Option<u64>]) -> Option<u64> {
+    let mut lists: Vec<u64> = runs.iter().map(|l| l.unwrap_or(u64::MAX)).collect();
+    lists.sort_unstable();
+    lists
+        .get(lists.len() / 2)
+        .copied()
+        .filter(|&l| l != u64::MAX)
 }
 
 /// Draws nDCG@10 of lists of the demo's click model.
@@ -121,20 +127,20 @@ impl ListSource {
 
 /// Running sums of one model's values.
 #[derive(Default)]
-struct Sums {
+pub(crate) struct Sums {
     n: u64,
     sum: f64,
     squares: f64,
 }
 
 impl Sums {
-    fn add(&mut self, value: f64) {
+    pub(crate) fn add(&mut self, value: f64) {
         self.n += 1;
         self.sum += value;
         self.squares += value * value;
     }
 
-    fn estimate(&self) -> Estimate {
+    pub(crate) fn estimate(&self) -> Estimate {
         Estimate {
             mean: self.sum / self.n as f64,
             se: standard_error(self.sum, self.squares, self.n),

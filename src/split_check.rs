@@ -142,17 +142,6 @@ fn draw(rng: &mut fastrand::Rng, shares: &[f64]) -> usize {
     shares.len() - 1
 }
 
-/// The median of `flags`, counting a run never flagged as never (`None` if
-/// half of them were not).
-pub fn median_lists(flags: &[Option<u64>]) -> Option<u64> {
-    let mut lists: Vec<u64> = flags.iter().map(|f| f.unwrap_or(u64::MAX)).collect();
-    lists.sort_unstable();
-    lists
-        .get(lists.len() / 2)
-        .copied()
-        .filter(|&l| l != u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,7 +224,7 @@ mod tests {
             lists: 100_000,
             ..correct
         };
-        let median = median_lists(&broken.first_flags());
+        let median = crate::sequential::median_lists(&broken.first_flags());
         assert!(median.is_some_and(|lists| lists < 30_000), "{median:?}");
     }
 }

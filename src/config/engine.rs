@@ -14,24 +14,25 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 
-fn parse_grade(text: &str) -> Result<(String, f64), String> {
-    let Some((name, grade)) = text.split_once('=') else {
-        return Err(format!("{text:?} is not TYPE=GRADE, e.g. click=1"));
+/// `NAME=NUMBER`: `key` and `example` name the flag's form in the message.
+fn parse_named_number(text: &str, key: &str, example: &str) -> Result<(String, f64), String> {
+    let Some((name, number)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not {key}, e.g. {example}"));
     };
-    match grade.trim().parse() {
-        Ok(grade) => Ok((name.trim().to_owned(), grade)),
-        Err(_) => Err(format!("grade of {name:?} is not a number")),
+    match number.trim().parse() {
+        Ok(number) => Ok((name.trim().to_owned(), number)),
+        Err(_) => Err(format!(
+            "the number of {name:?} in {text:?} is not a number"
+        )),
     }
 }
 
+fn parse_grade(text: &str) -> Result<(String, f64), String> {
+    parse_named_number(text, "TYPE=GRADE", "click=1")
+}
+
 fn parse_share(text: &str) -> Result<(String, f64), String> {
-    let Some((model, share)) = text.split_once('=') else {
-        return Err(format!("{text:?} is not MODEL=SHARE, e.g. control=0.5"));
-    };
-    match share.trim().parse() {
-        Ok(share) => Ok((model.trim().to_owned(), share)),
-        Err(_) => Err(format!("share of {model:?} is not a number")),
-    }
+    parse_named_number(text, "MODEL=SHARE", "control=0.5")
 }
 
 /// Join and metric settings, shared by `serve` and `replay`.

@@ -72,6 +72,22 @@ pub struct Snapshot {
     pub seconds_to_first_finalization: Option<f64>,
 }
 
+/// The totals of each of `count` rolling windows up to `frontier` (empty
+/// totals before there is one).
+fn window_totals(
+    windows: &crate::window::RollingWindows,
+    count: usize,
+    frontier: Option<Nanos>,
+) -> Vec<GroupTotals> {
+    (0..count)
+        .map(|index| {
+            frontier
+                .map(|f| windows.totals(index, f))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 impl Snapshot {
     /// The figures of `engine` now, with comparisons against `control_model` if set.
     pub fn of(engine: &Engine, control_model: Option<String>) -> Self {
@@ -87,13 +103,7 @@ impl Snapshot {
                 surface: name.surface.clone(),
                 segments: name.segments.clone(),
                 totals: aggregates.totals.clone(),
-                windows: (0..window_count)
-                    .map(|index| {
-                        frontier
-                            .map(|f| aggregates.windows.totals(index, f))
-                            .unwrap_or_default()
-                    })
-                    .collect(),
+                windows: window_totals(&aggregates.windows, window_count, frontier),
                 positions: aggregates.positions.clone(),
                 coverage: coverage_on.then(|| {
                     aggregates
@@ -131,13 +141,7 @@ impl Snapshot {
                 .map(|(name, aggregates)| ExperimentSnapshot {
                     name: name.clone(),
                     totals: aggregates.totals.clone(),
-                    windows: (0..window_count)
-                        .map(|index| {
-                            frontier
-                                .map(|f| aggregates.windows.totals(index, f))
-                                .unwrap_or_default()
-                        })
-                        .collect(),
+                    windows: window_totals(&aggregates.windows, window_count, frontier),
                 })
                 .collect(),
             unregistered_interleavings: engine.unregistered_interleavings(),

@@ -92,7 +92,7 @@ mod tests {
             .contains("not signed by the CA"));
         assert!(hint("received fatal alert: BadCertificate", true)
             .unwrap()
-            .contains("client's certificate"));
+            .contains("asks for a client certificate"));
         assert!(hint("UnsupportedCertVersion", true)
             .unwrap()
             .contains("version 3"));
