@@ -220,6 +220,27 @@ def check_interleaving(page: DevTools) -> None:
             raise Failure(f"{surface}: preference {row[5]} does not favour control")
 
 
+PANELS = """JSON.stringify({
+  positions: document.querySelectorAll('#positions svg polyline').length,
+  coverage: document.querySelectorAll('#coverage tr').length - 1,
+  marks: Array.from(document.querySelectorAll('#surfaces .settled-label')).map((t) => t.textContent),
+})"""
+
+
+def check_panels(page: DevTools) -> None:
+    """CTR by rank per model on every surface, a coverage row per group, and a
+    marker where the candidate's comparison settled below the control."""
+    deadline = time.monotonic() + 30
+    while True:
+        panels = json.loads(page.evaluate(PANELS))
+        settled = [mark for mark in panels["marks"] if mark == "candidate worse: settled"]
+        if panels["positions"] >= 2 * len(SURFACES) and panels["coverage"] >= 2 * len(SURFACES) and settled:
+            return
+        if time.monotonic() > deadline:
+            raise Failure(f"within 30 s more the panels held {panels}")
+        time.sleep(1)
+
+
 def run(binary: str, artifacts: Path) -> None:
     demo, http = start_demo(binary)
     profile = Path(tempfile.mkdtemp(prefix="rankwatch-chromium-"))
@@ -240,6 +261,7 @@ def run(binary: str, artifacts: Path) -> None:
             cards = charts(page)
         check_charts(cards)
         check_interleaving(page)
+        check_panels(page)
         title = page.evaluate("document.title")
         if title != "rankwatch":
             raise Failure(f"the page's title is {title!r}")

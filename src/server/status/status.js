@@ -206,13 +206,15 @@ function renderQuality(chosen) {
   for (const surface of surfaces) {
     const card = element("article", { class: "surface", "data-surface": surface });
     card.append(element("h3", {}, surface + " · " + chosen.key + " (" + chosen.scope + "), " + chosen.window));
-    card.append(chart(bySurface[surface], chosen));
+    card.append(chart(bySurface[surface], chosen, settledAt(surface, chosen)));
     card.append(legend(bySurface[surface]));
     container.append(card);
   }
   renderComparisons(chosen);
   renderInterleaving(chosen);
   renderSplits();
+  renderPositions();
+  renderCoverage(chosen);
 }
 
 function extent(lines) {
@@ -247,7 +249,22 @@ function ticks(low, high, wanted) {
   return { values: out, digits: Math.max(0, -Math.floor(Math.log10(step))) };
 }
 
-function chart(lines, chosen) {
+// When each comparison on `surface` (a place: surface and segments) was first
+// settled in the polls kept, on the chosen metric and window:
+// [{t, model, worse}] for the comparisons whose anytime bound excludes 0.
+function settledAt(surface, chosen) {
+  const found = new Map();
+  for (const poll of history) {
+    const report = poll.reports[chosen.window];
+    for (const c of (report && report.comparisons) || []) {
+      if (c.metric !== chosen.key || place(c) !== surface || found.has(c.model) || !Array.isArray(c.cs95)) continue;
+      if (c.cs95[1] < 0 || c.cs95[0] > 0) found.set(c.model, { t: poll.t, model: c.model, worse: c.cs95[1] < 0 });
+    }
+  }
+  return Array.from(found.values());
+}
+
+function chart(lines, chosen, settled) {
   const width = 600;
   const height = 240;
   const margin = { left: 46, right: 12, top: 10, bottom: 26 };
@@ -290,7 +307,99 @@ function chart(lines, chosen) {
     const last = points[points.length - 1];
     svg.append(element("svg:circle", { cx: x(last.t), cy: y(last.mean), r: 3.5, fill: stroke }));
   }
+  // A marker where a comparison's anytime bound first excluded 0.
+  for (const mark of settled || []) {
+    if (mark.t < box.start) continue;
+    svg.append(element("svg:line", {
+      class: "settled-mark", x1: x(mark.t), x2: x(mark.t), y1: margin.top, y2: height - margin.bottom,
+      stroke: mark.worse ? "#b42318" : "#2e7d32", "stroke-dasharray": "4 3",
+    }));
+    const late = x(mark.t) > width * 0.6;
+    svg.append(element("svg:text", {
+      class: "settled-label", x: x(mark.t) + (late ? -4 : 4), y: margin.top + 10, "text-anchor": late ? "end" : "start",
+    }, mark.model + (mark.worse ? " worse: settled" : " better: settled")));
+  }
   return svg;
+}
+
+// CTR by rank per model, since start: credited clicks at a rank over the lists that reached it.
+function renderPositions() {
+  const container = $("positions");
+  container.replaceChildren();
+  const latest = history[history.length - 1].reports[SINCE_START];
+  const groups = ((latest && latest.groups) || []).filter((g) => (g.positions || []).length > 0);
+  if (groups.length === 0) return;
+  container.append(element("h3", {}, "Click-through rate by rank, since start"));
+  const bySurface = {};
+  for (const g of groups) (bySurface[place(g)] = bySurface[place(g)] || []).push(g);
+  const grid = element("div", { class: "surfaces" });
+  for (const surface of Object.keys(bySurface).sort()) {
+    const lines = {};
+    for (const g of bySurface[surface]) {
+      lines[g.model] = g.positions.filter((p) => p.lists > 0)
+        .map((p) => ({ rank: p.rank, ctr: (p.interactions.click || 0) / p.lists }));
+    }
+    const card = element("article", { class: "surface", "data-positions": surface });
+    card.append(element("h3", {}, surface + " · clicks per list reaching each rank"));
+    card.append(rankChart(lines));
+    grid.append(card);
+  }
+  container.append(grid);
+}
+
+function rankChart(lines) {
+  const width = 600;
+  const height = 180;
+  const margin = { left: 46, right: 12, top: 10, bottom: 26 };
+  const all = Object.values(lines).flat();
+  const depth = Math.max(...all.map((p) => p.rank), 2);
+  const high = Math.max(...all.map((p) => p.ctr), 0.01) * 1.1;
+  const x = (rank) => margin.left + ((rank - 1) / (depth - 1)) * (width - margin.left - margin.right);
+  const y = (v) => height - margin.bottom - (v / high) * (height - margin.top - margin.bottom);
+  const svg = element("svg:svg", { class: "chart", viewBox: "0 0 " + width + " " + height, role: "img", "aria-label": "click-through rate by rank per model" });
+  const grid = ticks(0, high, 3);
+  for (const v of grid.values) {
+    svg.append(element("svg:line", { class: "axis", x1: margin.left, x2: width - margin.right, y1: y(v), y2: y(v) }));
+    svg.append(element("svg:text", { x: margin.left - 6, y: y(v) + 4, "text-anchor": "end" }, v.toFixed(grid.digits)));
+  }
+  for (const rank of [1, Math.ceil(depth / 2), depth]) {
+    svg.append(element("svg:text", { x: x(rank), y: height - 8, "text-anchor": "middle" }, "rank " + rank));
+  }
+  for (const model of Object.keys(lines).sort()) {
+    svg.append(element("svg:polyline", {
+      class: "line", "data-model": model, fill: "none", stroke: color(model), "stroke-width": "2",
+      points: lines[model].map((p) => x(p.rank) + "," + y(p.ctr)).join(" "),
+    }));
+  }
+  return svg;
+}
+
+// Coverage and exposure per group for the chosen window.
+function renderCoverage(chosen) {
+  const container = $("coverage");
+  container.replaceChildren();
+  const latest = history[history.length - 1].reports[chosen.window];
+  const groups = ((latest && latest.groups) || []).filter((g) => g.coverage);
+  if (groups.length === 0) return;
+  container.append(element("h3", {}, "Coverage and exposure, " + chosen.window));
+  const table = element("table");
+  const head = element("tr");
+  for (const title of ["surface", "model", "items shown", "items engaged", "exposure Gini", "exposure entropy"]) {
+    head.append(element("th", { class: title.startsWith("items") || title.startsWith("exposure") ? "n" : "" }, title));
+  }
+  table.append(head);
+  for (const g of groups) {
+    const row = element("tr");
+    const c = g.coverage;
+    row.append(element("td", {}, place(g)), element("td", {}, g.model));
+    row.append(element("td", { class: "n" }, count(c.items_shown) + (c.exact ? "" : " ~")));
+    row.append(element("td", { class: "n" }, count(c.items_engaged) + (c.exact ? "" : " ~")));
+    row.append(element("td", { class: "n" }, number(c.exposure_gini, 3)), element("td", { class: "n" }, number(c.exposure_entropy, 3)));
+    table.append(row);
+  }
+  const wrap = element("div", { class: "comparisons" });
+  wrap.append(table);
+  container.append(wrap);
 }
 
 function legend(lines) {
