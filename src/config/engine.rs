@@ -346,8 +346,13 @@ fn expected_split(
             format!("the share of {model:?} is {share}; give each model a share greater than 0"),
         ));
     }
-    let total: f64 = split.iter().map(|(_, share)| share).sum();
-    let mut split: Vec<(String, f64)> = split.into_iter().map(|(m, s)| (m, s / total)).collect();
+    // Scaled by the largest first, so that shares near f64::MAX sum finitely.
+    let largest = split.iter().map(|(_, share)| *share).fold(0.0, f64::max);
+    let total: f64 = split.iter().map(|(_, share)| share / largest).sum();
+    let mut split: Vec<(String, f64)> = split
+        .into_iter()
+        .map(|(m, s)| (m, s / largest / total))
+        .collect();
     split.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(split)
 }
@@ -577,6 +582,37 @@ mod tests {
             ),
             (Some(1.0), Some(4.0))
         );
+    }
+
+    #[test]
+    fn an_expected_split_is_normalized_and_checked() {
+        let file: FileSettings = toml::from_str("[expected_split]\nb = 3.0\na = 1.0").unwrap();
+        let split = EngineSettings::resolve(&EngineArgs::default(), &file)
+            .unwrap()
+            .expected_split;
+        assert_eq!(split, [("a".to_owned(), 0.25), ("b".to_owned(), 0.75)]);
+        let huge = EngineArgs {
+            expected_split: Some(vec![("a".into(), f64::MAX), ("b".into(), f64::MAX)]),
+            ..EngineArgs::default()
+        };
+        let split = EngineSettings::resolve(&huge, &FileSettings::default())
+            .unwrap()
+            .expected_split;
+        assert_eq!(split, [("a".to_owned(), 0.5), ("b".to_owned(), 0.5)]);
+        for bad in [
+            vec![("a".to_owned(), 1.0)],
+            vec![("a".into(), 1.0), ("a".into(), 1.0)],
+            vec![("a".into(), 0.0), ("b".into(), 1.0)],
+        ] {
+            let args = EngineArgs {
+                expected_split: Some(bad),
+                ..EngineArgs::default()
+            };
+            let error = EngineSettings::resolve(&args, &FileSettings::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("expected_split"), "{error}");
+        }
     }
 
     #[test]

@@ -367,9 +367,9 @@ mod edge_values {
         /// error naming the setting; none panics.
         #[test]
         fn every_setting_resolves_in_range_or_names_itself(
-            limits in prop::collection::vec(count(), 8),
+            limits in prop::collection::vec(count(), 9),
             durations in prop::collection::vec(duration(), 8),
-            numbers in prop::collection::vec(number(), 3),
+            numbers in prop::collection::vec(number(), 5),
         ) {
             let server = ServerArgs {
                 max_streams: Some(limits[0]),
@@ -404,11 +404,17 @@ mod edge_values {
                 max_grade: Some(numbers[0]),
                 half_life: Some(numbers[1]),
                 rbp_p: Some(numbers[2]),
+                max_interleaved_rankers: Some(limits[8]),
+                expected_split: Some(vec![("a".into(), numbers[3]), ("b".into(), numbers[4])]),
                 ..EngineArgs::default()
             };
             match EngineSettings::resolve(&engine, &FileSettings::default()) {
                 Ok(s) => {
                     prop_assert!(s.max_grade.is_finite() && s.max_grade > 0.0);
+                    prop_assert!((2..=255).contains(&s.max_interleaved_rankers));
+                    let total: f64 = s.expected_split.iter().map(|(_, share)| share).sum();
+                    prop_assert!(s.expected_split.iter().all(|(_, share)| share.is_finite() && *share > 0.0));
+                    prop_assert!((total - 1.0).abs() < 1e-9, "{total}");
                     prop_assert!((1..=MAX_LIMIT).contains(&s.max_items));
                     prop_assert!(s.attribution_window <= MAX_DURATION);
                 }
