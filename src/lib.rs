@@ -75,6 +75,7 @@ pub mod event;
 pub mod export;
 pub mod fleet;
 pub mod join;
+#[cfg(feature = "kafka")]
 pub mod kafka_check;
 pub mod loadgen;
 pub mod metrics;

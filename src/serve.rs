@@ -195,6 +195,7 @@ fn start_local(
 }
 
 /// Starts fleet mode: the relay's producer, or the consumer.
+#[cfg(feature = "kafka")]
 async fn start_fleet(
     fleet: &FleetSettings,
     engine: &EngineSettings,
@@ -214,4 +215,17 @@ async fn start_fleet(
     crate::fleet::start(fleet, setup, readiness.clone(), shutdown.clone())
         .await
         .context("starting fleet mode")
+}
+
+/// Refuses fleet mode in a build without Kafka.
+#[cfg(not(feature = "kafka"))]
+async fn start_fleet(
+    _fleet: &FleetSettings,
+    _engine: &EngineSettings,
+    _settings: &ServerSettings,
+    _validator: Validator,
+    _readiness: &Readiness,
+    _shutdown: &CancellationToken,
+) -> anyhow::Result<Started> {
+    anyhow::bail!("{}", crate::fleet::settings::NO_KAFKA)
 }

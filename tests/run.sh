@@ -9,8 +9,23 @@ cd "$(dirname "$0")/.."
 
 bash tests/install-deps.sh
 cargo fmt --check
+# The sidecar build without Kafka (no librdkafka): it evaluates, and it
+# refuses fleet settings saying what to do. Built first, as the default
+# build below replaces its binary.
+target_dir="${CARGO_TARGET_DIR:-target}"
+no_kafka="$(mktemp -d)"
+cargo build --release --locked --no-default-features --bin rankwatch
+cp "$target_dir/release/rankwatch" "$no_kafka/rankwatch"
+"$no_kafka/rankwatch" replay --format json tests/data/conformance/replay_small.jsonl 2>/dev/null | grep -q '"groups"' ||
+  { echo "run.sh: the build without Kafka does not replay" >&2; exit 1; }
+if "$no_kafka/rankwatch" serve --kafka-mode consume --kafka-brokers 127.0.0.1:9 2>"$no_kafka/err"; then
+  echo "run.sh: the build without Kafka accepted fleet settings" >&2; exit 1
+fi
+grep -q 'built without Kafka' "$no_kafka/err" ||
+  { echo "run.sh: the build without Kafka refused fleet settings without saying why:" >&2; cat "$no_kafka/err" >&2; exit 1; }
+rm -rf "$no_kafka"
 cargo build --release --locked --bins
-bin="${CARGO_TARGET_DIR:-target}/release/rankwatch"
+bin="$target_dir/release/rankwatch"
 # `cargo install --path .` as the README says, into a throwaway root; the
 # release build above is reused, so this only copies the binary.
 install_root="$(mktemp -d)"

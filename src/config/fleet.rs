@@ -153,6 +153,9 @@ impl FleetSettings {
         let Some(mode) = args.kafka_mode.or(file.kafka_mode) else {
             return Ok(None);
         };
+        if !cfg!(feature = "kafka") {
+            return Err(invalid("kafka_mode", crate::fleet::settings::NO_KAFKA));
+        }
         let text = |arg: &Option<String>, key: &Option<String>| arg.clone().or_else(|| key.clone());
         let brokers = text(&args.kafka_brokers, &file.kafka_brokers).ok_or_else(|| {
             invalid(

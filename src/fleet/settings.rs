@@ -3,6 +3,7 @@
 //! timing, and the client's TLS/SASL properties.
 
 use clap::ValueEnum;
+#[cfg(feature = "kafka")]
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 use std::time::Duration;
@@ -44,6 +45,7 @@ pub struct FleetSettings {
 
 impl FleetSettings {
     /// The client configuration every connection of this instance starts from.
+    #[cfg(feature = "kafka")]
     pub fn client(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
@@ -62,3 +64,6 @@ impl FleetSettings {
         config
     }
 }
+
+/// Why fleet settings are refused in a build without the `kafka` feature.
+pub const NO_KAFKA: &str = "this rankwatch was built without Kafka (cargo's --no-default-features): fleet mode and kafka-check need the default build, e.g. cargo install --path .";

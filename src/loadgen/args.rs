@@ -143,6 +143,7 @@ impl LoadgenArgs {
     }
 
     /// Where to produce records, when --kafka-brokers is given.
+    #[cfg(feature = "kafka")]
     pub(super) fn kafka_destination(&self) -> Option<super::kafka::Destination> {
         let brokers = self.kafka_brokers.clone()?;
         Some(super::kafka::Destination {

@@ -30,6 +30,7 @@ pub enum LoadError {
         source: tonic::transport::Error,
     },
     /// The Kafka producer failed, or the broker did not store a record in time.
+    #[cfg(feature = "kafka")]
     #[error("producing to the Kafka brokers {brokers}")]
     Kafka {
         /// The brokers given.

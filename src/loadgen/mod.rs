@@ -17,6 +17,7 @@
 mod args;
 mod click_model;
 mod error;
+#[cfg(feature = "kafka")]
 mod kafka;
 mod label_spec;
 mod model_spec;
@@ -72,8 +73,13 @@ pub async fn run_until(
         batch_size: args.batch_size,
         max_inflight: args.max_inflight,
     };
+    #[cfg(feature = "kafka")]
     if let Some(destination) = args.kafka_destination() {
         return produce(args, destination, run_id, plan, shutdown).await;
+    }
+    #[cfg(not(feature = "kafka"))]
+    if args.kafka_brokers.is_some() {
+        anyhow::bail!("--kafka-brokers: {}", crate::fleet::settings::NO_KAFKA);
     }
     let endpoint = Endpoint::from_shared(args.target.clone())
         .map_err(|source| LoadError::Target {
@@ -105,6 +111,7 @@ pub async fn run_until(
 }
 
 /// Produces `--streams` streams of traffic to the event topic of fleet mode.
+#[cfg(feature = "kafka")]
 async fn produce(
     args: &LoadgenArgs,
     destination: kafka::Destination,
