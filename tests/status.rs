@@ -111,3 +111,39 @@ async fn api_status_holds_the_replay_report_health_and_settings() {
     assert_eq!(settings["grades"]["purchase"], 3.0);
     assert_eq!(settings["tls"], "off");
 }
+
+#[test]
+fn the_server_keeps_the_pages_history_within_its_bounds() {
+    // 36 s over 360 samples: one every 100 ms.
+    let server = Server::start(&["--status-history", "36s"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (status, body) = server.get("/api/history");
+    assert_eq!(status, 200);
+    let samples: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert!(
+        (5..=20).contains(&samples.len()),
+        "{} samples",
+        samples.len()
+    );
+    let times: Vec<f64> = samples
+        .iter()
+        .map(|s| s["time_s"].as_f64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|pair| pair[0] < pair[1]), "{times:?}");
+    assert!(samples
+        .iter()
+        .all(|s| s["since_start"]["counters"].is_object()
+            && s["settings"]["status_history"] == "36s"));
+
+    let tight = Server::start(&["--status-history", "36s", "--max-status-history-bytes", "1"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        tight.get("/api/history"),
+        (200, "[]".to_owned()),
+        "no sample fits in 1 byte"
+    );
+
+    let off = Server::start(&["--status-history", "0s"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(off.get("/api/history"), (200, "[]".to_owned()));
+}

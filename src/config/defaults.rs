@@ -86,6 +86,10 @@ pub const INGEST_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// less often, or paused over a night, keeps its since-start figures,
 /// while junk labels free their slots under `max_groups` within a day.
 pub const GROUP_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// `status_history`: the last hour of the status page.
+pub const STATUS_HISTORY: Duration = Duration::from_secs(3600);
+/// `max_status_history_bytes`: 16 MiB.
+pub const MAX_STATUS_HISTORY_BYTES: usize = 16 << 20;
 /// `http_header_timeout`.
 pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// `http_idle_timeout`.

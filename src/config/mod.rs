@@ -245,6 +245,9 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "duration_serde::one")]
     group_idle_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]
+    status_history: Option<Duration>,
+    max_status_history_bytes: Option<usize>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
     http_header_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     http_idle_timeout: Option<Duration>,

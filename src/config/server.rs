@@ -70,6 +70,14 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a group (model, surface and segment values) may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed; not in fleet mode", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
     pub group_idle_timeout: Option<Duration>,
+    /// How much of the status page's history the server keeps.
+    #[arg(long, env = "RANKWATCH_STATUS_HISTORY", value_parser = parse_duration,
+        help = help("How much of the status page's history the server keeps, in 360 samples, for a page opened later (0s: none)", shown_duration(defaults::STATUS_HISTORY)))]
+    pub status_history: Option<Duration>,
+    /// Limit: bytes of the status page's history.
+    #[arg(long, env = "RANKWATCH_MAX_STATUS_HISTORY_BYTES",
+        help = help("Limit: bytes the status page's history may hold; the oldest samples go first", defaults::MAX_STATUS_HISTORY_BYTES))]
+    pub max_status_history_bytes: Option<usize>,
     /// How long an HTTP client may take to send a request's head.
     #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
         help = help("How long an HTTP client may take to send a request's head (the first from the connection's accept, later ones from their first byte) before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
@@ -180,6 +188,19 @@ impl ServerSettings {
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,
             max_concurrent_streams: grpc.streams_per_connection,
+            status_history: bounded(
+                "status_history",
+                pick!(args, file, status_history, defaults::STATUS_HISTORY),
+            )?,
+            max_status_history_bytes: at_least_one(
+                "max_status_history_bytes",
+                pick!(
+                    args,
+                    file,
+                    max_status_history_bytes,
+                    defaults::MAX_STATUS_HISTORY_BYTES
+                ),
+            )?,
         })
     }
 }

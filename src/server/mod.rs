@@ -10,6 +10,7 @@ mod collector;
 mod content_type;
 mod evaluation;
 mod grpc_limits;
+mod history;
 mod http;
 mod http_limits;
 mod message_limit;

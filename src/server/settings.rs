@@ -47,6 +47,10 @@ pub struct ServerSettings {
     pub ingest_idle_timeout: Duration,
     /// How long a group may receive no impression before it is retired.
     pub group_idle_timeout: Duration,
+    /// How much of the status page's history is kept (zero: none).
+    pub status_history: Duration,
+    /// Most bytes the status page's history holds.
+    pub max_status_history_bytes: usize,
     /// How long an HTTP client may take to send a request's head.
     pub http_header_timeout: Duration,
     /// How long an HTTP connection may stay idle between requests.

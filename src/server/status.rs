@@ -4,6 +4,7 @@
 //! pipeline's health and the settings in force. Like `/metrics` it reads one
 //! snapshot of the engine per request and renders it off the engine's task.
 
+use super::history::History;
 use super::ServerSettings;
 use crate::clock::wall_clock;
 use crate::engine::EngineHandle;
@@ -24,6 +25,12 @@ use std::time::Duration;
 const PAGE: &str = include_str!("status/index.html");
 const STYLE: &str = include_str!("status/status.css");
 const SCRIPT: &str = include_str!("status/status.js");
+
+/// Samples of the page's history kept over `status_history`.
+const HISTORY_SAMPLES: usize = 360;
+
+/// The shortest time between two samples of the history.
+const MIN_HISTORY_EVERY: Duration = Duration::from_millis(100);
 
 /// Only this origin's assets, no inline script, no frames.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -80,6 +87,14 @@ pub struct StatusSettings {
     tls: &'static str,
     state_dir: Option<String>,
     snapshot_interval: String,
+    status_history: String,
+    max_status_history_bytes: usize,
+    /// How often the history is sampled; `None` when it is off.
+    #[serde(skip)]
+    status_history_every: Option<Duration>,
+    /// Samples the history holds at most.
+    #[serde(skip)]
+    status_history_samples: usize,
 }
 
 impl StatusSettings {
@@ -142,6 +157,11 @@ impl StatusSettings {
                 .as_ref()
                 .map(|dir| dir.display().to_string()),
             snapshot_interval: duration(server.snapshot_interval),
+            status_history: duration(server.status_history),
+            max_status_history_bytes: server.max_status_history_bytes,
+            status_history_every: (!server.status_history.is_zero())
+                .then(|| (server.status_history / HISTORY_SAMPLES as u32).max(MIN_HISTORY_EVERY)),
+            status_history_samples: HISTORY_SAMPLES,
         }
     }
 }
@@ -212,19 +232,30 @@ struct Shared {
     engine: EngineHandle,
     settings: StatusSettings,
     report_config: ReportConfig,
+    history: History,
 }
 
-/// The page's routes: `/`, its script and style, and `/api/status`.
+/// The page's routes: `/`, its script and style, `/api/status` and
+/// `/api/history`; starts keeping the history when it is on.
 pub fn router(
     engine: EngineHandle,
     report_config: ReportConfig,
     settings: StatusSettings,
 ) -> Router {
+    let history = History::new(
+        settings.status_history_samples,
+        settings.max_status_history_bytes,
+    );
+    let every = settings.status_history_every;
     let shared = Arc::new(Shared {
         engine,
         settings,
         report_config,
+        history,
     });
+    if let Some(every) = every {
+        tokio::spawn(keep_history(shared.clone(), every));
+    }
     Router::new()
         .route(
             "/",
@@ -239,6 +270,7 @@ pub fn router(
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
         )
         .route("/api/status", get(status))
+        .route("/api/history", get(history_json))
         .with_state(shared)
 }
 
@@ -255,12 +287,19 @@ fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
 
 async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let json = [(header::CONTENT_TYPE, "application/json")];
+    match status_json(&shared).await {
+        Ok(body) => (StatusCode::OK, json, body),
+        Err((code, body)) => (code, json, body),
+    }
+}
+
+/// What `/api/status` answers now, or the status code and body of why not.
+async fn status_json(shared: &Shared) -> Result<String, (StatusCode, String)> {
     let Ok(snapshot) = shared.engine.snapshot().await else {
-        return (
+        return Err((
             StatusCode::SERVICE_UNAVAILABLE,
-            json,
             r#"{"error":"shutting down"}"#.to_owned(),
-        );
+        ));
     };
     let config = &shared.report_config;
     let now = wall_clock();
@@ -280,12 +319,31 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             })
             .collect(),
     };
-    match serde_json::to_string(&status) {
-        Ok(body) => (StatusCode::OK, json, body),
-        Err(error) => (
+    serde_json::to_string(&status).map_err(|error| {
+        (
             StatusCode::INTERNAL_SERVER_ERROR,
-            json,
             serde_json::json!({ "error": error.to_string() }).to_string(),
-        ),
+        )
+    })
+}
+
+/// `/api/history`: the samples the server kept, oldest first, as a JSON array.
+async fn history_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    (StatusCode::OK, json, shared.history.to_json())
+}
+
+/// Samples `/api/status` into the history every `status_history / 360`
+/// until the engine is gone.
+async fn keep_history(shared: Arc<Shared>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match status_json(&shared).await {
+            Ok(sample) => shared.history.push(sample),
+            Err((StatusCode::SERVICE_UNAVAILABLE, _)) => return,
+            Err(_) => {}
+        }
     }
 }

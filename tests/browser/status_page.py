@@ -241,6 +241,17 @@ def check_panels(page: DevTools) -> None:
         time.sleep(1)
 
 
+def check_history_on_reload(page: DevTools, http: str) -> None:
+    """A page opened later starts with the history the server kept (a sample
+    every 10 s), not with its first poll."""
+    page.call("Page.navigate", url=f"http://{http}/")
+    time.sleep(1.5)
+    state = page.evaluate("document.getElementById('state').textContent")
+    polls = int(state.split("·")[1].split()[0]) if "·" in state else 0
+    if polls < 4:
+        raise Failure(f"a reloaded page holds {polls} polls ({state!r}): the server's history did not seed it")
+
+
 def run(binary: str, artifacts: Path) -> None:
     demo, http = start_demo(binary)
     profile = Path(tempfile.mkdtemp(prefix="rankwatch-chromium-"))
@@ -279,6 +290,7 @@ def run(binary: str, artifacts: Path) -> None:
             raise Failure(f"on a phone the page is {overflow} px wider than the screen")
         page.screenshot(artifacts / "status-phone.png", width=390, mobile=True)
 
+        check_history_on_reload(page, http)
         errors = page.console_errors()
         if errors:
             raise Failure("the console logged:\n  " + "\n  ".join(errors))
