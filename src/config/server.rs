@@ -165,6 +165,7 @@ impl ServerSettings {
             max_http_connections,
             defaults::MAX_HTTP_CONNECTIONS
         );
+        let history = status_history(args, file)?;
         Ok(Self {
             tls: TlsSettings::resolve(args, file)?,
             grpc_addr: pick!(args, file, grpc_addr, defaults::GRPC_ADDR),
@@ -188,21 +189,32 @@ impl ServerSettings {
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,
             max_concurrent_streams: grpc.streams_per_connection,
-            status_history: bounded(
-                "status_history",
-                pick!(args, file, status_history, defaults::STATUS_HISTORY),
-            )?,
-            max_status_history_bytes: at_least_one(
-                "max_status_history_bytes",
-                pick!(
-                    args,
-                    file,
-                    max_status_history_bytes,
-                    defaults::MAX_STATUS_HISTORY_BYTES
-                ),
-            )?,
+            status_history: history.0,
+            max_status_history_bytes: history.1,
         })
     }
+}
+
+/// `status_history` and `max_status_history_bytes`.
+fn status_history(
+    args: &ServerArgs,
+    file: &FileSettings,
+) -> Result<(Duration, usize), ConfigError> {
+    Ok((
+        bounded(
+            "status_history",
+            pick!(args, file, status_history, defaults::STATUS_HISTORY),
+        )?,
+        at_least_one(
+            "max_status_history_bytes",
+            pick!(
+                args,
+                file,
+                max_status_history_bytes,
+                defaults::MAX_STATUS_HISTORY_BYTES
+            ),
+        )?,
+    ))
 }
 
 /// The gRPC listener's bounds.
