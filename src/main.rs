@@ -234,8 +234,17 @@ fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
 
 fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
     init_logging();
+    let tls = args.target.starts_with("https");
     let report =
-        run_until_signal(|shutdown| async move { loadgen::run_until(&args, shutdown).await })?;
+        run_until_signal(|shutdown| async move { loadgen::run_until(&args, shutdown).await })
+            .map_err(|error| {
+                // What to change after a TLS mistake, as `query` says it.
+                match rankwatch::query::tls_hint(&format!("{error:?}"), tls) {
+                    Some(_) if !tls => error.context("hint: the server may speak TLS (its tls_cert is set); the load generator speaks plaintext gRPC only: point it at a server without TLS"),
+                    Some(hint) => error.context(format!("hint: {hint}")),
+                    None => error,
+                }
+            })?;
     print_out(&format!("{report}\n"))
 }
 

@@ -242,3 +242,33 @@ async fn query_says_what_to_change_after_a_tls_mistake() {
         "{no_identity}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_says_when_the_server_speaks_tls() {
+    let files = pki().files();
+    let server = Server::start(&[
+        "--tls-cert",
+        &files.server_cert,
+        "--tls-key",
+        &files.server_key,
+    ]);
+    let target = format!("http://{}", server.grpc);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args([
+            "loadgen",
+            "--target",
+            &target,
+            "--duration",
+            "1s",
+            "--rate",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("hint: the server may speak TLS") && stderr.contains("plaintext gRPC only"),
+        "{stderr}"
+    );
+}

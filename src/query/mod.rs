@@ -6,6 +6,8 @@
 mod filter;
 mod tls_hint;
 
+pub use tls_hint::hint as tls_hint;
+
 pub use filter::ReportFilter;
 
 use crate::config::parse_duration;
