@@ -142,6 +142,11 @@ fn instance(broker: &Broker, extra: &[&str]) -> Server {
         "false",
         "--shutdown-linger",
         "3s",
+        // A handover on a loaded 2-core machine (the broker, two tests'
+        // instances and their builds) can take longer than the default
+        // 30 s; the tests assert that it happens, not how fast.
+        "--kafka-handover-timeout",
+        "90s",
     ];
     args.extend_from_slice(extra);
     Server::start(&args)
