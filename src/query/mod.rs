@@ -87,14 +87,24 @@ pub enum QueryError {
 
 impl QueryError {
     /// This error, with what to change when it names a TLS mistake;
-    /// `tls` tells whether the query spoke TLS.
-    fn with_tls_hint(self, tls: bool) -> Self {
+    /// `tls` tells whether the query spoke TLS, `identity` whether it
+    /// presented a client certificate.
+    fn with_tls_hint(self, tls: bool, identity: bool) -> Self {
         let text = match &self {
             QueryError::Connect { source, .. } => tls_hint::describe(source),
             QueryError::Refused(status) => tls_hint::describe(status),
             _ => return self,
         };
-        match tls_hint::hint(&text, tls) {
+        // A server that asks for a client certificate may just close the
+        // connection after the handshake when none comes (TLS 1.3).
+        let closed = ["cancel", "reset", "broken pipe", "closed"]
+            .iter()
+            .any(|word| text.contains(word));
+        let hint = tls_hint::hint(&text, tls).or(match (tls, identity, closed) {
+            (true, false, true) => Some(tls_hint::MISSING_IDENTITY),
+            _ => None,
+        });
+        match hint {
             Some(hint) => QueryError::Tls {
                 error: tls_hint::chain(&self),
                 hint,
@@ -106,9 +116,9 @@ impl QueryError {
 
 /// Asks the server of `args` for its report.
 pub async fn fetch(args: &QueryArgs) -> Result<Report, QueryError> {
-    fetch_report(args)
-        .await
-        .map_err(|error| error.with_tls_hint(args.tls_ca_cert.is_some()))
+    fetch_report(args).await.map_err(|error| {
+        error.with_tls_hint(args.tls_ca_cert.is_some(), args.tls_client_cert.is_some())
+    })
 }
 
 async fn fetch_report(args: &QueryArgs) -> Result<Report, QueryError> {

@@ -3,6 +3,10 @@
 //! `received fatal alert: BadCertificate`); the hint says it in the
 //! command's: which flag to pass or which certificate to fix.
 
+/// The hint when the server asks for a client certificate and refused the
+/// one given, or closed the connection when none was.
+pub const MISSING_IDENTITY: &str = "the server asks for a client certificate (its tls_client_ca is set) and refused this one, or its absence: pass --tls-client-cert and --tls-client-key, an X.509 v3 certificate signed by that CA";
+
 /// A sentence to add to a failed query's error, or `None` when its text
 /// names no TLS mistake. `error` is the error with its sources; `tls` tells
 /// whether the query spoke TLS (`--tls-ca-cert` given).
@@ -28,7 +32,7 @@ pub fn hint(error: &str, tls: bool) -> Option<&'static str> {
         || has("CertificateRequired")
         || has("UnknownCA")
     {
-        return Some("the server asks for a client certificate (its tls_client_ca is set) and refused this one, or its absence: pass --tls-client-cert and --tls-client-key, an X.509 v3 certificate signed by that CA");
+        return Some(MISSING_IDENTITY);
     }
     if has("UnknownIssuer") || has("BadSignature") {
         return Some("the server's certificate is not signed by the CA of --tls-ca-cert: pass the CA that signed the server's tls_cert");
