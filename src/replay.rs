@@ -1,13 +1,14 @@
 //! Offline evaluation of a recorded log with the same engine as `serve`.
 //!
-//! Lines are parsed and validated in parallel, chunk by chunk, and applied to
-//! the engine strictly in file order, so the report does not depend on the
-//! thread count or the chunk size.
+//! Lines are read chunk by chunk, parsed and validated in parallel, handed
+//! out in file order to the shards of a [`ShardedEngine`], and applied by
+//! the shards in parallel: the report is that of one engine, and does not
+//! depend on the thread count or the chunk size.
 
 use crate::engine::EngineSettings;
 use crate::event::{json::parse_line, Event, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
-use crate::join::{Engine, JoinSettings};
+use crate::join::{Batch, JoinSettings, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
@@ -74,7 +75,7 @@ impl ReplaySetup {
 /// How a replay runs; none of it changes the report (but for lines longer than `max_line_bytes`).
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayOptions {
-    /// Threads that parse and validate lines.
+    /// Threads that parse, validate and evaluate.
     pub threads: usize,
     /// Lines read and parsed together, at most: a chunk also ends once its
     /// lines hold 4 MiB.
@@ -102,8 +103,9 @@ impl Default for ReplayOptions {
     fn default() -> Self {
         Self {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            // About 400 KB of log: a chunk is still in the cache when it is parsed.
-            chunk_lines: 2_048,
+            // About 3 MB of log: each chunk starts threads to parse and
+            // apply it, and its events are handed from one to another.
+            chunk_lines: 16_384,
             max_line_bytes: crate::config::defaults::MAX_LINE_BYTES,
         }
     }
@@ -132,7 +134,7 @@ pub fn replay(
     progress: impl FnMut(u64),
     on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<Report, ReplayError> {
-    let mut engine = Engine::new(setup.join, setup.evaluator);
+    let mut engine = ShardedEngine::new(setup.join, setup.evaluator);
     let read = read_logs(
         paths,
         &mut engine,
@@ -141,7 +143,7 @@ pub fn replay(
         progress,
         on_bad_line,
     );
-    engine.finish();
+    let engine = engine.finish(options.threads);
     let report = Report::since_start(&engine, &setup.report);
     match read {
         Ok(()) => Ok(report),
@@ -157,7 +159,7 @@ pub fn replay(
 /// Applies the lines of `paths` to `engine` in order, up to the first read failure.
 fn read_logs(
     paths: &[PathBuf],
-    engine: &mut Engine,
+    engine: &mut ShardedEngine,
     validator: &Validator,
     options: ReplayOptions,
     mut progress: impl FnMut(u64),
@@ -181,12 +183,12 @@ fn read_logs(
                 filled.map_err(|e| fail(line_number, e))?;
                 break;
             }
-            let mut apply =
-                |offset: usize, parsed: Option<Result<Event<'_>, Rejection>>| match parsed {
+            let mut batch = Batch::new();
+            let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
+            for (offset, parsed) in chunk.parse(validator, threads).into_iter().enumerate() {
+                match parsed {
                     None => {}
-                    Some(Ok(event)) => {
-                        engine.apply(event);
-                    }
+                    Some(Ok(event)) => engine.route(&mut batch, event),
                     Some(Err(rejection)) => {
                         engine.reject(rejection.reason);
                         on_bad_line(BadLine {
@@ -195,18 +197,9 @@ fn read_logs(
                             rejection: &rejection,
                         });
                     }
-                };
-            // One thread parses and applies line by line; more parse the chunk in parallel first.
-            let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
-            if threads == 1 {
-                for offset in 0..chunk.len() {
-                    apply(offset, chunk.parse_line(offset, validator));
-                }
-            } else {
-                for (offset, parsed) in chunk.parse(validator, threads).into_iter().enumerate() {
-                    apply(offset, parsed);
                 }
             }
+            engine.apply(batch, options.threads);
             line_number += chunk.len() as u64;
             progress(bytes_done + file_bytes.get());
             filled.map_err(|e| fail(line_number, e))?;
@@ -422,12 +415,17 @@ impl Chunk {
         Some(parse_line(line, validator))
     }
 
-    /// Parses every line, in parallel over `threads`.
+    /// Parses every line, in parallel over `threads` (one: on this thread).
     fn parse(
         &self,
         validator: &crate::event::Validator,
         threads: usize,
     ) -> Vec<Option<Result<Event<'_>, Rejection>>> {
+        if threads <= 1 {
+            return (0..self.len())
+                .map(|index| self.parse_line(index, validator))
+                .collect();
+        }
         let per_thread = self.len().div_ceil(threads);
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.len())

@@ -13,7 +13,9 @@ use proptest::sample::{select, Index};
 use rankwatch::config::{EngineArgs, FileSettings};
 use rankwatch::engine::EngineSettings;
 use rankwatch::event::format_rfc3339;
+use rankwatch::event::json::parse_line;
 use rankwatch::export::Report;
+use rankwatch::join::Engine;
 use rankwatch::metrics::{Discount, Gain, ListEvaluator, Metric, MetricSettings};
 use rankwatch::replay::{replay, ReplayOptions, ReplaySetup};
 use std::io::Write;
@@ -643,5 +645,102 @@ proptest! {
         split in any::<Index>(),
     ) {
         check_replay(&steps, &settings, &[4096, 7, 1500], split)?;
+    }
+}
+
+/// Replays `lines` with one engine applying every event in file order, as
+/// `serve` does: the reference the sharded replay is held to.
+fn replay_with_one_engine(lines: &[Vec<u8>], settings: &EngineSettings) -> Report {
+    let setup = ReplaySetup::new(settings);
+    let mut engine = Engine::new(setup.join, setup.evaluator);
+    for line in lines {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match parse_line(line.as_slice(), &setup.validator) {
+            Ok(event) => {
+                engine.apply(event);
+            }
+            Err(rejection) => engine.reject(rejection.reason),
+        }
+    }
+    engine.finish();
+    Report::since_start(&engine, &setup.report)
+}
+
+/// Asserts that two reports agree: every count and name exactly, every
+/// other number within a relative 1e-12 (sums added in another order).
+fn assert_agree(got: &serde_json::Value, expected: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    match (got, expected) {
+        (Value::Object(a), Value::Object(b)) => {
+            assert_eq!(
+                a.keys().collect::<Vec<_>>(),
+                b.keys().collect::<Vec<_>>(),
+                "{path}"
+            );
+            for (key, value) in a {
+                assert_agree(value, &b[key], &format!("{path}.{key}"));
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len(), "{path}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_agree(x, y, &format!("{path}[{i}]"));
+            }
+        }
+        (Value::Number(a), Value::Number(b)) if a.is_f64() || b.is_f64() => {
+            let (a, b) = (
+                a.as_f64().unwrap_or(f64::NAN),
+                b.as_f64().unwrap_or(f64::NAN),
+            );
+            let scale = a.abs().max(b.abs()).max(1.0);
+            assert!((a - b).abs() <= 1e-12 * scale, "{path}: {a} against {b}");
+        }
+        _ => assert_eq!(got, expected, "{path}"),
+    }
+}
+
+/// Limits small enough for a generated log to meet them: lists and
+/// interactions shed on all shards and per user, groups overflowing.
+fn tight_settings() -> impl Strategy<Value = EngineSettings> {
+    let open = select(vec![2usize, 5, 40, 1_000_000]);
+    let waiting = select(vec![1usize, 4, 40, 1_000_000]);
+    let per_user = select(vec![1usize, 3, 1000]);
+    let groups = select(vec![1usize, 2, 1000]);
+    (engine_settings(), open, waiting, per_user, groups).prop_map(
+        |(mut settings, open, waiting, per_user, groups)| {
+            settings.max_open_impressions = open;
+            settings.max_waiting_interactions = waiting;
+            settings.max_open_impressions_per_user = per_user;
+            settings.max_waiting_interactions_per_user = per_user;
+            settings.max_groups = groups;
+            settings
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The replay, sharded by user over threads, gives the figures of one
+    /// engine applying every event in file order: counts exactly, sums up
+    /// to the order of their additions; under limits that shed and groups
+    /// that overflow too.
+    #[test]
+    fn sharded_replay_gives_the_figures_of_one_engine(
+        steps in prop::collection::vec(step(), 0..400),
+        settings in tight_settings(),
+        threads in 1usize..4,
+        chunk_lines in select(vec![1usize, 7, 4096]),
+    ) {
+        let (lines, _) = render(&steps);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("log.jsonl");
+        write_log(&log, &lines);
+        let (sharded, _) = run(std::slice::from_ref(&log), &settings, threads, chunk_lines);
+        let one = replay_with_one_engine(&lines, &settings);
+        let as_json = |report: &Report| serde_json::to_value(report).expect("a report serializes");
+        assert_agree(&as_json(&sharded), &as_json(&one), "$");
     }
 }

@@ -97,6 +97,27 @@ impl Counters {
         self.unattributed[reason as usize]
     }
 
+    /// Adds every counter of `other`.
+    pub fn add(&mut self, other: &Counters) {
+        self.impressions += other.impressions;
+        self.interactions += other.interactions;
+        self.credited += other.credited;
+        for (mine, theirs) in self.unattributed.iter_mut().zip(other.unattributed) {
+            *mine += theirs;
+        }
+        self.late_impressions += other.late_impressions;
+        self.duplicate_impressions += other.duplicate_impressions;
+        self.duplicate_interactions += other.duplicate_interactions;
+        self.shed_impressions += other.shed_impressions;
+        self.shed_interactions += other.shed_interactions;
+        self.shed_open_per_user += other.shed_open_per_user;
+        self.shed_waiting_per_user += other.shed_waiting_per_user;
+        self.shed_interactions_per_impression += other.shed_interactions_per_impression;
+        for (reason, count) in &other.rejected {
+            *self.rejected.entry(*reason).or_default() += count;
+        }
+    }
+
     /// Counts one rejected event.
     pub(super) fn reject(&mut self, reason: Reason) {
         *self.rejected.entry(reason).or_default() += 1;

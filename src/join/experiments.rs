@@ -203,6 +203,25 @@ impl Experiments {
         }
     }
 
+    /// Registers the lineups and experiments of `registry` that this one
+    /// lacks, under the same ids: `registry` holds this one's, and more
+    /// registered after them.
+    pub fn follow(&mut self, registry: &Experiments, windows: &[Nanos]) {
+        for name in &registry.names[self.names.len().min(registry.names.len())..] {
+            self.id_of_name(name, windows);
+        }
+        for lineup in &registry.lineups[self.lineups.len().min(registry.lineups.len())..] {
+            self.lineup_ids
+                .insert(lineup.key.clone(), self.lineups.len() as LineupId);
+            self.lineups.push(lineup.clone());
+        }
+    }
+
+    /// The number of lineups registered.
+    pub fn lineup_count(&self) -> usize {
+        self.lineups.len()
+    }
+
     /// The registry without figures: lineups and names, for a partition's
     /// open state, whose lists name their lineups.
     pub fn without_figures(&self, windows: &[Nanos]) -> Experiments {

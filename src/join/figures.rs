@@ -25,26 +25,43 @@ impl Engine {
     /// Adds the finalized figures of `other` alone: its counters, group
     /// aggregates (matched by name), overflow and fold counts.
     pub fn absorb_finalized(&mut self, other: &Engine) {
-        add_counters(&mut self.counters, &other.counters);
+        self.counters.add(&other.counters);
         self.experiments
             .absorb(&other.experiments, &self.settings.windows);
         self.groups.overflowed += other.groups.overflowed;
         self.groups.add_folded(&other.groups);
         for (aggregates, name) in other.aggregates.iter().zip(other.groups.names()) {
-            let id = self.groups.id_of_name(name) as usize;
-            while self.aggregates.len() <= id {
-                self.aggregates
-                    .push(GroupAggregates::new(&self.settings, self.values.len()));
-            }
-            let cap = self.settings.coverage.cap();
-            let mine = &mut self.aggregates[id];
-            mine.totals.merge(&aggregates.totals);
-            mine.windows.merge(&aggregates.windows);
-            mine.positions.merge(&aggregates.positions);
-            mine.coverage.merge(&aggregates.coverage, cap);
-            mine.coverage_windows
-                .merge(&aggregates.coverage_windows, cap, &mut mine.coverage);
+            let id = self.groups.id_of_name(name);
+            self.add_group_figures(id as usize, aggregates);
         }
+    }
+
+    /// Adds the finalized figures of `shard`, a shard of the same
+    /// [`super::ShardedEngine`] whose registry placed its lists: its
+    /// counters, and its group and experiment aggregates by id.
+    pub fn absorb_shard(&mut self, shard: &Engine) {
+        self.counters.add(&shard.counters);
+        self.experiments
+            .absorb(&shard.experiments, &self.settings.windows);
+        for (id, aggregates) in shard.aggregates.iter().enumerate() {
+            self.add_group_figures(id, aggregates);
+        }
+    }
+
+    /// Adds `aggregates` to those of group `id`.
+    fn add_group_figures(&mut self, id: usize, aggregates: &GroupAggregates) {
+        while self.aggregates.len() <= id {
+            self.aggregates
+                .push(GroupAggregates::new(&self.settings, self.values.len()));
+        }
+        let cap = self.settings.coverage.cap();
+        let mine = &mut self.aggregates[id];
+        mine.totals.merge(&aggregates.totals);
+        mine.windows.merge(&aggregates.windows);
+        mine.positions.merge(&aggregates.positions);
+        mine.coverage.merge(&aggregates.coverage, cap);
+        mine.coverage_windows
+            .merge(&aggregates.coverage_windows, cap, &mut mine.coverage);
     }
 
     /// The open state alone, encoded as an [`EngineState`]: open
@@ -67,24 +84,6 @@ impl Engine {
             },
             output,
         )
-    }
-}
-
-/// Adds every counter of `other` to `into`.
-fn add_counters(into: &mut Counters, other: &Counters) {
-    into.impressions += other.impressions;
-    into.interactions += other.interactions;
-    into.credited += other.credited;
-    for (mine, theirs) in into.unattributed.iter_mut().zip(other.unattributed) {
-        *mine += theirs;
-    }
-    into.late_impressions += other.late_impressions;
-    into.duplicate_impressions += other.duplicate_impressions;
-    into.duplicate_interactions += other.duplicate_interactions;
-    into.shed_impressions += other.shed_impressions;
-    into.shed_interactions += other.shed_interactions;
-    for (reason, count) in &other.rejected {
-        *into.rejected.entry(*reason).or_default() += count;
     }
 }
 

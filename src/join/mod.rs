@@ -14,12 +14,14 @@ mod figures;
 mod groups;
 mod packed;
 mod persist;
+mod sharded;
 mod user;
 
 pub use counters::{Counters, Unattributed};
 pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
+pub use sharded::{Batch, ShardedEngine, SHARDS};
 
 use crate::event::hashed::IdentityHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
@@ -196,6 +198,37 @@ pub struct Engine {
     received_at: Nanos,
     /// Whether `T` rises at most to `received_at` (see [`Engine::cap_time_at_wall_clock`]).
     time_capped: bool,
+    /// What the other shards of a [`ShardedEngine`] hold, counted against
+    /// the limits on all open lists and waiting interactions.
+    elsewhere: Elsewhere,
+}
+
+/// Open lists and waiting interactions held by an engine's sibling shards.
+#[derive(Clone, Copy, Debug, Default)]
+struct Elsewhere {
+    open: usize,
+    waiting: usize,
+}
+
+/// Where an impression's figures go: its group and its interleaving lineup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    group: GroupId,
+    lineup: u32,
+}
+
+/// An event handed to one shard of a [`ShardedEngine`], with what the
+/// events before it, of every shard, decided.
+#[derive(Debug)]
+pub struct Routed<'a> {
+    /// Its place in arrival order, among every shard's events.
+    pub seq: u64,
+    /// `T` before it: the largest time of the events applied before it.
+    pub before: Option<Nanos>,
+    /// The event.
+    pub event: Event<'a>,
+    /// The group of an impression that was not late when it arrived.
+    pub placement: Option<Placement>,
 }
 
 impl Engine {
@@ -230,6 +263,7 @@ impl Engine {
             closed_since_prefetch: 0,
             received_at: 0,
             time_capped: false,
+            elsewhere: Elsewhere::default(),
         }
     }
 
@@ -303,11 +337,35 @@ impl Engine {
             false => event.time(),
         };
         let shed = match event {
-            Event::Impression(impression) => self.impression(impression),
+            Event::Impression(impression) => self.impression(impression, None),
             Event::Interaction(interaction) => self.interaction(interaction),
         };
         self.advance_to(time);
         shed
+    }
+
+    /// Applies an event routed to this shard: first what `T` reached
+    /// before it finalizes, then the event as one engine applies it, its
+    /// arrival order and group given. Returns the limit that shed it.
+    pub fn apply_routed(&mut self, routed: Routed<'_>) -> Option<Shed> {
+        if let Some(before) = routed.before {
+            self.advance_to(before);
+        }
+        // Lists finalize in (deadline, seq) order: numbers rising in
+        // arrival order keep the order of one engine's.
+        self.next_seq = self.next_seq.max(routed.seq.saturating_sub(1));
+        let time = routed.event.time();
+        let shed = match routed.event {
+            Event::Impression(impression) => self.impression(impression, routed.placement),
+            Event::Interaction(interaction) => self.interaction(interaction),
+        };
+        self.advance_to(time);
+        shed
+    }
+
+    /// `T`, the largest time of the events applied so far.
+    pub fn max_time(&self) -> Option<Nanos> {
+        self.max_time
     }
 
     /// Starts loading what applying an event of `user` reads: the user's
@@ -501,35 +559,19 @@ impl Engine {
         &mut self.shards[index]
     }
 
-    fn impression(&mut self, impression: Impression<'_>) -> Option<Shed> {
-        let window = self.settings.attribution_window;
-        let deadline = impression.time.saturating_add(window);
-        if self.watermark().is_some_and(|w| deadline <= w) {
-            self.counters.late_impressions += 1;
-            return None;
-        }
-        let user_id = impression.user;
-        if self
-            .shard(user_id)
-            .get(&user_id)
-            .is_some_and(|user| user.has_open_request(impression.request))
-        {
-            self.counters.duplicate_impressions += 1;
-            return None;
-        }
-        if self.open_impressions >= self.settings.max_open_impressions {
-            self.counters.shed_impressions += 1;
-            return Some(Shed::MaxOpenImpressions);
-        }
-        let max_per_user = self.settings.max_open_impressions_per_user;
-        if self
-            .shard(user_id)
-            .get(&user_id)
-            .is_some_and(|user| user.open.len() >= max_per_user)
-        {
-            self.counters.shed_open_per_user += 1;
-            return Some(Shed::MaxOpenImpressionsPerUser);
-        }
+    /// Whether an impression shown at `time` is late: its window closed
+    /// before it arrived, the watermark having passed `time + A`.
+    pub fn is_late(&self, time: Nanos) -> bool {
+        let deadline = time.saturating_add(self.settings.attribution_window);
+        self.watermark().is_some_and(|w| deadline <= w)
+    }
+
+    /// Registers the group of an impression that is not late, and its
+    /// interleaving lineup: where its figures go. Every impression that is
+    /// not late is placed, in arrival order, before it is checked against
+    /// the open lists and the limits, so that a registry apart from the
+    /// users' state numbers the groups as one engine does.
+    pub fn place(&mut self, impression: &Impression<'_>) -> Placement {
         let group = self.groups.id(
             &impression.model,
             &impression.surface,
@@ -548,8 +590,49 @@ impl Engine {
                 )
                 .unwrap_or(NOT_INTERLEAVED),
         };
+        Placement { group, lineup }
+    }
+
+    /// Opens an impression, placed here unless `placed` says where.
+    fn impression(
+        &mut self,
+        impression: Impression<'_>,
+        placed: Option<Placement>,
+    ) -> Option<Shed> {
+        if self.is_late(impression.time) {
+            self.counters.late_impressions += 1;
+            return None;
+        }
+        let placement = match placed {
+            Some(placement) => placement,
+            None => self.place(&impression),
+        };
+        let user_id = impression.user;
+        if self
+            .shard(user_id)
+            .get(&user_id)
+            .is_some_and(|user| user.has_open_request(impression.request))
+        {
+            self.counters.duplicate_impressions += 1;
+            return None;
+        }
+        if self.open_impressions + self.elsewhere.open >= self.settings.max_open_impressions {
+            self.counters.shed_impressions += 1;
+            return Some(Shed::MaxOpenImpressions);
+        }
+        let max_per_user = self.settings.max_open_impressions_per_user;
+        if self
+            .shard(user_id)
+            .get(&user_id)
+            .is_some_and(|user| user.open.len() >= max_per_user)
+        {
+            self.counters.shed_open_per_user += 1;
+            return Some(Shed::MaxOpenImpressionsPerUser);
+        }
+        let window = self.settings.attribution_window;
+        let deadline = impression.time.saturating_add(window);
         let seq = self.seq();
-        let mut open = OpenImpression::new(seq, group, lineup, impression);
+        let mut open = OpenImpression::new(seq, placement.group, placement.lineup, impression);
         let index = shard_index(user_id, self.shards.len());
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters);
@@ -583,7 +666,8 @@ impl Engine {
         let gives_up = self
             .max_time
             .is_some_and(|t| interaction.time <= t.saturating_sub(self.settings.allowed_lateness));
-        if gives_up || self.waiting_interactions >= self.settings.max_waiting_interactions {
+        let waiting = self.waiting_interactions + self.elsewhere.waiting;
+        if gives_up || waiting >= self.settings.max_waiting_interactions {
             if gives_up {
                 self.counters.interactions += 1;
                 self.counters.unattributed(Unattributed::NoImpression);

@@ -1,0 +1,222 @@
+//! The join in shards by user, applied on several threads with the figures
+//! of one engine.
+//!
+//! No rule of the join looks across users (docs/SPEC.md §3), so each shard
+//! holds the users whose hash falls to it and applies their events in
+//! arrival order. What does cross users is decided once, in arrival order,
+//! before the events are handed out: `T` before each event, its sequence
+//! number, and the group and lineup of each impression (by a registry that
+//! numbers them as one engine does). A shard brings its `T` up to an
+//! event's before applying it, so it finalizes its lists exactly when one
+//! engine would. The limits on all open lists and waiting interactions are
+//! the only rules that count across shards: a run of events that could
+//! reach one is applied one event at a time, in arrival order, each shard
+//! told what the others hold.
+//!
+//! There are always [`SHARDS`] shards, whatever the thread count, and
+//! their figures are added in shard order at the end: the report is the
+//! same on one thread as on many.
+
+use super::{Engine, JoinSettings, Routed};
+use crate::event::{Event, Nanos, Reason};
+use crate::metrics::ListEvaluator;
+
+/// Shards of a [`ShardedEngine`]: as many threads as this can share the
+/// work. More shards cost memory (each keeps its own figures per group).
+pub const SHARDS: usize = 8;
+
+/// The shard of a user.
+fn shard_of(user: u64) -> usize {
+    ((user >> 40) % SHARDS as u64) as usize
+}
+
+/// An engine in [`SHARDS`] shards by user, fed a batch of events at a time.
+pub struct ShardedEngine {
+    /// Places impressions in groups and counts rejected events; holds `T`.
+    registry: Engine,
+    shards: Vec<Engine>,
+    /// The sequence number of the last event routed.
+    seq: u64,
+}
+
+/// A batch of events handed out to the shards, each shard's in arrival order.
+pub struct Batch<'a> {
+    per_shard: Vec<Vec<Routed<'a>>>,
+    /// The shard of each event, in arrival order.
+    order: Vec<u8>,
+    impressions: usize,
+    interactions: usize,
+}
+
+impl Batch<'_> {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self {
+            per_shard: (0..SHARDS).map(|_| Vec::new()).collect(),
+            order: Vec::new(),
+            impressions: 0,
+            interactions: 0,
+        }
+    }
+}
+
+impl Default for Batch<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ShardedEngine {
+    /// An empty engine.
+    pub fn new(settings: JoinSettings, evaluator: ListEvaluator) -> Self {
+        let settings = JoinSettings {
+            shards: 1,
+            ..settings
+        };
+        Self {
+            shards: (0..SHARDS)
+                .map(|_| Engine::new(settings.clone(), evaluator.clone()))
+                .collect(),
+            registry: Engine::new(settings, evaluator),
+            seq: 0,
+        }
+    }
+
+    /// Counts a rejected event; it does not move `T`.
+    pub fn reject(&mut self, reason: Reason) {
+        self.registry.reject(reason);
+    }
+
+    /// Adds an accepted event to `batch`, with what arrival order decides
+    /// of it, and moves `T` past its time.
+    pub fn route<'a>(&mut self, batch: &mut Batch<'a>, event: Event<'a>) {
+        self.seq += 1;
+        let before = self.registry.max_time();
+        let time = event.time();
+        let placement = match &event {
+            Event::Impression(impression) if !self.registry.is_late(impression.time) => {
+                Some(self.registry.place(impression))
+            }
+            _ => None,
+        };
+        match event {
+            Event::Impression(_) => batch.impressions += 1,
+            Event::Interaction(_) => batch.interactions += 1,
+        }
+        let shard = shard_of(event.user());
+        batch.order.push(shard as u8);
+        batch.per_shard[shard].push(Routed {
+            seq: self.seq,
+            before,
+            event,
+            placement,
+        });
+        self.registry.advance_to(time);
+    }
+
+    /// Applies `batch` on up to `threads` threads.
+    pub fn apply(&mut self, batch: Batch<'_>, threads: usize) {
+        let experiments = &self.registry.experiments;
+        let windows = &self.registry.settings.windows;
+        if self.shards[0].experiments.lineup_count() < experiments.lineup_count() {
+            for shard in &mut self.shards {
+                shard.experiments.follow(experiments, windows);
+            }
+        }
+        let end = self.registry.max_time();
+        if self.within_limits(&batch) {
+            self.apply_in_parallel(batch.per_shard, threads, end);
+        } else {
+            self.apply_in_order(batch);
+        }
+    }
+
+    /// Whether no event of `batch` can meet the limits on all open lists
+    /// and all waiting interactions, whatever the shards finalize: then
+    /// each shard may apply its events apart from the others.
+    fn within_limits(&self, batch: &Batch<'_>) -> bool {
+        let open: usize = self.shards.iter().map(|s| s.open_impressions).sum();
+        let waiting: usize = self.shards.iter().map(|s| s.waiting_interactions).sum();
+        let settings = &self.registry.settings;
+        open + batch.impressions <= settings.max_open_impressions
+            && waiting + batch.interactions <= settings.max_waiting_interactions
+    }
+
+    /// Applies each shard's events on its own, the shards spread over
+    /// `threads`, and brings every shard's `T` up to `end`.
+    fn apply_in_parallel(
+        &mut self,
+        per_shard: Vec<Vec<Routed<'_>>>,
+        threads: usize,
+        end: Option<Nanos>,
+    ) {
+        let work = spread(self.shards.iter_mut().zip(per_shard), threads);
+        let run = &|work: Vec<(&mut Engine, Vec<Routed<'_>>)>| {
+            for (shard, events) in work {
+                for routed in events {
+                    shard.apply_routed(routed);
+                }
+                if let Some(end) = end {
+                    shard.advance_to(end);
+                }
+            }
+        };
+        let mut work = work.into_iter();
+        let here = work.next().unwrap_or_default();
+        std::thread::scope(|scope| {
+            for work in work {
+                scope.spawn(move || run(work));
+            }
+            run(here);
+        });
+    }
+
+    /// Applies `batch` one event at a time in arrival order, every shard's
+    /// `T` brought up first, and each shard told what the others hold.
+    fn apply_in_order(&mut self, batch: Batch<'_>) {
+        let mut per_shard: Vec<_> = batch.per_shard.into_iter().map(Vec::into_iter).collect();
+        for shard in batch.order {
+            let Some(routed) = per_shard[shard as usize].next() else {
+                continue;
+            };
+            if let Some(before) = routed.before {
+                for other in &mut self.shards {
+                    other.advance_to(before);
+                }
+            }
+            let open: usize = self.shards.iter().map(|s| s.open_impressions).sum();
+            let waiting: usize = self.shards.iter().map(|s| s.waiting_interactions).sum();
+            let target = &mut self.shards[shard as usize];
+            target.elsewhere.open = open - target.open_impressions;
+            target.elsewhere.waiting = waiting - target.waiting_interactions;
+            target.apply_routed(routed);
+            target.elsewhere = Default::default();
+        }
+    }
+
+    /// Finalizes every open list, on up to `threads` threads, and returns
+    /// one engine holding every shard's figures, added in shard order.
+    pub fn finish(mut self, threads: usize) -> Engine {
+        let work = spread(self.shards.iter_mut(), threads);
+        std::thread::scope(|scope| {
+            for work in work {
+                scope.spawn(|| work.into_iter().for_each(Engine::finish));
+            }
+        });
+        let mut engine = self.registry;
+        for shard in &self.shards {
+            engine.absorb_shard(shard);
+        }
+        engine
+    }
+}
+
+/// `items` dealt round-robin into `threads` lists (at least 1, at most [`SHARDS`]).
+fn spread<T>(items: impl Iterator<Item = T>, threads: usize) -> Vec<Vec<T>> {
+    let threads = threads.clamp(1, SHARDS);
+    let mut work: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
+    for (index, item) in items.enumerate() {
+        work[index % threads].push(item);
+    }
+    work
+}
