@@ -79,6 +79,7 @@ pub mod join;
 pub mod kafka_check;
 pub mod loadgen;
 pub mod metrics;
+pub mod parallel;
 pub mod process;
 pub mod query;
 pub mod replay;

@@ -421,29 +421,18 @@ impl Chunk {
         validator: &crate::event::Validator,
         threads: usize,
     ) -> Vec<Option<Result<Event<'_>, Rejection>>> {
-        if threads <= 1 {
-            return (0..self.len())
+        // More pieces than threads, each taken by the next thread free.
+        let per_piece = self.len().div_ceil(threads * 4).max(1);
+        let pieces: Vec<_> = (0..self.len()).step_by(per_piece).collect();
+        crate::parallel::each(pieces, threads, |start| {
+            let end = (start + per_piece).min(self.len());
+            (start..end)
                 .map(|index| self.parse_line(index, validator))
-                .collect();
-        }
-        let per_thread = self.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..self.len())
-                .step_by(per_thread)
-                .map(|start| {
-                    let end = (start + per_thread).min(self.len());
-                    scope.spawn(move || {
-                        (start..end)
-                            .map(|index| self.parse_line(index, validator))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("a parser thread panicked"))
-                .collect()
+                .collect::<Vec<_>>()
         })
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 

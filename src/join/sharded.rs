@@ -150,24 +150,14 @@ impl ShardedEngine {
         threads: usize,
         end: Option<Nanos>,
     ) {
-        let work = spread(self.shards.iter_mut().zip(per_shard), threads);
-        let run = &|work: Vec<(&mut Engine, Vec<Routed<'_>>)>| {
-            for (shard, events) in work {
-                for routed in events {
-                    shard.apply_routed(routed);
-                }
-                if let Some(end) = end {
-                    shard.advance_to(end);
-                }
+        let pieces = self.shards.iter_mut().zip(per_shard).collect();
+        crate::parallel::each(pieces, threads, |(shard, events)| {
+            for routed in events {
+                shard.apply_routed(routed);
             }
-        };
-        let mut work = work.into_iter();
-        let here = work.next().unwrap_or_default();
-        std::thread::scope(|scope| {
-            for work in work {
-                scope.spawn(move || run(work));
+            if let Some(end) = end {
+                shard.advance_to(end);
             }
-            run(here);
         });
     }
 
@@ -197,26 +187,12 @@ impl ShardedEngine {
     /// Finalizes every open list, on up to `threads` threads, and returns
     /// one engine holding every shard's figures, added in shard order.
     pub fn finish(mut self, threads: usize) -> Engine {
-        let work = spread(self.shards.iter_mut(), threads);
-        std::thread::scope(|scope| {
-            for work in work {
-                scope.spawn(|| work.into_iter().for_each(Engine::finish));
-            }
-        });
+        let pieces = self.shards.iter_mut().collect();
+        crate::parallel::each(pieces, threads, Engine::finish);
         let mut engine = self.registry;
         for shard in &self.shards {
             engine.absorb_shard(shard);
         }
         engine
     }
-}
-
-/// `items` dealt round-robin into `threads` lists (at least 1, at most [`SHARDS`]).
-fn spread<T>(items: impl Iterator<Item = T>, threads: usize) -> Vec<Vec<T>> {
-    let threads = threads.clamp(1, SHARDS);
-    let mut work: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
-    for (index, item) in items.enumerate() {
-        work[index % threads].push(item);
-    }
-    work
 }
