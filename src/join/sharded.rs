@@ -135,11 +135,17 @@ impl ShardedEngine {
     /// and all waiting interactions, whatever the shards finalize: then
     /// each shard may apply its events apart from the others.
     fn within_limits(&self, batch: &Batch<'_>) -> bool {
-        let open: usize = self.shards.iter().map(|s| s.open_impressions).sum();
-        let waiting: usize = self.shards.iter().map(|s| s.waiting_interactions).sum();
+        let (open, waiting) = self.held();
         let settings = &self.registry.settings;
         open + batch.impressions <= settings.max_open_impressions
             && waiting + batch.interactions <= settings.max_waiting_interactions
+    }
+
+    /// Open lists and waiting interactions, all shards together.
+    fn held(&self) -> (usize, usize) {
+        let open = self.shards.iter().map(|s| s.open_impressions).sum();
+        let waiting = self.shards.iter().map(|s| s.waiting_interactions).sum();
+        (open, waiting)
     }
 
     /// Applies each shard's events on its own, the shards spread over
@@ -174,8 +180,7 @@ impl ShardedEngine {
                     other.advance_to(before);
                 }
             }
-            let open: usize = self.shards.iter().map(|s| s.open_impressions).sum();
-            let waiting: usize = self.shards.iter().map(|s| s.waiting_interactions).sum();
+            let (open, waiting) = self.held();
             let target = &mut self.shards[shard as usize];
             target.elsewhere.open = open - target.open_impressions;
             target.elsewhere.waiting = waiting - target.waiting_interactions;
