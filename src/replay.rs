@@ -185,7 +185,8 @@ fn read_logs(
             }
             let mut batch = Batch::new();
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
-            for (offset, parsed) in chunk.parse(validator, threads).into_iter().enumerate() {
+            let parsed = chunk.parse(validator, threads).into_iter().flatten();
+            for (offset, parsed) in parsed.enumerate() {
                 match parsed {
                     None => {}
                     Some(Ok(event)) => engine.route(&mut batch, event),
@@ -415,12 +416,13 @@ impl Chunk {
         Some(parse_line(line, validator))
     }
 
-    /// Parses every line, in parallel over `threads` (one: on this thread).
+    /// Parses every line, in parallel over `threads` (one: on this thread),
+    /// in runs of consecutive lines.
     fn parse(
         &self,
         validator: &crate::event::Validator,
         threads: usize,
-    ) -> Vec<Option<Result<Event<'_>, Rejection>>> {
+    ) -> Vec<Vec<Option<Result<Event<'_>, Rejection>>>> {
         // More pieces than threads, each taken by the next thread free.
         let per_piece = self.len().div_ceil(threads * 4).max(1);
         let pieces: Vec<_> = (0..self.len()).step_by(per_piece).collect();
@@ -430,9 +432,6 @@ impl Chunk {
                 .map(|index| self.parse_line(index, validator))
                 .collect::<Vec<_>>()
         })
-        .into_iter()
-        .flatten()
-        .collect()
     }
 }
 
