@@ -49,12 +49,16 @@ done
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 median_of() { cut -d' ' -f"$2" "$work/$1" | median; }
+# The CPU seconds all of the machine's processes have run (user, nice, system, irq, softirq).
+busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / {print ($2 + $3 + $4 + $7 + $8) / hz}' /proc/stat; }
 # Runs the rest of the line under /usr/bin/time, its output to $work/$2.out,
-# and appends "wall cpu rss_kib" to $work/$1.
+# and appends "wall cpu rss_kib others" to $work/$1: others is the CPU that
+# the rest of the machine took meanwhile (LOAD's busy loops, a build).
 measure() {
-  local file=$1 out=$2; shift 2
+  local file=$1 out=$2 before; shift 2
+  before=$(busy)
   /usr/bin/time -f '%e %U %S %M' -o "$work/time" "$@" >"$work/$out.out"
-  awk '{print $1, $2 + $3, $4}' "$work/time" >>"$work/$file"
+  awk -v busy="$(busy)" -v before="$before" '{cpu = $2 + $3; others = busy - before - cpu; printf "%s %.2f %s %.2f\n", $1, cpu, $4, (others > 0 ? others : 0)}' "$work/time" >>"$work/$file"
 }
 
 if [ "$LOAD" = 1 ]; then
@@ -67,6 +71,7 @@ fi
 # What the Python interpreter and `import duckdb` alone take, inside the DuckDB rows.
 for _ in $(seq "$RUNS"); do measure startup startup "$VENV/bin/python" -c 'import duckdb'; done
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=
 status=0
 for n in $SIZES; do
@@ -84,7 +89,7 @@ for n in $SIZES; do
       duckdb) name="DuckDB $DUCKDB_VERSION SQL" ;;
     esac
     wall=$(median_of "$tool-$n" 1)
-    rows+="| $name | $n | $wall | $(median_of "$tool-$n" 2) | $(( $(median_of "$tool-$n" 3) / 1024 )) | $(python3 -c "print(f'{$n / $wall:,.0f}')") |"$'\n'
+    rows+="| $name | $n | $wall | $(median_of "$tool-$n" 2) | $(( $(median_of "$tool-$n" 3) / 1024 )) | $(python3 -c "print(f'{$n / $wall:,.0f}')") | $(median_of "$tool-$n" 4) |"$'\n'
   done
   echo "nDCG@10 (scope all), $n events:"
   python3 - "$work/replay-$n.out" "$work/replay1-$n.out" "$work/duckdb-$n.out" <<'PY' || status=1
@@ -121,9 +126,10 @@ load_note=
 [ "$LOAD" = 1 ] && load_note=", with $(nproc) busy loops beside them (LOAD=1)"
 cat <<TABLE
 replay against DuckDB: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), median of $RUNS interleaved runs$load_note
+(load average $load_before before the runs, $(cut -d' ' -f1-3 /proc/loadavg) after; the last column is the CPU the rest of the machine took during each run)
 
-| tool | events | wall s | CPU s | max RSS MB | events/s (wall) |
-|---|---|---|---|---|---|
+| tool | events | wall s | CPU s | max RSS MB | events/s (wall) | others' CPU s |
+|---|---|---|---|---|---|---|
 $rows
 Python start and \`import duckdb\` alone, inside the DuckDB rows: $(median_of startup 1) s wall, $(median_of startup 2) s CPU.
 TABLE
