@@ -18,19 +18,28 @@
 //! a single instance that saw every list would give. Also the simulation
 //! that measures its false-alarm rate and detection delay
 //! (`benches/split_check.rs`).
+//!
+//! Pure arithmetic on counts the caller hands over: no clock, no I/O, no
+//! knowledge of models, surfaces or series.
 
 /// The level at or below which the p-value flags a mismatch.
 pub const SPLIT_CHECK_LEVEL: f64 = 0.01;
 
-/// `k`, the prior's concentration: with 100 a 52/48 split of an intended
-/// 50/50 is flagged after a median of 6,800 lists; in a first simulation
-/// (60 runs) 10, 1,000 and 10,000 took 18%, 3% and 65% more
-/// (docs/statistics.md).
+/// `k`, the prior's concentration. A small `k` spreads the prior over
+/// splits far from the intended one and is slow to flag a near one; a large
+/// `k` concentrates it near the intended split and is slow to flag a far
+/// one. Of 1, 10, 100, 1,000 and 10,000, 100 flags a 55/45 split of an
+/// intended 50/50 soonest (a median of 1,071 lists) and a 52/48 split within
+/// 1% of the soonest (6,803 lists; 6,746 with 1,000), by
+/// `cargo bench --bench split_check` (docs/statistics.md).
 pub const PRIOR_CONCENTRATION: f64 = 100.0;
 
-/// The anytime-valid p-value of `counts` under `shares` (which sum to 1):
+/// The anytime-valid p-value of `counts` under `shares` (meant to sum to 1;
+/// they are normalized here):
 /// 1 for input that has nothing to test (fewer than two arms, lengths that
-/// differ, a share that is not a positive number, no count).
+/// differ, a share that is not a positive number or is too small beside the
+/// largest to be one, no count). Any counts up to `u64::MAX` give a finite
+/// answer in `[0, 1]`.
 pub fn split_p_value(counts: &[u64], shares: &[f64]) -> f64 {
     let usable = counts.len() >= 2
         && counts.len() == shares.len()
@@ -39,42 +48,93 @@ pub fn split_p_value(counts: &[u64], shares: &[f64]) -> f64 {
     if !usable {
         return 1.0;
     }
-    let log_bf = log_bayes_factor(counts, shares);
-    if log_bf.is_nan() {
-        return 1.0;
-    }
-    (-log_bf).exp().min(1.0)
+    log_bayes_factor(counts, shares).map_or(1.0, |log_bf| (-log_bf).exp().min(1.0))
 }
 
-/// `ln BF` of `counts` under `shares`, with the prior of [`PRIOR_CONCENTRATION`].
-fn log_bayes_factor(counts: &[u64], shares: &[f64]) -> f64 {
-    let total: f64 = shares.iter().sum();
+/// `ln BF` of `counts` under `shares` (normalized here), with the prior of
+/// [`PRIOR_CONCENTRATION`]; `None` where it is not a number.
+///
+/// `ln Γ` of `n` lists is about `n ln n`, and `ln BF` of a correct split
+/// about `−ln n`: summing the `ln Γ` of the closed form as they are loses
+/// all of it to rounding from some 10¹⁵ lists on. So each `ln Γ(x)` is split
+/// into Stirling's leading part and its remainder `r(x)` (small), and the
+/// leading parts are summed by hand, which leaves for arm `i`, with
+/// `x_i = k·p_i + c_i`, `X = k + n`, `d_i = c_i − p_i·n` and
+/// `e_i = d_i / (p_i·X)` (so `x_i = p_i·X·(1 + e_i)` and `Σ d_i = 0`):
+///
+/// ```text
+/// ln BF = ln Γ(k) − r(X) − (m − 1)/2 · ln(X / 2π)
+///       + Σ [(x_i − ½)·ln(1 + e_i) − d_i + (k·p_i − ½)·ln p_i − ln Γ(k·p_i) + r(x_i)]
+/// ```
+///
+/// where `(x − ½)·ln(1 + e) − d` is worked out as `d·e − e/2 + (x − ½)·(ln(1 + e) − e)`
+/// while `−½ ≤ e ≤ 1`: second-order terms, nothing large cancels (beyond,
+/// the form as it stands loses at most a couple of bits).
+fn log_bayes_factor(counts: &[u64], shares: &[f64]) -> Option<f64> {
     let k = PRIOR_CONCENTRATION;
-    let n: u64 = counts.iter().sum();
-    let mut log_bf = ln_gamma(k) - ln_gamma(k + n as f64);
-    for (&c, &p) in counts.iter().zip(shares) {
-        let p = p / total;
+    let largest = shares.iter().fold(0.0, |a: f64, &b| a.max(b));
+    let total: f64 = shares.iter().map(|&p| p / largest).sum();
+    let n: f64 = counts.iter().map(|&c| c as f64).sum();
+    let big = k + n;
+    let arms = counts.len() as f64;
+    let mut log_bf =
+        ln_gamma(k) - stirling_remainder(big) - 0.5 * (arms - 1.0) * (big.ln() - LN_2PI);
+    for (&c, &share) in counts.iter().zip(shares) {
+        let p = share / largest / total;
+        if p <= 0.0 {
+            return None;
+        }
         let alpha = k * p;
-        let c = c as f64;
-        log_bf += ln_gamma(alpha + c) - ln_gamma(alpha) - c * p.ln();
+        let x = alpha + c as f64;
+        log_bf += arm_term(x, c as f64 - p * n, p * big) + (alpha - 0.5) * p.ln() - ln_gamma(alpha)
+            + stirling_remainder(x);
     }
-    log_bf
+    Some(log_bf).filter(|l| !l.is_nan())
 }
 
-/// `ln Γ(x)` for `x > 0`: Stirling's series from 20 on, where its error is
-/// below 1e-15 relative, and the recurrence `Γ(x) = Γ(x + 1) / x` below.
-fn ln_gamma(x: f64) -> f64 {
-    let mut shift = 0.0;
-    let mut x = x;
-    while x < 20.0 {
-        shift += x.ln();
-        x += 1.0;
+/// `(x − ½)·ln(x / expected) − deviation` for an arm with `x = expected + deviation`.
+fn arm_term(x: f64, deviation: f64, expected: f64) -> f64 {
+    let e = deviation / expected;
+    if e > 1.0 {
+        (x - 0.5) * e.ln_1p() - deviation
+    } else if e < -0.5 {
+        // `1 + e` may round to 0 when the arm has nearly no list.
+        (x - 0.5) * (x / expected).ln() - deviation
+    } else {
+        deviation * e - 0.5 * e + (x - 0.5) * (e.ln_1p() - e)
     }
+}
+
+/// `ln 2π`.
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// `ln Γ(x)` for `x > 0`.
+fn ln_gamma(x: f64) -> f64 {
+    (x - 0.5) * x.ln() - x + 0.5 * LN_2PI + stirling_remainder(x)
+}
+
+/// `r(x) = ln Γ(x) − (x − ½)·ln x + x − ½·ln 2π` for `x > 0`: Stirling's
+/// series from 20 on, where its first omitted term is below 2e-15, and the
+/// recurrence `Γ(x) = Γ(x + 1) / x` below.
+fn stirling_remainder(x: f64) -> f64 {
+    if x >= 20.0 {
+        return stirling_series(x);
+    }
+    let mut shift = 0.0;
+    let mut y = x;
+    while y < 20.0 {
+        shift += y.ln();
+        y += 1.0;
+    }
+    (y - 0.5) * y.ln() - y - (x - 0.5) * x.ln() + x + stirling_series(y) - shift
+}
+
+/// Stirling's series for `r(x)`, to the term in `x⁻⁷`.
+fn stirling_series(x: f64) -> f64 {
     let inverse = 1.0 / x;
     let inverse2 = inverse * inverse;
-    let series = inverse
-        * (1.0 / 12.0 - inverse2 * (1.0 / 360.0 - inverse2 * (1.0 / 1260.0 - inverse2 / 1680.0)));
-    (x - 0.5) * x.ln() - x + 0.5 * (2.0 * std::f64::consts::PI).ln() + series - shift
+    inverse
+        * (1.0 / 12.0 - inverse2 * (1.0 / 360.0 - inverse2 * (1.0 / 1260.0 - inverse2 / 1680.0)))
 }
 
 /// How a simulation of the check runs: lists drawn one at a time with the
@@ -89,8 +149,11 @@ pub struct SplitSimulation {
     pub lists: u64,
     /// The shares the check expects.
     pub expected: Vec<f64>,
-    /// The shares the lists are drawn with.
+    /// The shares the lists are drawn with, one per expected share.
     pub actual: Vec<f64>,
+    /// The prior's concentration `k`: [`PRIOR_CONCENTRATION`] for the check
+    /// as it runs, others to measure what `k` trades.
+    pub concentration: f64,
 }
 
 impl SplitSimulation {
@@ -113,7 +176,7 @@ impl SplitSimulation {
     /// the closed form's ratio, so every look costs one step.
     fn run(&self, seed: u64) -> Option<u64> {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let k = PRIOR_CONCENTRATION;
+        let k = self.concentration;
         let mut counts = vec![0u64; self.expected.len()];
         let threshold = (1.0 / SPLIT_CHECK_LEVEL).ln();
         let mut log_bf = 0.0;
@@ -146,6 +209,11 @@ fn draw(rng: &mut fastrand::Rng, shares: &[f64]) -> usize {
 mod tests {
     use super::*;
 
+    /// `|got − want| ≤ tolerance · max(1, |want|)`.
+    fn close(got: f64, want: f64, tolerance: f64) -> bool {
+        (got - want).abs() <= tolerance * want.abs().max(1.0)
+    }
+
     #[test]
     fn ln_gamma_matches_known_values() {
         // ln Γ(1) = ln Γ(2) = 0, Γ(0.5) = √π, ln Γ(100) = ln 99!.
@@ -154,11 +222,26 @@ mod tests {
         assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-13);
         let ln_99_factorial: f64 = (1..100).map(|i| (i as f64).ln()).sum();
         assert!((ln_gamma(100.0) - ln_99_factorial).abs() < 1e-10);
-        assert!(
-            (ln_gamma(50.5) - 146.519_255_490_720_6).abs() < 1e-9,
-            "{}",
-            ln_gamma(50.5)
-        );
+        // mpmath.loggamma at 40 digits.
+        for (x, want) in [
+            (0.01, 4.599_479_878_042_022),
+            (0.1, 2.252_712_651_734_206),
+            (1.5, -0.120_782_237_635_245_22),
+            (3.7, 1.428_072_326_665_388),
+            (19.99, 39.310_181_511_256_347),
+            (20.5, 40.831_500_974_530_8),
+            (50.5, 146.519_255_490_720_6),
+            (1e3, 5_905.220_423_209_181),
+            (1e6, 12_815_504.569_147_612),
+            (1e9, 19_723_265_827.503_717),
+            (1e12, 26_631_021_115_915.652),
+        ] {
+            assert!(
+                close(ln_gamma(x), want, 1e-12),
+                "ln Γ({x}) = {}",
+                ln_gamma(x)
+            );
+        }
     }
 
     #[test]
@@ -168,7 +251,11 @@ mod tests {
         //    = 16 · (50·51·52 · 50) / (100·101·102·103) = 0.9803...
         let by_hand: f64 = 16.0 * (50.0 * 51.0 * 52.0 * 50.0) / (100.0 * 101.0 * 102.0 * 103.0);
         assert_eq!(split_p_value(&[3, 1], &[0.5, 0.5]), 1.0, "BF < 1: p = 1");
-        assert!((log_bayes_factor(&[3, 1], &[0.5, 0.5]) - by_hand.ln()).abs() < 1e-12);
+        let log_bf = log_bayes_factor(&[3, 1], &[0.5, 0.5]);
+        assert!(
+            log_bf.is_some_and(|l| (l - by_hand.ln()).abs() < 1e-12),
+            "{log_bf:?}"
+        );
         // The same by the step of the simulation, in either order.
         let steps = |arms: &[usize]| {
             let mut counts = [0u64; 2];
@@ -184,12 +271,78 @@ mod tests {
     }
 
     #[test]
+    fn p_values_below_one_match_exact_fractions() {
+        // With k = 100 and these shares every α is an integer, so each Γ
+        // ratio is a product of integers: BF exactly, as a fraction, by
+        // Python's `fractions.Fraction`, then 1/BF as a float.
+        // (30, 5), α = (50, 50): BF = 2^35 · (50⋯79)(50⋯54) / (100⋯134) = 8.98058652441...
+        // (60, 10), α = (50, 50): BF = 2^70 · (50⋯109)(50⋯59) / (100⋯169) = 1396.71919026...
+        // (25, 10, 15), α = (20, 30, 50): BF = (20⋯44)(30⋯39)(50⋯64)
+        //     / ((100⋯149) · 0.2^25 · 0.3^10 · 0.5^15) = 42.6139714871...
+        for (counts, shares, want) in [
+            (&[30, 5][..], &[0.5, 0.5][..], 0.111_351_301_753_147_22),
+            (&[60, 10], &[0.5, 0.5], 0.000_715_963_528_651_121_3),
+            (&[25, 10, 15], &[0.2, 0.3, 0.5], 0.023_466_482_120_786_954),
+        ] {
+            let p = split_p_value(counts, shares);
+            assert!((p - want).abs() < 1e-12 * want, "{counts:?}: {p}");
+        }
+    }
+
+    #[test]
+    fn huge_counts_keep_their_precision() {
+        // ln BF by mpmath at 60 digits (loggamma of the closed form): the
+        // sums of ln Γ as they are would lose these to rounding.
+        for (counts, shares, want) in [
+            (
+                &[500_000_000, 500_000_000][..],
+                &[0.5, 0.5][..],
+                -8.061_547_833_567_49,
+            ),
+            (
+                &[7_048_750, 7_660_026],
+                &[0.224, 0.243],
+                -0.332_778_357_989_232_85,
+            ),
+            (
+                &[200_000_000_123, 300_000_000_000, 499_999_999_877],
+                &[0.2, 0.3, 0.5],
+                -23.033_628_185_785_784,
+            ),
+            (
+                &[500_000_000_000_000_001, 500_000_000_000_000_000],
+                &[0.5, 0.5],
+                -18.423_180_702_290_697,
+            ),
+            (&[u64::MAX, u64::MAX], &[0.5, 0.5], -20.227_198_233_542_51),
+            (&[10, 10], &[1e-300, 1.0], 6_186.984_148_672_642),
+            (&[3, 0, 0], &[0.001, 0.5, 0.499], 5.412_664_752_372_446),
+        ] {
+            let log_bf = log_bayes_factor(counts, shares);
+            assert!(
+                log_bf.is_some_and(|l| close(l, want, 1e-10)),
+                "{counts:?}: {log_bf:?}"
+            );
+        }
+        let one_sided = log_bayes_factor(&[u64::MAX, 0], &[0.5, 0.5]);
+        assert!(
+            one_sided.is_some_and(|l| close(l, 1.278_630_864_520_265_4e19, 1e-12)),
+            "{one_sided:?}"
+        );
+    }
+
+    #[test]
     fn a_broken_split_is_flagged_and_a_right_one_is_not() {
         assert!(split_p_value(&[52_000, 48_000], &[0.5, 0.5]) < 1e-6);
         assert!(split_p_value(&[50_000, 50_000], &[0.5, 0.5]) > 0.5);
         assert!(split_p_value(&[500_000_000, 500_000_000], &[0.5, 0.5]) > 0.5);
         assert!(split_p_value(&[20_000, 30_000, 50_000], &[0.2, 0.3, 0.5]) > 0.5);
         assert!(split_p_value(&[20_000, 32_000, 48_000], &[0.2, 0.3, 0.5]) < SPLIT_CHECK_LEVEL);
+        let exact_halves = 1u64 << 62;
+        assert_eq!(
+            split_p_value(&[exact_halves, exact_halves], &[0.5, 0.5]),
+            1.0
+        );
     }
 
     #[test]
@@ -199,9 +352,33 @@ mod tests {
         assert_eq!(split_p_value(&[5, 5], &[0.5]), 1.0);
         assert_eq!(split_p_value(&[0, 0], &[0.5, 0.5]), 1.0);
         assert_eq!(split_p_value(&[3, 4], &[0.5, f64::NAN]), 1.0);
+        assert_eq!(split_p_value(&[3, 4], &[0.5, f64::INFINITY]), 1.0);
+        assert_eq!(split_p_value(&[3, 4], &[0.5, -0.5]), 1.0);
         assert_eq!(split_p_value(&[3, 4], &[0.5, 0.0]), 1.0);
-        let extreme = split_p_value(&[u64::MAX / 4, 1], &[0.5, 0.5]);
-        assert!((0.0..=1.0).contains(&extreme), "{extreme}");
+        assert_eq!(
+            split_p_value(&[3, 4], &[1e-320, 1e10]),
+            1.0,
+            "rounds to a share of 0"
+        );
+        for counts in [
+            [u64::MAX, 1],
+            [u64::MAX, u64::MAX],
+            [u64::MAX / 4, 1],
+            [1, u64::MAX],
+        ] {
+            let p = split_p_value(&counts, &[0.5, 0.5]);
+            assert!((0.0..=1.0).contains(&p), "{counts:?}: {p}");
+        }
+        assert_eq!(split_p_value(&[u64::MAX, 1], &[0.5, 0.5]), 0.0);
+    }
+
+    #[test]
+    fn shares_need_not_sum_to_one() {
+        let normalized = split_p_value(&[30, 5], &[0.5, 0.5]);
+        for shares in [[1.0, 1.0], [f64::MAX, f64::MAX], [1e-300, 1e-300]] {
+            let p = split_p_value(&[30, 5], &shares);
+            assert!((p - normalized).abs() < 1e-12, "{shares:?}: {p}");
+        }
     }
 
     #[test]
@@ -212,6 +389,7 @@ mod tests {
             lists: 20_000,
             expected: vec![0.5, 0.5],
             actual: vec![0.5, 0.5],
+            concentration: PRIOR_CONCENTRATION,
         };
         assert!(
             correct.flagged_share() <= 0.03,
