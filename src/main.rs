@@ -81,7 +81,7 @@ struct ReplayArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Threads that parse lines [default: the number of cores].
+    /// Threads that parse and evaluate [default: the cores no other process is running on].
     #[arg(long, env = "RANKWATCH_THREADS")]
     threads: Option<usize>,
     #[command(flatten)]
