@@ -669,7 +669,9 @@ fn replay_with_one_engine(lines: &[Vec<u8>], settings: &EngineSettings) -> Repor
 }
 
 /// Asserts that two reports agree: every count and name exactly, every
-/// other number within a relative 1e-12 (sums added in another order).
+/// other number within 1e-9, relative past 1 (sums added in another order;
+/// a standard error, from a sum of squares less a squared sum, loses the
+/// most: 5e-10 where every list scored the same).
 fn assert_agree(got: &serde_json::Value, expected: &serde_json::Value, path: &str) {
     use serde_json::Value;
     match (got, expected) {
@@ -695,7 +697,7 @@ fn assert_agree(got: &serde_json::Value, expected: &serde_json::Value, path: &st
                 b.as_f64().unwrap_or(f64::NAN),
             );
             let scale = a.abs().max(b.abs()).max(1.0);
-            assert!((a - b).abs() <= 1e-12 * scale, "{path}: {a} against {b}");
+            assert!((a - b).abs() <= 1e-9 * scale, "{path}: {a} against {b}");
         }
         _ => assert_eq!(got, expected, "{path}"),
     }

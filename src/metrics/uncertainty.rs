@@ -15,15 +15,21 @@ pub const CS_TIGHTEST_AT: f64 = 10_000.0;
 /// The standard error of the mean of `n` values with sum `sum` and sum of squares `squares`.
 ///
 /// `s² = (Σv² − n·mean²) / (n − 1)` for `n ≥ 2`, else 0; `se = sqrt(s² / n)`,
-/// 0 when `n = 0`. A variance that rounding makes slightly negative counts as 0.
+/// 0 when `n = 0`. A variance within the rounding error of the sums it
+/// comes from counts as 0: of lists that all scored the same, sums added in
+/// one order gave 0 and in another order a standard error of 1e-9 (the
+/// square root of a rounding error).
 pub fn standard_error(sum: f64, squares: f64, n: u64) -> f64 {
     if n < 2 {
         return 0.0;
     }
     let count = n as f64;
     let mean = sum / count;
-    let variance = ((squares - count * mean * mean) / (count - 1.0)).max(0.0);
-    (variance / count).sqrt()
+    let centered = squares - count * mean * mean;
+    if centered <= count * f64::EPSILON * squares {
+        return 0.0;
+    }
+    ((centered / (count - 1.0)) / count).sqrt()
 }
 
 /// A mean over `n` lists with its standard error.
