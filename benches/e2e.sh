@@ -24,13 +24,8 @@ trap cleanup EXIT
 
 [ "$BIN" = target/release/rankwatch ] && cargo build --release --locked --bins >/dev/null 2>&1
 
-start_server() {
-  taskset -c 0 "$BIN" serve --grpc-addr "$GRPC" --http-addr "$HTTP" --wall-clock-advance false "$@" >"$work/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 50); do curl -sf "http://$HTTP/readyz" >/dev/null && return; sleep 0.1; done
-  echo "server did not start" >&2; exit 1
-}
-stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=; }
+# start_server, stop_server, rss_kib, metric, loadgen, median.
+source benches/server.sh
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
 # Core 0's time as the guest kernel counts it, all of it and what the host
 # took (steal); steal_since MARK gives the host's share, in %, since MARK.
@@ -41,10 +36,6 @@ steal_since() {
   read -r now_total now_steal <<<"$(core0_mark)"
   echo $(( 100 * (now_steal - steal) / (now_total - total) ))
 }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server_pid/status"; }
-metric() { curl -s "http://$HTTP/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
-# Batches of 100 events unless told otherwise (the loadgen's default).
-loadgen() { taskset -c 1 "$BIN" loadgen --target "http://$GRPC" "$@"; }
 # A busy loop on each core at idle priority (SCHED_IDLE: any other thread
 # takes the core from it at once), so that neither core ever halts.
 start_spinners() {
@@ -54,7 +45,6 @@ start_spinners() {
   done
 }
 stop_spinners() { kill "${spinner_pids[@]}"; wait "${spinner_pids[@]}" 2>/dev/null || true; spinner_pids=(); }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # The median of column COLUMN of the runs' figures in $work/FILE.
 median_of() { cut -d' ' -f"$2" "$work/$1" | median; }
 # Runs the loadgen with the other arguments and appends its ack latency's

@@ -23,17 +23,7 @@ trap cleanup EXIT
 [ "$BIN" = target/release/rankwatch ] && cargo build --release --locked --bins >/dev/null 2>&1
 
 # The same server, load and arithmetic as benches/e2e.sh.
-start_server() {
-  taskset -c 0 "$BIN" serve --grpc-addr "$GRPC" --http-addr "$HTTP" --wall-clock-advance false "$@" >"$work/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 50); do curl -sf "http://$HTTP/readyz" >/dev/null && return; sleep 0.1; done
-  echo "server did not start" >&2; exit 1
-}
-stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=; }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server_pid/status"; }
-metric() { curl -s "http://$HTTP/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
-loadgen() { taskset -c 1 "$BIN" loadgen --target "http://$GRPC" "$@"; }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+source benches/server.sh
 
 for _ in $(seq "$RUNS"); do
   start_server --attribution-window 1h

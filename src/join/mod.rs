@@ -336,12 +336,7 @@ impl Engine {
             true => event.time().min(self.received_at),
             false => event.time(),
         };
-        let shed = match event {
-            Event::Impression(impression) => self.impression(impression, None),
-            Event::Interaction(interaction) => self.interaction(interaction),
-        };
-        self.advance_to(time);
-        shed
+        self.apply_at(event, None, time)
     }
 
     /// Applies an event routed to this shard: first what `T` reached
@@ -355,8 +350,19 @@ impl Engine {
         // arrival order keep the order of one engine's.
         self.next_seq = self.next_seq.max(routed.seq.saturating_sub(1));
         let time = routed.event.time();
-        let shed = match routed.event {
-            Event::Impression(impression) => self.impression(impression, routed.placement),
+        self.apply_at(routed.event, routed.placement, time)
+    }
+
+    /// Applies `event` (an impression placed here unless `placed` says
+    /// where), then raises `T` to `time`.
+    fn apply_at(
+        &mut self,
+        event: Event<'_>,
+        placed: Option<Placement>,
+        time: Nanos,
+    ) -> Option<Shed> {
+        let shed = match event {
+            Event::Impression(impression) => self.impression(impression, placed),
             Event::Interaction(interaction) => self.interaction(interaction),
         };
         self.advance_to(time);
