@@ -197,6 +197,7 @@ fn read_logs(
     mut on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<(), Unread> {
     let mut chunk = Chunk::new(options.max_line_bytes);
+    let mut spare = Batch::new();
     let mut bytes_done = 0;
     for path in paths {
         let mut line_number = 0u64;
@@ -214,7 +215,7 @@ fn read_logs(
                 filled.map_err(|e| fail(line_number, e))?;
                 break;
             }
-            let mut batch = Batch::new();
+            let mut batch = spare.recycle();
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             let parsed = chunk.parse(validator, threads).into_iter().flatten();
             for (offset, parsed) in parsed.enumerate() {
@@ -231,7 +232,8 @@ fn read_logs(
                     }
                 }
             }
-            engine.apply(batch, options.threads);
+            engine.apply(&mut batch, options.threads);
+            spare = batch.recycle();
             line_number += chunk.len() as u64;
             progress(bytes_done + file_bytes.get());
             filled.map_err(|e| fail(line_number, e))?;

@@ -727,8 +727,9 @@ proptest! {
 
     /// The replay, sharded by user over threads, gives the figures of one
     /// engine applying every event in file order: counts exactly, sums up
-    /// to the order of their additions; under limits that shed and groups
-    /// that overflow too.
+    /// to the order of their additions, and coverage to the last digit (its
+    /// exposures are summed in one engine's order); under limits that shed
+    /// and groups that overflow too.
     #[test]
     fn sharded_replay_gives_the_figures_of_one_engine(
         steps in prop::collection::vec(step(), 0..400),
@@ -744,5 +745,9 @@ proptest! {
         let one = replay_with_one_engine(&lines, &settings);
         let as_json = |report: &Report| serde_json::to_value(report).expect("a report serializes");
         assert_agree(&as_json(&sharded), &as_json(&one), "$");
+        let coverage = |report: &Report| -> Vec<serde_json::Value> {
+            report.groups.iter().map(|group| serde_json::json!([group.model, group.surface, group.coverage])).collect()
+        };
+        prop_assert_eq!(coverage(&sharded), coverage(&one));
     }
 }

@@ -3,6 +3,7 @@
 //! to another instance travels with its open state only, so that each list
 //! and each event is counted by exactly one instance.
 
+use super::coverage_parts::CoverageParts;
 use super::persist::{sorted_user_refs, OpenState, UsersAhead};
 use super::{Counters, Engine, GroupAggregates};
 use postcard::ser_flavors::Flavor;
@@ -48,14 +49,28 @@ impl Engine {
         }
     }
 
-    /// Adds `aggregates` to those of group `id`.
-    fn add_group_figures(&mut self, id: usize, aggregates: &GroupAggregates) {
+    /// Adds the coverage parts of a [`super::ShardedEngine`] to its groups'.
+    pub(super) fn absorb_coverage_parts(&mut self, parts: &CoverageParts) {
+        for (id, coverages) in parts.by_group() {
+            for coverage in coverages {
+                self.group_aggregates(id).coverage.merge(coverage, None);
+            }
+        }
+    }
+
+    /// The aggregates of group `id`, made empty if it has none yet.
+    pub(super) fn group_aggregates(&mut self, id: usize) -> &mut GroupAggregates {
         while self.aggregates.len() <= id {
             self.aggregates
                 .push(GroupAggregates::new(&self.settings, self.values.len()));
         }
+        &mut self.aggregates[id]
+    }
+
+    /// Adds `aggregates` to those of group `id`.
+    fn add_group_figures(&mut self, id: usize, aggregates: &GroupAggregates) {
         let cap = self.settings.coverage.cap();
-        let mine = &mut self.aggregates[id];
+        let mine = self.group_aggregates(id);
         mine.totals.merge(&aggregates.totals);
         mine.windows.merge(&aggregates.windows);
         mine.positions.merge(&aggregates.positions);

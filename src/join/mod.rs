@@ -8,6 +8,7 @@
 //! and `replay` run the same rules.
 
 mod counters;
+mod coverage_parts;
 mod due;
 mod experiments;
 mod figures;
@@ -201,6 +202,9 @@ pub struct Engine {
     /// What the other shards of a [`ShardedEngine`] hold, counted against
     /// the limits on all open lists and waiting interactions.
     elsewhere: Elsewhere,
+    /// In a shard of a [`ShardedEngine`], the lists finalized, logged for
+    /// its coverage instead of added to this engine's.
+    shown_log: Option<coverage_parts::ShownLog>,
 }
 
 /// Open lists and waiting interactions held by an engine's sibling shards.
@@ -264,6 +268,7 @@ impl Engine {
             received_at: 0,
             time_capped: false,
             elsewhere: Elsewhere::default(),
+            shown_log: None,
         }
     }
 
@@ -427,12 +432,22 @@ impl Engine {
     /// Finalizes every open impression and gives up every waiting
     /// interaction, as at the end of a replay.
     pub fn finish(&mut self) {
-        while let Some((_, seq, user)) = self.deadlines.pop() {
-            self.finalize(user, seq);
-        }
+        while self.finalize_next(usize::MAX) {}
         while let Some((_, seq, user)) = self.give_ups.pop() {
             self.give_up(user, seq);
         }
+    }
+
+    /// Finalizes the next `lists` open lists, whatever the watermark, in
+    /// the order [`Engine::finish`] does; whether any is left open.
+    pub fn finalize_next(&mut self, lists: usize) -> bool {
+        for _ in 0..lists {
+            let Some((_, seq, user)) = self.deadlines.pop() else {
+                return false;
+            };
+            self.finalize(user, seq);
+        }
+        self.deadlines.peek().is_some()
     }
 
     /// Outcome counters since start.
@@ -740,10 +755,7 @@ impl Engine {
             self.values.fill(0.0);
         }
         let group = list.group as usize;
-        while self.aggregates.len() <= group {
-            self.aggregates
-                .push(GroupAggregates::new(&self.settings, self.values.len()));
-        }
+        self.group_aggregates(group);
         let aggregates = &mut self.aggregates[group];
         aggregates.totals.add(&self.values, engaged);
         aggregates.windows.add(list.time, &self.values, engaged);
@@ -804,12 +816,19 @@ impl Engine {
         }
         self.engaged_items.clear();
         self.engaged_items.extend(list.engaged_items());
+        let exposure = self.exposure_sums[list.shown()];
+        if let Some(log) = &mut self.shown_log {
+            let deadline = list.time.saturating_add(self.settings.attribution_window);
+            let list_key = (deadline, list.seq);
+            log.push(list_key, group, list.items(), exposure, &self.engaged_items);
+            return;
+        }
         ShownList::slots_into(list.items(), &mut self.slots);
         let shown = ShownList {
             items: list.items(),
             slots: &self.slots,
             weights: &self.exposure_weights,
-            exposure: self.exposure_sums[list.shown()],
+            exposure,
             engaged: &self.engaged_items,
         };
         let aggregates = &mut self.aggregates[group];

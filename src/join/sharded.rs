@@ -17,13 +17,19 @@
 //! their figures are added in shard order at the end: the report is the
 //! same on one thread as on many.
 
+use super::coverage_parts::{CoverageParts, ShownLog};
 use super::{Engine, JoinSettings, Routed};
 use crate::event::{Event, Nanos, Reason};
+use crate::metrics::CoverageMode;
 use crate::metrics::ListEvaluator;
 
 /// Shards of a [`ShardedEngine`]: as many threads as this can share the
 /// work. More shards cost memory (each keeps its own figures per group).
 pub const SHARDS: usize = 8;
+
+/// Lists each shard finalizes between two additions to coverage as a
+/// replay finishes: about as many as a batch finalizes.
+const FINISHED_AT_ONCE: usize = 1024;
 
 /// The shard of a user.
 fn shard_of(user: u64) -> usize {
@@ -35,6 +41,8 @@ pub struct ShardedEngine {
     /// Places impressions in groups and counts rejected events; holds `T`.
     registry: Engine,
     shards: Vec<Engine>,
+    /// The coverage of the lists the shards finalize, which log them.
+    coverage: CoverageParts,
     /// The sequence number of the last event routed.
     seq: u64,
 }
@@ -60,6 +68,30 @@ impl Batch<'_> {
     }
 }
 
+impl<'a> Batch<'a> {
+    /// This batch emptied, for events of a later chunk: the room its
+    /// vectors took is kept (fresh pages, faulted in and zeroed for every
+    /// chunk, had been a sixth of a replay's time).
+    pub fn recycle<'b>(self) -> Batch<'b> {
+        Batch {
+            per_shard: self.per_shard.into_iter().map(recycle).collect(),
+            order: self.order,
+            impressions: 0,
+            interactions: 0,
+        }
+    }
+}
+
+/// `events` emptied, its room kept for events that borrow another chunk
+/// (the standard library collects into the same allocation).
+fn recycle<'b>(mut events: Vec<Routed<'_>>) -> Vec<Routed<'b>> {
+    events.clear();
+    events
+        .into_iter()
+        .map(|_| unreachable!("emptied"))
+        .collect()
+}
+
 impl Default for Batch<'_> {
     fn default() -> Self {
         Self::new()
@@ -73,11 +105,17 @@ impl ShardedEngine {
             shards: 1,
             ..settings
         };
+        let shard = || {
+            let mut shard = Engine::new(settings.clone(), evaluator.clone());
+            if settings.coverage != CoverageMode::Off {
+                shard.shown_log = Some(ShownLog::default());
+            }
+            shard
+        };
         Self {
-            shards: (0..SHARDS)
-                .map(|_| Engine::new(settings.clone(), evaluator.clone()))
-                .collect(),
-            registry: Engine::new(settings, evaluator),
+            shards: (0..SHARDS).map(|_| shard()).collect(),
+            registry: Engine::new(settings.clone(), evaluator),
+            coverage: CoverageParts::new(),
             seq: 0,
         }
     }
@@ -114,8 +152,8 @@ impl ShardedEngine {
         self.registry.advance_to(time);
     }
 
-    /// Applies `batch` on up to `threads` threads.
-    pub fn apply(&mut self, batch: Batch<'_>, threads: usize) {
+    /// Applies the events of `batch` on up to `threads` threads, and empties it.
+    pub fn apply(&mut self, batch: &mut Batch<'_>, threads: usize) {
         let experiments = &self.registry.experiments;
         let windows = &self.registry.settings.windows;
         if self.shards[0].experiments.lineup_count() < experiments.lineup_count() {
@@ -124,10 +162,26 @@ impl ShardedEngine {
             }
         }
         let end = self.registry.max_time();
-        if self.within_limits(&batch) {
-            self.apply_in_parallel(batch.per_shard, threads, end);
+        if self.within_limits(batch) {
+            self.apply_in_parallel(&mut batch.per_shard, threads, end);
         } else {
             self.apply_in_order(batch);
+        }
+        batch.order.clear();
+        (batch.impressions, batch.interactions) = (0, 0);
+        self.add_coverage(threads);
+    }
+
+    /// Adds the lists the shards logged to the coverage parts, and empties the logs.
+    fn add_coverage(&mut self, threads: usize) {
+        let logs: Vec<(&ShownLog, &[f64])> = self
+            .shards
+            .iter()
+            .filter_map(|shard| Some((shard.shown_log.as_ref()?, &shard.exposure_weights[..])))
+            .collect();
+        self.coverage.add(&logs, threads);
+        for log in self.shards.iter_mut().filter_map(|s| s.shown_log.as_mut()) {
+            log.clear();
         }
     }
 
@@ -152,13 +206,13 @@ impl ShardedEngine {
     /// `threads`, and brings every shard's `T` up to `end`.
     fn apply_in_parallel(
         &mut self,
-        per_shard: Vec<Vec<Routed<'_>>>,
+        per_shard: &mut [Vec<Routed<'_>>],
         threads: usize,
         end: Option<Nanos>,
     ) {
         let pieces = self.shards.iter_mut().zip(per_shard).collect();
         crate::parallel::each(pieces, threads, |(shard, events)| {
-            for routed in events {
+            for routed in events.drain(..) {
                 shard.apply_routed(routed);
             }
             if let Some(end) = end {
@@ -169,9 +223,9 @@ impl ShardedEngine {
 
     /// Applies `batch` one event at a time in arrival order, every shard's
     /// `T` brought up first, and each shard told what the others hold.
-    fn apply_in_order(&mut self, batch: Batch<'_>) {
-        let mut per_shard: Vec<_> = batch.per_shard.into_iter().map(Vec::into_iter).collect();
-        for shard in batch.order {
+    fn apply_in_order(&mut self, batch: &mut Batch<'_>) {
+        let mut per_shard: Vec<_> = batch.per_shard.iter_mut().map(|e| e.drain(..)).collect();
+        for &shard in &batch.order {
             let Some(routed) = per_shard[shard as usize].next() else {
                 continue;
             };
@@ -192,12 +246,24 @@ impl ShardedEngine {
     /// Finalizes every open list, on up to `threads` threads, and returns
     /// one engine holding every shard's figures, added in shard order.
     pub fn finish(mut self, threads: usize) -> Engine {
+        // A few lists at a time, so that the shards' logs stay small.
+        loop {
+            let pieces = self.shards.iter_mut().collect();
+            let open = crate::parallel::each(pieces, threads, |shard| {
+                shard.finalize_next(FINISHED_AT_ONCE)
+            });
+            self.add_coverage(threads);
+            if !open.contains(&true) {
+                break;
+            }
+        }
         let pieces = self.shards.iter_mut().collect();
         crate::parallel::each(pieces, threads, Engine::finish);
         let mut engine = self.registry;
         for shard in &self.shards {
             engine.absorb_shard(shard);
         }
+        engine.absorb_coverage_parts(&self.coverage);
         engine
     }
 }

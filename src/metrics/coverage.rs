@@ -203,6 +203,24 @@ impl Coverage {
         self.add_sketched(list, 0, limit);
     }
 
+    /// Adds exposures, engaged items and a total exposure exactly (a
+    /// coverage with no cap): one of several that split the items of some
+    /// lists between them, merged into the whole at the end, each list's
+    /// total exposure given to one of them alone.
+    pub fn add_exact(
+        &mut self,
+        exposures: impl IntoIterator<Item = (u64, f64)>,
+        engaged: impl IntoIterator<Item = u64>,
+        total_exposure: f64,
+    ) {
+        self.cache.forget();
+        self.total_exposure += total_exposure;
+        self.engaged.extend(engaged);
+        for (item, exposure) in exposures {
+            self.exposure.add(item, exposure);
+        }
+    }
+
     /// Adds the items of `list` from `start` on to the sketches, and the
     /// sampled ones' exposures, raising the level past `limit` of them.
     fn add_sketched(&mut self, list: &ShownList<'_>, start: usize, limit: usize) {
