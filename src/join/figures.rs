@@ -3,7 +3,7 @@
 //! to another instance travels with its open state only, so that each list
 //! and each event is counted by exactly one instance.
 
-use super::coverage_parts::CoverageParts;
+use super::finalized::CoverageParts;
 use super::persist::{sorted_user_refs, OpenState, UsersAhead};
 use super::{Counters, Engine, GroupAggregates};
 use postcard::ser_flavors::Flavor;

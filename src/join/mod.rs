@@ -8,10 +8,10 @@
 //! and `replay` run the same rules.
 
 mod counters;
-mod coverage_parts;
 mod due;
 mod experiments;
 mod figures;
+mod finalized;
 mod groups;
 mod packed;
 mod persist;
@@ -202,9 +202,10 @@ pub struct Engine {
     /// What the other shards of a [`ShardedEngine`] hold, counted against
     /// the limits on all open lists and waiting interactions.
     elsewhere: Elsewhere,
-    /// In a shard of a [`ShardedEngine`], the lists finalized, logged for
-    /// its coverage instead of added to this engine's.
-    shown_log: Option<coverage_parts::ShownLog>,
+    /// In a shard of a [`ShardedEngine`], the outcome of each list
+    /// finalized, logged instead of added to this engine's figures (but
+    /// for its position curve, a count).
+    finalized_log: Option<finalized::FinalizedLog>,
 }
 
 /// Open lists and waiting interactions held by an engine's sibling shards.
@@ -268,7 +269,7 @@ impl Engine {
             received_at: 0,
             time_capped: false,
             elsewhere: Elsewhere::default(),
-            shown_log: None,
+            finalized_log: None,
         }
     }
 
@@ -432,22 +433,18 @@ impl Engine {
     /// Finalizes every open impression and gives up every waiting
     /// interaction, as at the end of a replay.
     pub fn finish(&mut self) {
-        while self.finalize_next(usize::MAX) {}
+        self.finalize_due_by(Nanos::MAX);
         while let Some((_, seq, user)) = self.give_ups.pop() {
             self.give_up(user, seq);
         }
     }
 
-    /// Finalizes the next `lists` open lists, whatever the watermark, in
-    /// the order [`Engine::finish`] does; whether any is left open.
-    pub fn finalize_next(&mut self, lists: usize) -> bool {
-        for _ in 0..lists {
-            let Some((_, seq, user)) = self.deadlines.pop() else {
-                return false;
-            };
+    /// Finalizes the open lists due by `deadline` (their time plus `A`),
+    /// whatever the watermark, in the order [`Engine::finish`] does.
+    pub fn finalize_due_by(&mut self, deadline: Nanos) {
+        while let Some((_, seq, user)) = self.deadlines.pop_due_by(deadline) {
             self.finalize(user, seq);
         }
-        self.deadlines.peek().is_some()
     }
 
     /// Outcome counters since start.
@@ -757,8 +754,14 @@ impl Engine {
         let group = list.group as usize;
         self.group_aggregates(group);
         let aggregates = &mut self.aggregates[group];
-        aggregates.totals.add(&self.values, engaged);
-        aggregates.windows.add(list.time, &self.values, engaged);
+        if let Some(log) = &mut self.finalized_log {
+            let deadline = list.time.saturating_add(self.settings.attribution_window);
+            let values = engaged.then_some(&self.values[..]);
+            log.start((deadline, list.seq), group, list.time, values);
+        } else {
+            aggregates.totals.add(&self.values, engaged);
+            aggregates.windows.add(list.time, &self.values, engaged);
+        }
         aggregates.positions.add(list.shown(), list.credited());
         self.add_coverage(group, &list);
         if list.lineup != NOT_INTERLEAVED {
@@ -767,7 +770,7 @@ impl Engine {
     }
 
     /// Credits each ranker of a finalized interleaved list with the gain of
-    /// its items, and adds the outcome of each pair to its experiment.
+    /// its items, and adds the outcome of each pair to its experiment (or logs it).
     fn credit_rankers(&mut self, list: &OpenImpression) {
         list.grades_into(&mut self.grades);
         list.teams_into(&mut self.teams);
@@ -780,8 +783,12 @@ impl Engine {
             &mut self.credits,
         );
         let first = self.teams.first().copied().unwrap_or(0);
-        self.experiments
-            .add(list.lineup, &self.credits, first, list.time);
+        match &mut self.finalized_log {
+            Some(log) => log.interleaved(list.lineup, &self.credits, first),
+            None => self
+                .experiments
+                .add(list.lineup, &self.credits, first, list.time),
+        }
     }
 
     /// The name of every interleaving experiment, indexed by id.
@@ -817,10 +824,8 @@ impl Engine {
         self.engaged_items.clear();
         self.engaged_items.extend(list.engaged_items());
         let exposure = self.exposure_sums[list.shown()];
-        if let Some(log) = &mut self.shown_log {
-            let deadline = list.time.saturating_add(self.settings.attribution_window);
-            let list_key = (deadline, list.seq);
-            log.push(list_key, group, list.items(), exposure, &self.engaged_items);
+        if let Some(log) = &mut self.finalized_log {
+            log.shown(list.items(), exposure, &self.engaged_items);
             return;
         }
         ShownList::slots_into(list.items(), &mut self.slots);

@@ -17,7 +17,7 @@
 //! their figures are added in shard order at the end: the report is the
 //! same on one thread as on many.
 
-use super::coverage_parts::{CoverageParts, ShownLog};
+use super::finalized::{in_finalization_order, CoverageParts, FinalizedLog, ShardLog};
 use super::{Engine, JoinSettings, Routed};
 use crate::event::{Event, Nanos, Reason};
 use crate::metrics::CoverageMode;
@@ -27,8 +27,9 @@ use crate::metrics::ListEvaluator;
 /// work. More shards cost memory (each keeps its own figures per group).
 pub const SHARDS: usize = 8;
 
-/// Lists each shard finalizes between two additions to coverage as a
-/// replay finishes: about as many as a batch finalizes.
+/// Lists each shard finalizes, about (if their deadlines spread evenly),
+/// between two additions of their logs to the figures as a replay
+/// finishes: about as many as a batch finalizes.
 const FINISHED_AT_ONCE: usize = 1024;
 
 /// The shard of a user.
@@ -45,6 +46,14 @@ pub struct ShardedEngine {
     coverage: CoverageParts,
     /// The sequence number of the last event routed.
     seq: u64,
+}
+
+/// Work on the lists finalized in a batch, shared among threads.
+enum Piece<'a> {
+    /// The metric values and interleaving outcomes, into the registry's figures.
+    Figures(&'a mut Engine),
+    /// One part of the coverage.
+    Coverage(super::finalized::CoveragePart<'a>),
 }
 
 /// A batch of events handed out to the shards, each shard's in arrival order.
@@ -107,15 +116,13 @@ impl ShardedEngine {
         };
         let shard = || {
             let mut shard = Engine::new(settings.clone(), evaluator.clone());
-            if settings.coverage != CoverageMode::Off {
-                shard.shown_log = Some(ShownLog::default());
-            }
+            shard.finalized_log = Some(FinalizedLog::default());
             shard
         };
         Self {
             shards: (0..SHARDS).map(|_| shard()).collect(),
             registry: Engine::new(settings.clone(), evaluator),
-            coverage: CoverageParts::new(),
+            coverage: CoverageParts::default(),
             seq: 0,
         }
     }
@@ -165,22 +172,37 @@ impl ShardedEngine {
         if self.within_limits(batch) {
             self.apply_in_parallel(&mut batch.per_shard, threads, end);
         } else {
-            self.apply_in_order(batch);
+            self.apply_in_order(batch, end);
         }
         batch.order.clear();
         (batch.impressions, batch.interactions) = (0, 0);
-        self.add_coverage(threads);
+        self.add_finalized(threads);
     }
 
-    /// Adds the lists the shards logged to the coverage parts, and empties the logs.
-    fn add_coverage(&mut self, threads: usize) {
-        let logs: Vec<(&ShownLog, &[f64])> = self
+    /// Adds the lists the shards logged, in one engine's finalization
+    /// order, to the figures (the registry's) and the coverage parts, on up
+    /// to `threads` threads; and empties the logs.
+    fn add_finalized(&mut self, threads: usize) {
+        let logs: Vec<ShardLog<'_>> = self
             .shards
             .iter()
-            .filter_map(|shard| Some((shard.shown_log.as_ref()?, &shard.exposure_weights[..])))
+            .filter_map(|shard| Some((shard.finalized_log.as_ref()?, &shard.exposure_weights[..])))
             .collect();
-        self.coverage.add(&logs, threads);
-        for log in self.shards.iter_mut().filter_map(|s| s.shown_log.as_mut()) {
+        let order = in_finalization_order(&logs);
+        let coverage = self.registry.settings.coverage != CoverageMode::Off;
+        let mut pieces = vec![Piece::Figures(&mut self.registry)];
+        if coverage {
+            pieces.extend(self.coverage.parts_mut().map(Piece::Coverage));
+        }
+        crate::parallel::each(pieces, threads, |piece| match piece {
+            Piece::Figures(engine) => engine.add_finalized(&logs, &order),
+            Piece::Coverage(mut part) => part.add(&logs, &order),
+        });
+        for log in self
+            .shards
+            .iter_mut()
+            .filter_map(|s| s.finalized_log.as_mut())
+        {
             log.clear();
         }
     }
@@ -223,7 +245,7 @@ impl ShardedEngine {
 
     /// Applies `batch` one event at a time in arrival order, every shard's
     /// `T` brought up first, and each shard told what the others hold.
-    fn apply_in_order(&mut self, batch: &mut Batch<'_>) {
+    fn apply_in_order(&mut self, batch: &mut Batch<'_>, end: Option<Nanos>) {
         let mut per_shard: Vec<_> = batch.per_shard.iter_mut().map(|e| e.drain(..)).collect();
         for &shard in &batch.order {
             let Some(routed) = per_shard[shard as usize].next() else {
@@ -241,22 +263,19 @@ impl ShardedEngine {
             target.apply_routed(routed);
             target.elsewhere = Default::default();
         }
+        // As after a batch applied in parallel: every shard finalizes what
+        // one engine would have by the batch's end, before the logs merge.
+        if let Some(end) = end {
+            for shard in &mut self.shards {
+                shard.advance_to(end);
+            }
+        }
     }
 
     /// Finalizes every open list, on up to `threads` threads, and returns
     /// one engine holding every shard's figures, added in shard order.
     pub fn finish(mut self, threads: usize) -> Engine {
-        // A few lists at a time, so that the shards' logs stay small.
-        loop {
-            let pieces = self.shards.iter_mut().collect();
-            let open = crate::parallel::each(pieces, threads, |shard| {
-                shard.finalize_next(FINISHED_AT_ONCE)
-            });
-            self.add_coverage(threads);
-            if !open.contains(&true) {
-                break;
-            }
-        }
+        self.finalize_in_rounds(threads);
         let pieces = self.shards.iter_mut().collect();
         crate::parallel::each(pieces, threads, Engine::finish);
         let mut engine = self.registry;
@@ -265,5 +284,29 @@ impl ShardedEngine {
         }
         engine.absorb_coverage_parts(&self.coverage);
         engine
+    }
+
+    /// Finalizes every open list, a few at a time so that the shards' logs
+    /// stay small: the deadlines still to come split in even spans, and the
+    /// lists of each span, all due before the next span's, added to the
+    /// figures before the next span is finalized.
+    fn finalize_in_rounds(&mut self, threads: usize) {
+        let first = self.shards.iter().filter_map(|s| s.deadlines.peek()).min();
+        let (Some((first, _, _)), Some(last)) = (first, self.registry.max_time()) else {
+            return;
+        };
+        let last = last.saturating_add(self.registry.settings.attribution_window);
+        let open = self.shards.iter().map(|s| s.open_impressions).max();
+        let rounds = open.unwrap_or(0).div_ceil(FINISHED_AT_ONCE).max(1);
+        let span = i128::from(last) - i128::from(first);
+        for round in 1..=rounds {
+            let cutoff = match round {
+                round if round == rounds => Nanos::MAX,
+                round => (i128::from(first) + span * round as i128 / rounds as i128) as Nanos,
+            };
+            let pieces = self.shards.iter_mut().collect();
+            crate::parallel::each(pieces, threads, |shard| shard.finalize_due_by(cutoff));
+            self.add_finalized(threads);
+        }
     }
 }

@@ -1,0 +1,311 @@
+//! The lists a [`super::ShardedEngine`]'s shards finalize, added to its
+//! figures in the order one engine would add them.
+//!
+//! A shard evaluates each list it finalizes (the metric values, the credit
+//! of each ranker of an interleaved list) and logs the outcome rather than
+//! adding it to figures of its own. After each batch the logs are merged in
+//! one engine's finalization order, by deadline then arrival (an engine's
+//! watermark only rises and a new list's deadline lies past it, so every
+//! list finalized after a batch comes after those finalized in it), and
+//! added on several threads at once: the sums of the metric values and the
+//! experiments' outcomes by one engine that holds the figures, coverage by
+//! [`PARTS`] parts split by item hash. Every sum is then added in one
+//! engine's order, so the report is one engine's to the last digit,
+//! whatever the threads, the batches and the shards; and each item's
+//! exposure is kept once, not once per shard (every shard sees nearly every
+//! item: coverage per shard had been half a replay's memory).
+
+use super::{Engine, SHARDS};
+use crate::event::Nanos;
+use crate::metrics::Coverage;
+
+/// Parts the items are split in for coverage: as many threads as can share the work.
+const PARTS: usize = SHARDS;
+
+/// The part of an item: bits that neither the exposure tables' slots nor
+/// the sample's level read.
+fn part_of(item: u64) -> usize {
+    ((item >> 8) % PARTS as u64) as usize
+}
+
+/// Where a list falls in finalization order: `(t + A, seq)`.
+pub type ListKey = (Nanos, u64);
+
+/// One item of a logged list, filed under its part.
+#[derive(Clone, Copy, Debug)]
+struct Shown {
+    /// The list's index in its log.
+    list: u32,
+    /// The item's rank, from 0.
+    rank: u32,
+    /// The item's hash.
+    item: u64,
+}
+
+/// A list's outcome for an interleaving experiment.
+#[derive(Clone, Copy, Debug)]
+struct Interleaved {
+    /// The list's index in its log.
+    list: u32,
+    lineup: u32,
+    /// The team that picked first.
+    first: u8,
+    /// Where its rankers' credits end in `credits`.
+    credits_end: usize,
+}
+
+/// The lists one shard finalized since its log was last added to figures.
+/// A list is started with [`FinalizedLog::start`], then its coverage and
+/// its rankers' credits are filled in.
+#[derive(Debug)]
+pub struct FinalizedLog {
+    /// Each list's place in finalization order: its deadline, then its
+    /// sequence number. Increasing: a shard finalizes in this order.
+    keys: Vec<ListKey>,
+    /// Each list's group.
+    groups: Vec<u32>,
+    /// Each list's impression time.
+    times: Vec<Nanos>,
+    /// Where each list's metric values start in `values`; `u32::MAX` for
+    /// a list with no item of grade > 0, whose values are all 0.
+    value_starts: Vec<u32>,
+    /// The metric values of the engaged lists, a row each.
+    values: Vec<f64>,
+    /// Each list's exposure summed (0 while coverage is not filled in).
+    exposures: Vec<f64>,
+    /// Where each list's engaged items end in `engaged`.
+    engaged_ends: Vec<usize>,
+    /// The lists' engaged items, one list after another.
+    engaged: Vec<u64>,
+    /// Per part, the items of the lists in it, list by list: the shard
+    /// sorts them out as it finalizes, so that each part reads its own.
+    parts: Vec<Vec<Shown>>,
+    /// The interleaved lists, in order.
+    interleaved: Vec<Interleaved>,
+    /// Their rankers' credits, one list after another.
+    credits: Vec<f64>,
+}
+
+impl Default for FinalizedLog {
+    fn default() -> Self {
+        Self {
+            keys: Vec::new(),
+            groups: Vec::new(),
+            times: Vec::new(),
+            value_starts: Vec::new(),
+            values: Vec::new(),
+            exposures: Vec::new(),
+            engaged_ends: Vec::new(),
+            engaged: Vec::new(),
+            parts: (0..PARTS).map(|_| Vec::new()).collect(),
+            interleaved: Vec::new(),
+            credits: Vec::new(),
+        }
+    }
+}
+
+impl FinalizedLog {
+    /// Starts the next list: its key, group and time, and its metric values
+    /// (`None` when none of its items has grade > 0: all 0).
+    pub fn start(&mut self, key: ListKey, group: usize, time: Nanos, values: Option<&[f64]>) {
+        self.keys.push(key);
+        self.groups.push(group as u32);
+        self.times.push(time);
+        let start = match values {
+            Some(values) => {
+                let start = self.values.len() as u32;
+                self.values.extend_from_slice(values);
+                start
+            }
+            None => u32::MAX,
+        };
+        self.value_starts.push(start);
+        self.exposures.push(0.0);
+        self.engaged_ends.push(self.engaged.len());
+    }
+
+    /// Fills in the coverage of the list started last: its items in rank
+    /// order, their exposure summed, and its engaged items.
+    pub fn shown(&mut self, items: &[u64], exposure: f64, engaged: &[u64]) {
+        let list = self.keys.len() - 1;
+        self.exposures[list] = exposure;
+        self.engaged.extend_from_slice(engaged);
+        self.engaged_ends[list] = self.engaged.len();
+        for (rank, &item) in (0..).zip(items) {
+            let list = list as u32;
+            self.parts[part_of(item)].push(Shown { list, rank, item });
+        }
+    }
+
+    /// Fills in the outcome of the list started last, interleaved: its
+    /// lineup, its rankers' credits and the team that picked first.
+    pub fn interleaved(&mut self, lineup: u32, credits: &[f64], first: u8) {
+        self.credits.extend_from_slice(credits);
+        self.interleaved.push(Interleaved {
+            list: (self.keys.len() - 1) as u32,
+            lineup,
+            first,
+            credits_end: self.credits.len(),
+        });
+    }
+
+    /// Forgets the lists, keeping the room they took.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.groups.clear();
+        self.times.clear();
+        self.value_starts.clear();
+        self.values.clear();
+        self.exposures.clear();
+        self.engaged_ends.clear();
+        self.engaged.clear();
+        self.parts.iter_mut().for_each(Vec::clear);
+        self.interleaved.clear();
+        self.credits.clear();
+    }
+
+    /// The metric values of list `index`, `width` of them; `None` when all 0.
+    fn values(&self, index: usize, width: usize) -> Option<&[f64]> {
+        let start = self.value_starts[index];
+        (start != u32::MAX).then(|| &self.values[start as usize..][..width])
+    }
+
+    /// The engaged items of list `index`.
+    fn engaged(&self, index: usize) -> &[u64] {
+        let start = index
+            .checked_sub(1)
+            .map_or(0, |before| self.engaged_ends[before]);
+        &self.engaged[start..self.engaged_ends[index]]
+    }
+}
+
+/// A shard's log, with the exposure of each rank as that shard weighs it.
+pub type ShardLog<'a> = (&'a FinalizedLog, &'a [f64]);
+
+/// The lists of `logs`, each given as `(log, index)`, in finalization
+/// order: the logs merged by key.
+pub fn in_finalization_order(logs: &[ShardLog<'_>]) -> Vec<(usize, usize)> {
+    let mut next = vec![0; logs.len()];
+    let total = logs.iter().map(|(log, _)| log.keys.len()).sum();
+    let mut order = Vec::with_capacity(total);
+    for _ in 0..total {
+        let earliest = (0..logs.len())
+            .filter_map(|log| Some((*logs[log].0.keys.get(next[log])?, log)))
+            .min();
+        if let Some((_, log)) = earliest {
+            order.push((log, next[log]));
+            next[log] += 1;
+        }
+    }
+    order
+}
+
+impl Engine {
+    /// Adds the metric values and interleaving outcomes of the lists of
+    /// `logs`, taken in `order`, to this engine's figures, as its own
+    /// finalization would.
+    pub(super) fn add_finalized(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
+        let mut interleaved_read = vec![0; logs.len()];
+        for &(shard, index) in order {
+            let (log, _) = logs[shard];
+            let group = log.groups[index] as usize;
+            let time = log.times[index];
+            let values = log.values(index, self.values.len());
+            match values {
+                Some(values) => self.values.copy_from_slice(values),
+                None => self.values.fill(0.0),
+            }
+            self.group_aggregates(group);
+            let aggregates = &mut self.aggregates[group];
+            let engaged = values.is_some();
+            aggregates.totals.add(&self.values, engaged);
+            aggregates.windows.add(time, &self.values, engaged);
+            let read = &mut interleaved_read[shard];
+            if let Some(list) = log
+                .interleaved
+                .get(*read)
+                .filter(|l| l.list as usize == index)
+            {
+                let start = read
+                    .checked_sub(1)
+                    .map_or(0, |before| log.interleaved[before].credits_end);
+                let credits = &log.credits[start..list.credits_end];
+                self.experiments.add(list.lineup, credits, list.first, time);
+                *read += 1;
+            }
+        }
+    }
+}
+
+/// Exact coverage per group, in [`PARTS`] parts by item.
+#[derive(Debug)]
+pub struct CoverageParts {
+    /// Per part, per group id.
+    parts: Vec<Vec<Coverage>>,
+}
+
+impl Default for CoverageParts {
+    fn default() -> Self {
+        Self {
+            parts: (0..PARTS).map(|_| Vec::new()).collect(),
+        }
+    }
+}
+
+impl CoverageParts {
+    /// Each part, with its coverage per group, to add to on its own.
+    pub fn parts_mut(&mut self) -> impl Iterator<Item = CoveragePart<'_>> {
+        self.parts
+            .iter_mut()
+            .enumerate()
+            .map(|(part, groups)| CoveragePart { part, groups })
+    }
+
+    /// Per group id, the parts of its coverage.
+    pub fn by_group(&self) -> impl Iterator<Item = (usize, impl Iterator<Item = &Coverage>)> {
+        let groups = self.parts.iter().map(Vec::len).max().unwrap_or(0);
+        (0..groups).map(move |group| {
+            let parts = self.parts.iter().filter_map(move |p| p.get(group));
+            (group, parts)
+        })
+    }
+}
+
+/// One part of a [`CoverageParts`].
+pub struct CoveragePart<'a> {
+    part: usize,
+    /// Its coverage per group id.
+    groups: &'a mut Vec<Coverage>,
+}
+
+impl CoveragePart<'_> {
+    /// Adds the items in this part of the lists of `logs`, taken in `order`.
+    pub fn add(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
+        let part = self.part;
+        let mut read = vec![0; logs.len()];
+        for &(log, index) in order {
+            let (shown, weights) = logs[log];
+            let group = shown.groups[index] as usize;
+            if self.groups.len() <= group {
+                self.groups.resize_with(group + 1, Coverage::default);
+            }
+            let items = &shown.parts[part][read[log]..];
+            let count = items
+                .iter()
+                .take_while(|s| s.list as usize == index)
+                .count();
+            read[log] += count;
+            let exposures = items[..count]
+                .iter()
+                .map(|s| (s.item, weights[s.rank as usize]));
+            let engaged = shown.engaged(index).iter().copied();
+            let engaged = engaged.filter(|&item| part_of(item) == part);
+            let total = if part == 0 {
+                shown.exposures[index]
+            } else {
+                0.0
+            };
+            self.groups[group].add_exact(exposures, engaged, total);
+        }
+    }
+}
