@@ -221,7 +221,12 @@ fn read_logs(
             for (offset, parsed) in parsed.enumerate() {
                 match parsed {
                     None => {}
-                    Some(Ok(event)) => engine.route(&mut batch, event),
+                    Some(Ok(event)) => {
+                        engine.route(&mut batch, event);
+                        if batch.is_full() {
+                            engine.apply(&mut batch, options.threads);
+                        }
+                    }
                     Some(Err(rejection)) => {
                         engine.reject(rejection.reason);
                         on_bad_line(BadLine {

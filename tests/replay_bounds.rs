@@ -409,3 +409,59 @@ fn a_line_too_long_is_skipped_in_a_gzip_log_and_on_standard_input() {
         );
     }
 }
+
+/// The peak resident memory of a replay of `lines` from standard input,
+/// in KiB, read while the replay waits for more input after them (blank
+/// lines fill its last chunk, so that every event is applied).
+fn peak_kib_replaying(lines: &[String]) -> u64 {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "-", "--threads", "2", "--attribution-window", "1h"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in lines {
+        input.write_all(line.as_bytes()).unwrap();
+        input.write_all(b"\n").unwrap();
+    }
+    input.write_all(&[b'\n'; 40_000]).unwrap();
+    input.flush().unwrap();
+    // Enough for the replay to apply what it was given; it then waits.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let peak = memory_kib(child.id(), "VmHWM");
+    drop(input);
+    assert!(child.wait().unwrap().success());
+    peak
+}
+
+/// A day's gap in a log makes every open list final at once. Their
+/// outcomes are added to the figures a few thousand lists at a time, so
+/// the replay holds little more than the open lists themselves (all at
+/// once, it had held twice as much again).
+#[test]
+fn a_gap_in_time_that_makes_every_open_list_final_holds_little_more_memory() {
+    let event = |i: usize, time: &str| {
+        let items: Vec<String> = (0..20).map(|r| format!("\"i{}\"", (i * 7 + r * 13) % 50_000)).collect();
+        format!(
+            r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":[{}],"time":"{time}","model":"m"}}}}"#,
+            items.join(",")
+        )
+    };
+    let open: Vec<String> = (0..150_000)
+        .map(|i| event(i, &format!("2026-11-01T10:{:02}:{:02}.000Z", i / 6000 % 60, i / 100 % 60)))
+        .collect();
+    let later = |day: &str| -> Vec<String> {
+        let mut lines = open.clone();
+        lines.extend((0..1000).map(|i| event(200_000 + i, &format!("2026-11-{day}T11:00:00.000Z"))));
+        lines
+    };
+    let within_the_window = peak_kib_replaying(&later("01"));
+    let a_day_later = peak_kib_replaying(&later("02"));
+    assert!(within_the_window > 0 && a_day_later > 0, "the replays ran");
+    assert!(
+        a_day_later < within_the_window * 5 / 4,
+        "{a_day_later} KiB at the peak after a day's gap, {within_the_window} KiB without"
+    );
+}

@@ -342,12 +342,17 @@ impl Engine {
             true => event.time().min(self.received_at),
             false => event.time(),
         };
-        self.apply_at(event, None, time)
+        let shed = self.apply_placed(event, None);
+        self.advance_to(time);
+        shed
     }
 
     /// Applies an event routed to this shard: first what `T` reached
     /// before it finalizes, then the event as one engine applies it, its
-    /// arrival order and group given. Returns the limit that shed it.
+    /// arrival order and group given. `T` stays where it was before the
+    /// event: what the event's time makes final is finalized by the next
+    /// event's `before`, or as the batch ends, before anything else is
+    /// applied, as one engine would have. Returns the limit that shed it.
     pub fn apply_routed(&mut self, routed: Routed<'_>) -> Option<Shed> {
         if let Some(before) = routed.before {
             self.advance_to(before);
@@ -355,24 +360,15 @@ impl Engine {
         // Lists finalize in (deadline, seq) order: numbers rising in
         // arrival order keep the order of one engine's.
         self.next_seq = self.next_seq.max(routed.seq.saturating_sub(1));
-        let time = routed.event.time();
-        self.apply_at(routed.event, routed.placement, time)
+        self.apply_placed(routed.event, routed.placement)
     }
 
-    /// Applies `event` (an impression placed here unless `placed` says
-    /// where), then raises `T` to `time`.
-    fn apply_at(
-        &mut self,
-        event: Event<'_>,
-        placed: Option<Placement>,
-        time: Nanos,
-    ) -> Option<Shed> {
-        let shed = match event {
+    /// Applies `event`, an impression placed here unless `placed` says where.
+    fn apply_placed(&mut self, event: Event<'_>, placed: Option<Placement>) -> Option<Shed> {
+        match event {
             Event::Impression(impression) => self.impression(impression, placed),
             Event::Interaction(interaction) => self.interaction(interaction),
-        };
-        self.advance_to(time);
-        shed
+        }
     }
 
     /// `T`, the largest time of the events applied so far.

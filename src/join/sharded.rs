@@ -17,6 +17,7 @@
 //! their figures are added in shard order at the end: the report is the
 //! same on one thread as on many.
 
+use super::due::DueQueue;
 use super::finalized::{in_finalization_order, CoverageParts, FinalizedLog, ShardLog};
 use super::{Engine, JoinSettings, Routed};
 use crate::event::{Event, Nanos, Reason};
@@ -27,10 +28,15 @@ use crate::metrics::ListEvaluator;
 /// work. More shards cost memory (each keeps its own figures per group).
 pub const SHARDS: usize = 8;
 
-/// Lists each shard finalizes, about (if their deadlines spread evenly),
-/// between two additions of their logs to the figures as a replay
-/// finishes: about as many as a batch finalizes.
-const FINISHED_AT_ONCE: usize = 1024;
+/// Lists all shards finalize, at most (but for lists of equal deadlines),
+/// between two additions of their logs to the figures when a batch makes
+/// many final, or a replay finishes: about as many as a batch of events
+/// finalizes.
+const FINALIZED_AT_ONCE: usize = 8_192;
+
+/// Lists a batch makes final past which it is applied before it takes
+/// more events.
+const DUE_PER_BATCH: usize = 16_384;
 
 /// The shard of a user.
 fn shard_of(user: u64) -> usize {
@@ -46,6 +52,9 @@ pub struct ShardedEngine {
     coverage: CoverageParts,
     /// The sequence number of the last event routed.
     seq: u64,
+    /// The deadline of every impression routed that was not late and is
+    /// not yet due: what tells how many lists a rise of `T` makes final.
+    deadlines: DueQueue,
 }
 
 /// Work on the lists finalized in a batch, shared among threads.
@@ -63,6 +72,10 @@ pub struct Batch<'a> {
     order: Vec<u8>,
     impressions: usize,
     interactions: usize,
+    /// The deadlines of the lists that the rise of `T` over the batch
+    /// makes final, ascending (an impression shed or duplicated is there
+    /// too, though it opened no list).
+    due: Vec<Nanos>,
 }
 
 impl Batch<'_> {
@@ -73,7 +86,16 @@ impl Batch<'_> {
             order: Vec::new(),
             impressions: 0,
             interactions: 0,
+            due: Vec::new(),
         }
+    }
+
+    /// Whether the batch should be applied now, before more events join
+    /// it: once it makes many lists final, which the shards log until the
+    /// batch is applied (a day's gap in a log had made every open list
+    /// final in one batch, their logs twice the lists' own memory).
+    pub fn is_full(&self) -> bool {
+        self.due.len() >= DUE_PER_BATCH
     }
 }
 
@@ -87,6 +109,7 @@ impl<'a> Batch<'a> {
             order: self.order,
             impressions: 0,
             interactions: 0,
+            due: self.due,
         }
     }
 }
@@ -124,6 +147,7 @@ impl ShardedEngine {
             registry: Engine::new(settings.clone(), evaluator),
             coverage: CoverageParts::default(),
             seq: 0,
+            deadlines: DueQueue::default(),
         }
     }
 
@@ -140,6 +164,9 @@ impl ShardedEngine {
         let time = event.time();
         let placement = match &event {
             Event::Impression(impression) if !self.registry.is_late(impression.time) => {
+                let window = self.registry.settings.attribution_window;
+                let deadline = impression.time.saturating_add(window);
+                self.deadlines.push((deadline, self.seq, 0));
                 Some(self.registry.place(impression))
             }
             _ => None,
@@ -157,6 +184,11 @@ impl ShardedEngine {
             placement,
         });
         self.registry.advance_to(time);
+        if let Some(watermark) = self.registry.watermark() {
+            while let Some((deadline, _, _)) = self.deadlines.pop_due_by(watermark) {
+                batch.due.push(deadline);
+            }
+        }
     }
 
     /// Applies the events of `batch` on up to `threads` threads, and empties it.
@@ -168,15 +200,24 @@ impl ShardedEngine {
                 shard.experiments.follow(experiments, windows);
             }
         }
-        let end = self.registry.max_time();
         if self.within_limits(batch) {
-            self.apply_in_parallel(&mut batch.per_shard, threads, end);
+            self.apply_in_parallel(&mut batch.per_shard, threads);
         } else {
-            self.apply_in_order(batch, end);
+            self.apply_in_order(batch);
+        }
+        // Every shard brought up to the batch's `T`: the lists it makes
+        // final first, a few thousand at a time, then what gives up (no
+        // list is left due by then).
+        let watermark = self.registry.watermark().unwrap_or(Nanos::MIN);
+        self.finalize_in_rounds(&batch.due, watermark, threads);
+        if let Some(end) = self.registry.max_time() {
+            self.shards
+                .iter_mut()
+                .for_each(|shard| shard.advance_to(end));
         }
         batch.order.clear();
         (batch.impressions, batch.interactions) = (0, 0);
-        self.add_finalized(threads);
+        batch.due.clear();
     }
 
     /// Adds the lists the shards logged, in one engine's finalization
@@ -224,28 +265,19 @@ impl ShardedEngine {
         (open, waiting)
     }
 
-    /// Applies each shard's events on its own, the shards spread over
-    /// `threads`, and brings every shard's `T` up to `end`.
-    fn apply_in_parallel(
-        &mut self,
-        per_shard: &mut [Vec<Routed<'_>>],
-        threads: usize,
-        end: Option<Nanos>,
-    ) {
+    /// Applies each shard's events on its own, the shards spread over `threads`.
+    fn apply_in_parallel(&mut self, per_shard: &mut [Vec<Routed<'_>>], threads: usize) {
         let pieces = self.shards.iter_mut().zip(per_shard).collect();
         crate::parallel::each(pieces, threads, |(shard, events)| {
             for routed in events.drain(..) {
                 shard.apply_routed(routed);
-            }
-            if let Some(end) = end {
-                shard.advance_to(end);
             }
         });
     }
 
     /// Applies `batch` one event at a time in arrival order, every shard's
     /// `T` brought up first, and each shard told what the others hold.
-    fn apply_in_order(&mut self, batch: &mut Batch<'_>, end: Option<Nanos>) {
+    fn apply_in_order(&mut self, batch: &mut Batch<'_>) {
         let mut per_shard: Vec<_> = batch.per_shard.iter_mut().map(|e| e.drain(..)).collect();
         for &shard in &batch.order {
             let Some(routed) = per_shard[shard as usize].next() else {
@@ -263,19 +295,16 @@ impl ShardedEngine {
             target.apply_routed(routed);
             target.elsewhere = Default::default();
         }
-        // As after a batch applied in parallel: every shard finalizes what
-        // one engine would have by the batch's end, before the logs merge.
-        if let Some(end) = end {
-            for shard in &mut self.shards {
-                shard.advance_to(end);
-            }
-        }
     }
 
     /// Finalizes every open list, on up to `threads` threads, and returns
     /// one engine holding every shard's figures, added in shard order.
     pub fn finish(mut self, threads: usize) -> Engine {
-        self.finalize_in_rounds(threads);
+        let mut due = Vec::with_capacity(self.held().0);
+        while let Some((deadline, _, _)) = self.deadlines.pop() {
+            due.push(deadline);
+        }
+        self.finalize_in_rounds(&due, Nanos::MAX, threads);
         let pieces = self.shards.iter_mut().collect();
         crate::parallel::each(pieces, threads, Engine::finish);
         let mut engine = self.registry;
@@ -286,24 +315,17 @@ impl ShardedEngine {
         engine
     }
 
-    /// Finalizes every open list, a few at a time so that the shards' logs
-    /// stay small: the deadlines still to come split in even spans, and the
-    /// lists of each span, all due before the next span's, added to the
-    /// figures before the next span is finalized.
-    fn finalize_in_rounds(&mut self, threads: usize) {
-        let first = self.shards.iter().filter_map(|s| s.deadlines.peek()).min();
-        let (Some((first, _, _)), Some(last)) = (first, self.registry.max_time()) else {
-            return;
-        };
-        let last = last.saturating_add(self.registry.settings.attribution_window);
-        let open = self.shards.iter().map(|s| s.open_impressions).max();
-        let rounds = open.unwrap_or(0).div_ceil(FINISHED_AT_ONCE).max(1);
-        let span = i128::from(last) - i128::from(first);
-        for round in 1..=rounds {
-            let cutoff = match round {
-                round if round == rounds => Nanos::MAX,
-                round => (i128::from(first) + span * round as i128 / rounds as i128) as Nanos,
-            };
+    /// Finalizes the open lists due by `until`, whose deadlines are among
+    /// `due` (ascending), a few thousand at a time so that the shards' logs
+    /// stay small: each round's lists, all due before the next round's,
+    /// are added to the figures (after those the shards logged before)
+    /// before the next round is finalized.
+    fn finalize_in_rounds(&mut self, due: &[Nanos], until: Nanos, threads: usize) {
+        let cutoffs = due
+            .iter()
+            .skip(FINALIZED_AT_ONCE)
+            .step_by(FINALIZED_AT_ONCE);
+        for &cutoff in cutoffs.chain([&until]) {
             let pieces = self.shards.iter_mut().collect();
             crate::parallel::each(pieces, threads, |shard| shard.finalize_due_by(cutoff));
             self.add_finalized(threads);
