@@ -415,7 +415,14 @@ fn a_line_too_long_is_skipped_in_a_gzip_log_and_on_standard_input() {
 /// lines fill its last chunk, so that every event is applied).
 fn peak_kib_replaying(lines: &[String]) -> u64 {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-        .args(["replay", "-", "--threads", "2", "--attribution-window", "1h"])
+        .args([
+            "replay",
+            "-",
+            "--threads",
+            "2",
+            "--attribution-window",
+            "1h",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -443,18 +450,30 @@ fn peak_kib_replaying(lines: &[String]) -> u64 {
 #[test]
 fn a_gap_in_time_that_makes_every_open_list_final_holds_little_more_memory() {
     let event = |i: usize, time: &str| {
-        let items: Vec<String> = (0..20).map(|r| format!("\"i{}\"", (i * 7 + r * 13) % 50_000)).collect();
+        let items: Vec<String> = (0..20)
+            .map(|r| format!("\"i{}\"", (i * 7 + r * 13) % 50_000))
+            .collect();
         format!(
             r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":[{}],"time":"{time}","model":"m"}}}}"#,
             items.join(",")
         )
     };
     let open: Vec<String> = (0..150_000)
-        .map(|i| event(i, &format!("2026-11-01T10:{:02}:{:02}.000Z", i / 6000 % 60, i / 100 % 60)))
+        .map(|i| {
+            event(
+                i,
+                &format!(
+                    "2026-11-01T10:{:02}:{:02}.000Z",
+                    i / 6000 % 60,
+                    i / 100 % 60
+                ),
+            )
+        })
         .collect();
     let later = |day: &str| -> Vec<String> {
         let mut lines = open.clone();
-        lines.extend((0..1000).map(|i| event(200_000 + i, &format!("2026-11-{day}T11:00:00.000Z"))));
+        lines
+            .extend((0..1000).map(|i| event(200_000 + i, &format!("2026-11-{day}T11:00:00.000Z"))));
         lines
     };
     let within_the_window = peak_kib_replaying(&later("01"));

@@ -13,9 +13,12 @@
 //! reach one is applied one event at a time, in arrival order, each shard
 //! told what the others hold.
 //!
-//! There are always [`SHARDS`] shards, whatever the thread count, and
-//! their figures are added in shard order at the end: the report is the
-//! same on one thread as on many.
+//! The shards log the outcome of each list they finalize, and the logs are
+//! added to one set of figures in one engine's finalization order after
+//! each batch ([`super::finalized`]): the report is one engine's to the
+//! last digit, on one thread as on many. There are always [`SHARDS`]
+//! shards, whatever the thread count; each keeps only counts of its own
+//! (outcome counters and position curves), added at the end.
 
 use super::due::DueQueue;
 use super::finalized::{in_finalization_order, CoverageParts, FinalizedLog, ShardLog};
@@ -25,7 +28,7 @@ use crate::metrics::CoverageMode;
 use crate::metrics::ListEvaluator;
 
 /// Shards of a [`ShardedEngine`]: as many threads as this can share the
-/// work. More shards cost memory (each keeps its own figures per group).
+/// work. More shards cost memory (each keeps its own counts per group).
 pub const SHARDS: usize = 8;
 
 /// Lists all shards finalize, at most (but for lists of equal deadlines),
@@ -298,7 +301,7 @@ impl ShardedEngine {
     }
 
     /// Finalizes every open list, on up to `threads` threads, and returns
-    /// one engine holding every shard's figures, added in shard order.
+    /// one engine holding the figures, the shards' counts added to them.
     pub fn finish(mut self, threads: usize) -> Engine {
         let mut due = Vec::with_capacity(self.held().0);
         while let Some((deadline, _, _)) = self.deadlines.pop() {
