@@ -557,12 +557,12 @@ impl Engine {
             self.deadlines
                 .push((open.time.saturating_add(window), open.seq, id));
         }
-        for waiting in &user.waiting {
+        for waiting in user.waiting() {
             self.give_ups
                 .push((waiting.interaction.time, waiting.seq, id));
         }
         self.open_impressions += user.open.len();
-        self.waiting_interactions += user.waiting.len();
+        self.waiting_interactions += user.waiting().len();
         let mut user = user;
         user.restored();
         self.shard(id).insert(id, user);
@@ -691,7 +691,7 @@ impl Engine {
             return Some(Shed::MaxWaitingInteractions);
         }
         let user = self.shards[index].entry(user_id).or_default();
-        if user.waiting.len() >= self.settings.max_waiting_interactions_per_user {
+        if user.waiting().len() >= self.settings.max_waiting_interactions_per_user {
             self.counters.shed_waiting_per_user += 1;
             return Some(Shed::MaxWaitingInteractionsPerUser);
         }
@@ -977,8 +977,8 @@ mod tests {
 
     #[test]
     fn open_state_stays_compact() {
-        assert_eq!(std::mem::size_of::<OpenImpression>(), 72);
-        assert_eq!(std::mem::size_of::<UserState>(), 56);
+        assert_eq!(std::mem::size_of::<OpenImpression>(), 56);
+        assert_eq!(std::mem::size_of::<UserState>(), 32);
     }
 
     #[test]

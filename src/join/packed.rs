@@ -40,7 +40,7 @@ impl Serialize for OpenImpression {
             for item in self.items.iter() {
                 bytes.extend_from_slice(&item.to_le_bytes());
             }
-            for credit in &self.credits {
+            for credit in self.credits.iter() {
                 bytes.extend_from_slice(&credit.rank.to_le_bytes());
                 bytes.extend_from_slice(&credit.kind.to_le_bytes());
                 bytes.extend_from_slice(&credit.grade.to_bits().to_le_bytes());
@@ -102,7 +102,7 @@ fn unpack(bytes: &[u8]) -> Option<OpenImpression> {
         group,
         lineup,
         items,
-        credits,
+        credits: credits.into(),
     })
 }
 
@@ -138,7 +138,8 @@ mod tests {
                 kind: 3,
                 grade: 2.5,
                 event: 0xdead_beef_dead_beef,
-            }],
+            }]
+            .into(),
         }
     }
 

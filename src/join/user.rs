@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 
 /// An open impression, stored compactly: item ids are hashes, and each
-/// credited interaction takes 24 bytes, in blocks of 2, 4, 8… (72 bytes in
+/// credited interaction takes 24 bytes, in blocks of 2, 4, 8… (56 bytes in
 /// all, beside those). Saved in the fixed-width form of [`super::packed`].
 #[derive(Clone, Debug)]
 pub struct OpenImpression {
@@ -23,8 +23,8 @@ pub struct OpenImpression {
     /// The item hashes, rank order; for an interleaved list followed by its
     /// teams, eight to a word (see [`OpenImpression::shown`]).
     pub(super) items: Box<[u64]>,
-    /// The interactions credited to it, in blocks of 2, 4, 8….
-    pub(super) credits: Vec<Credit>,
+    /// The interactions credited to it.
+    pub(super) credits: Credits,
 }
 
 /// The lineup of a list that was not interleaved.
@@ -32,6 +32,39 @@ pub const NOT_INTERLEAVED: u32 = u32::MAX;
 
 /// Teams (one byte each) per word of an interleaved list's item box.
 const TEAMS_PER_WORD: usize = 8;
+
+/// The interactions credited to an open list: one word while there are
+/// none, as for most open lists, then a block of 2, 4, 8… credits.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Credits(Option<Box<Vec<Credit>>>);
+
+impl Credits {
+    /// Adds a credit. Room for two, then twice as many: growing by one
+    /// would move the credits to a new block at nearly every interaction.
+    fn push(&mut self, credit: Credit) {
+        let credits = self
+            .0
+            .get_or_insert_with(|| Box::new(Vec::with_capacity(2)));
+        if credits.len() == credits.capacity() {
+            credits.reserve_exact(credits.len());
+        }
+        credits.push(credit);
+    }
+}
+
+impl std::ops::Deref for Credits {
+    type Target = [Credit];
+
+    fn deref(&self) -> &[Credit] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
+impl From<Vec<Credit>> for Credits {
+    fn from(credits: Vec<Credit>) -> Self {
+        Self((!credits.is_empty()).then(|| Box::new(credits)))
+    }
+}
 
 /// One interaction credited to an impression.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +100,7 @@ impl OpenImpression {
                 None => NOT_INTERLEAVED,
             },
             items: items.into_boxed_slice(),
-            credits: Vec::new(),
+            credits: Credits::default(),
         }
     }
 
@@ -103,11 +136,6 @@ impl OpenImpression {
 
     fn credit(&mut self, rank: usize, x: &Interaction, counters: &mut Counters) {
         counters.credited += 1;
-        // Room for two, then twice as many: growing by one would move the
-        // credits to a new block at nearly every interaction.
-        if self.credits.len() == self.credits.capacity() {
-            self.credits.reserve_exact(self.credits.len().max(2));
-        }
         self.credits.push(Credit {
             rank: rank as u32,
             kind: x.kind,
@@ -129,7 +157,7 @@ impl OpenImpression {
     pub fn grades_into(&self, grades: &mut Vec<f64>) {
         grades.clear();
         grades.resize(self.shown(), 0.0);
-        for credit in &self.credits {
+        for credit in self.credits.iter() {
             let grade = &mut grades[credit.rank as usize];
             *grade = grade.max(credit.grade);
         }
@@ -186,17 +214,57 @@ pub struct Waiting {
     pub interaction: Interaction,
 }
 
-/// Everything held for one user.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+/// Everything held for one user: 32 bytes in the user map, beside the
+/// lists, while the user has no waiting interaction (most users).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(from = "SavedUser<Vec<OpenImpression>, Vec<Waiting>>")]
 pub struct UserState {
     /// Open impressions ordered by (time, arrival): the latest last.
     pub open: Vec<OpenImpression>,
+    /// What few users hold, in a block of its own; none when empty.
+    rare: Option<Box<Rare>>,
+}
+
+/// What few users hold.
+#[derive(Clone, Debug, Default)]
+struct Rare {
     /// Waiting interactions in arrival order.
-    pub waiting: Vec<Waiting>,
+    waiting: Vec<Waiting>,
     /// What is looked up, for a user who holds many lists or interactions
     /// (a shared id such as "guest"); rebuilt, not saved.
-    #[serde(skip)]
     index: Option<Box<UserIndex>>,
+}
+
+/// A user as saved: its open lists and waiting interactions.
+#[derive(Serialize, Deserialize)]
+struct SavedUser<Lists, Interactions> {
+    open: Lists,
+    waiting: Interactions,
+}
+
+impl Serialize for UserState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        SavedUser {
+            open: &self.open[..],
+            waiting: self.waiting(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl From<SavedUser<Vec<OpenImpression>, Vec<Waiting>>> for UserState {
+    fn from(saved: SavedUser<Vec<OpenImpression>, Vec<Waiting>>) -> Self {
+        let rare = (!saved.waiting.is_empty()).then(|| {
+            Box::new(Rare {
+                waiting: saved.waiting,
+                index: None,
+            })
+        });
+        Self {
+            open: saved.open,
+            rare,
+        }
+    }
 }
 
 /// A user holding more than this many lists and waiting interactions gets
@@ -296,12 +364,32 @@ pub enum Attributed {
 impl UserState {
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.open.is_empty() && self.waiting.is_empty()
+        self.open.is_empty() && self.waiting().is_empty()
+    }
+
+    /// Waiting interactions in arrival order.
+    pub fn waiting(&self) -> &[Waiting] {
+        self.rare.as_ref().map_or(&[], |rare| &rare.waiting[..])
+    }
+
+    fn index(&self) -> Option<&UserIndex> {
+        self.rare.as_ref()?.index.as_deref()
+    }
+
+    /// Lets go of the rare block once it holds nothing.
+    fn forget_rare_if_empty(&mut self) {
+        if self
+            .rare
+            .as_ref()
+            .is_some_and(|rare| rare.waiting.is_empty() && rare.index.is_none())
+        {
+            self.rare = None;
+        }
     }
 
     /// Whether an open impression has this request id.
     pub fn has_open_request(&self, request: u64) -> bool {
-        match &self.index {
+        match self.index() {
             Some(index) => index.requests.contains_key(&request),
             None => self.open.iter().rev().any(|m| m.request == request),
         }
@@ -309,13 +397,13 @@ impl UserState {
 
     /// Builds the index once the user holds many lists or interactions.
     fn index_if_large(&mut self) {
-        if self.index.is_some() || self.open.len() + self.waiting.len() <= INDEX_FROM {
+        if self.index().is_some() || self.open.len() + self.waiting().len() <= INDEX_FROM {
             return;
         }
         let mut index = UserIndex::default();
         self.open.iter().for_each(|m| index.add_open(m));
-        self.waiting.iter().for_each(|w| index.add_waiting(w));
-        self.index = Some(Box::new(index));
+        self.waiting().iter().for_each(|w| index.add_waiting(w));
+        self.rare.get_or_insert_default().index = Some(Box::new(index));
     }
 
     /// Rebuilds what is not saved, for a user just restored.
@@ -340,7 +428,14 @@ impl UserState {
     pub fn prefetch(&self) {
         for m in self.open.iter().rev().take(2) {
             prefetch(m.items.as_ptr());
-            prefetch(m.credits.as_ptr());
+            // The block's header, not its credits: reading where they are
+            // would wait for that load.
+            prefetch(
+                m.credits
+                    .0
+                    .as_deref()
+                    .map_or(std::ptr::null(), std::ptr::from_ref),
+            );
         }
     }
 
@@ -352,7 +447,7 @@ impl UserState {
             .iter()
             .rposition(|m| m.time <= open.time)
             .map_or(0, |i| i + 1);
-        if let Some(user_index) = &mut self.index {
+        if let Some(user_index) = self.rare.as_mut().and_then(|rare| rare.index.as_mut()) {
             user_index.add_open(&open);
         }
         // Most users hold one list at a time: grow by one, not by the default four.
@@ -363,11 +458,12 @@ impl UserState {
 
     /// Adds an interaction that waits for its impression.
     pub fn push_waiting(&mut self, waiting: Waiting) {
-        if let Some(index) = &mut self.index {
+        let rare = self.rare.get_or_insert_default();
+        if let Some(index) = &mut rare.index {
             index.add_waiting(&waiting);
         }
-        self.waiting.reserve_exact(1);
-        self.waiting.push(waiting);
+        rare.waiting.reserve_exact(1);
+        rare.waiting.push(waiting);
         self.index_if_large();
     }
 
@@ -376,7 +472,7 @@ impl UserState {
     pub fn take_open(&mut self, seq: u64) -> Option<OpenImpression> {
         let position = self.open.iter().position(|m| m.seq == seq)?;
         let open = self.open.remove(position);
-        if let Some(index) = &mut self.index {
+        if let Some(index) = self.rare.as_mut().and_then(|rare| rare.index.as_mut()) {
             index.remove_open(&open);
         }
         Some(open)
@@ -384,11 +480,13 @@ impl UserState {
 
     /// Removes and returns the waiting interaction `seq` (they are in seq order).
     pub fn take_waiting(&mut self, seq: u64) -> Option<Waiting> {
-        let position = self.waiting.binary_search_by_key(&seq, |w| w.seq).ok()?;
-        let waiting = self.waiting.remove(position);
-        if let Some(index) = &mut self.index {
+        let rare = self.rare.as_mut()?;
+        let position = rare.waiting.binary_search_by_key(&seq, |w| w.seq).ok()?;
+        let waiting = rare.waiting.remove(position);
+        if let Some(index) = &mut rare.index {
             index.remove_waiting(&waiting);
         }
+        self.forget_rare_if_empty();
         Some(waiting)
     }
 
@@ -401,7 +499,7 @@ impl UserState {
 
     /// The position of the open list with request id `request`.
     fn open_request(&self, request: u64) -> Option<usize> {
-        match &self.index {
+        match self.index() {
             Some(index) => self.position_of(*index.requests.get(&request)?),
             None => self.open.iter().rposition(|m| m.request == request),
         }
@@ -412,10 +510,10 @@ impl UserState {
         let Some(event) = event else {
             return false;
         };
-        match &self.index {
+        match self.index() {
             Some(index) => index.events.contains_key(&event),
             None => self
-                .waiting
+                .waiting()
                 .iter()
                 .any(|w| w.interaction.event == Some(event)),
         }
@@ -466,7 +564,7 @@ impl UserState {
     /// matches. `open` is in that order, so the search runs from the end and
     /// stops at the first list shown more than a window before the interaction.
     fn latest_match(&self, x: &Interaction, window: Nanos) -> Option<(usize, usize)> {
-        if let Some(index) = &self.index {
+        if let Some(index) = self.index() {
             let lists = index.items.get(&x.item)?;
             let &(time, seq) = lists.iter().rev().find(|(time, _)| *time <= x.time)?;
             if time.saturating_add(window) < x.time {
@@ -494,7 +592,7 @@ impl UserState {
         window: Nanos,
         counters: &mut Counters,
     ) -> usize {
-        if let Some(index) = &self.index {
+        if let Some(index) = self.index() {
             let mut candidates: Vec<u64> =
                 index.named.get(&open.request).cloned().unwrap_or_default();
             for item in open.items().iter() {
@@ -506,20 +604,30 @@ impl UserState {
             candidates.sort_unstable();
             let mut claimed = 0;
             for seq in candidates {
-                let Ok(position) = self.waiting.binary_search_by_key(&seq, |w| w.seq) else {
+                let Ok(position) = self.waiting().binary_search_by_key(&seq, |w| w.seq) else {
                     continue;
                 };
-                if settle(open, &self.waiting[position].interaction, window, counters) {
+                if settle(
+                    open,
+                    &self.waiting()[position].interaction,
+                    window,
+                    counters,
+                ) {
                     self.take_waiting(seq);
                     claimed += 1;
                 }
             }
             return claimed;
         }
-        let before = self.waiting.len();
-        self.waiting
+        let Some(rare) = &mut self.rare else {
+            return 0;
+        };
+        let before = rare.waiting.len();
+        rare.waiting
             .retain(|w| !settle(open, &w.interaction, window, counters));
-        before - self.waiting.len()
+        let claimed = before - rare.waiting.len();
+        self.forget_rare_if_empty();
+        claimed
     }
 }
 
@@ -621,7 +729,7 @@ mod tests {
             .iter()
             .map(|m| (m.seq, m.credits.iter().map(|c| (c.rank, c.event)).collect()))
             .collect();
-        (open, user.waiting.iter().map(|w| w.seq).collect())
+        (open, user.waiting().iter().map(|w| w.seq).collect())
     }
 
     /// Applies `step` as the engine would, with `seq` as its arrival.
@@ -643,7 +751,7 @@ mod tests {
                     group: 0,
                     lineup: NOT_INTERLEAVED,
                     items: items.clone().into_boxed_slice(),
-                    credits: Vec::new(),
+                    credits: Credits::default(),
                 };
                 let claimed = user.claim_waiting(&mut open, WINDOW, counters);
                 user.insert_open(open);
@@ -665,7 +773,7 @@ mod tests {
                     kind: 0,
                 };
                 let outcome = user.attribute(x, WINDOW, 3, counters);
-                if outcome == Attributed::Waits && user.waiting.len() < 8 {
+                if outcome == Attributed::Waits && user.waiting().len() < 8 {
                     user.push_waiting(Waiting {
                         seq,
                         interaction: x,
@@ -681,7 +789,7 @@ mod tests {
                 )
             }
             Step::GiveUp => {
-                let first = user.waiting.first().map(|w| w.seq);
+                let first = user.waiting().first().map(|w| w.seq);
                 format!(
                     "{:?}",
                     first.and_then(|seq| user.take_waiting(seq)).map(|w| w.seq)
@@ -690,13 +798,70 @@ mod tests {
         }
     }
 
+    /// A user whose waiting interactions have all been claimed or given up
+    /// holds nothing beside its lists, so that its entry in the user map
+    /// stays at its 32 bytes.
+    #[test]
+    fn a_user_with_nothing_waiting_holds_no_block_for_it() {
+        let mut user = UserState::default();
+        let mut counters = Counters::default();
+        let steps = [
+            Step::Interact {
+                item: 1,
+                request: Some(7),
+                event: None,
+                time: 5,
+            },
+            Step::Interact {
+                item: 2,
+                request: None,
+                event: None,
+                time: 5,
+            },
+        ];
+        for (seq, step) in steps.iter().enumerate() {
+            apply(&mut user, step, seq as u64 + 1, &mut counters);
+        }
+        assert_eq!(user.waiting().len(), 2);
+        let open = Step::Open {
+            request: 7,
+            items: vec![1, 3],
+            time: 4,
+        };
+        assert_eq!(apply(&mut user, &open, 3, &mut counters), "claimed 1");
+        assert!(user.rare.is_some(), "one interaction still waits");
+        assert_eq!(
+            format!("{}", apply(&mut user, &Step::GiveUp, 4, &mut counters)),
+            "Some(2)"
+        );
+        assert!(user.rare.is_none());
+        let waits = Step::Interact {
+            item: 9,
+            request: None,
+            event: None,
+            time: 5,
+        };
+        apply(&mut user, &waits, 5, &mut counters);
+        let claims = Step::Open {
+            request: 8,
+            items: vec![9],
+            time: 5,
+        };
+        assert_eq!(apply(&mut user, &claims, 6, &mut counters), "claimed 1");
+        assert!(user.rare.is_none());
+        assert_eq!(user.open.len(), 2);
+    }
+
     proptest! {
         /// The index changes no outcome: a user indexed from the start and
         /// one that scans (held below the index's threshold) agree on every step.
         #[test]
         fn the_index_finds_what_a_scan_finds(steps in prop::collection::vec(step(), 1..80)) {
             let mut indexed = UserState {
-                index: Some(Box::default()),
+                rare: Some(Box::new(Rare {
+                    index: Some(Box::default()),
+                    ..Rare::default()
+                })),
                 ..UserState::default()
             };
             let mut scanned = UserState::default();
@@ -705,7 +870,7 @@ mod tests {
                 let seq = seq as u64 + 1;
                 let a = apply(&mut indexed, step, seq, &mut with_index);
                 let b = apply(&mut scanned, step, seq, &mut with_scan);
-                prop_assert!(scanned.index.is_none(), "the scanning user stays below the threshold");
+                prop_assert!(scanned.index().is_none(), "the scanning user stays below the threshold");
                 prop_assert_eq!(a, b, "{:?}", step);
                 prop_assert_eq!(shown(&indexed), shown(&scanned));
                 prop_assert_eq!(&with_index, &with_scan);
