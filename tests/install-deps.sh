@@ -18,11 +18,19 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
 
-# Pinned to the version Debian 12 ships (bookworm-security); the browser test
-# speaks the DevTools protocol to it.
-chromium_version='156.0.8078.79-1~deb12u1'
-if [ "$(dpkg-query -W -f='${Version}' chromium 2>/dev/null || true)" != "$chromium_version" ]; then
+# Pinned to the major version Debian 12 ships (bookworm-security), the
+# newest build of it: the mirror keeps only the latest security build, so a
+# pin to one build breaks the day the next comes out. The browser test
+# speaks the DevTools protocol, stable across builds. Should the major
+# version itself be gone, the newest Debian offers is taken, and said.
+chromium_major=156
+if [[ "$(dpkg-query -W -f='${Version}' chromium 2>/dev/null || true)" != "$chromium_major".* ]]; then
   as_root apt-get update -qq
+  chromium_version=$(apt-cache madison chromium | awk -v major="$chromium_major." 'index($3, major) == 1 {print $3; exit}')
+  if [ -z "$chromium_version" ]; then
+    chromium_version=$(apt-cache policy chromium | awk '/Candidate:/ {print $2}')
+    echo "chromium $chromium_major is no longer offered; installing $chromium_version" >&2
+  fi
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "chromium=$chromium_version" >/dev/null
 fi
 
