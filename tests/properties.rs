@@ -16,7 +16,7 @@ use rankwatch::event::format_rfc3339;
 use rankwatch::event::json::parse_line;
 use rankwatch::export::Report;
 use rankwatch::join::Engine;
-use rankwatch::metrics::{Discount, Gain, ListEvaluator, Metric, MetricSettings};
+use rankwatch::metrics::{CoverageMode, Discount, Gain, ListEvaluator, Metric, MetricSettings};
 use rankwatch::replay::{replay, ReplayOptions, ReplaySetup};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -521,10 +521,20 @@ fn run(
     threads: usize,
     chunk_lines: usize,
 ) -> (Report, Vec<u64>) {
+    run_setup(paths, ReplaySetup::new(settings), threads, chunk_lines)
+}
+
+/// [`run`] with the setup given.
+fn run_setup(
+    paths: &[PathBuf],
+    setup: ReplaySetup,
+    threads: usize,
+    chunk_lines: usize,
+) -> (Report, Vec<u64>) {
     let mut bad_lines = Vec::new();
     let report = replay(
         paths,
-        ReplaySetup::new(settings),
+        setup,
         ReplayOptions {
             threads,
             chunk_lines,
@@ -650,8 +660,7 @@ proptest! {
 
 /// Replays `lines` with one engine applying every event in file order, as
 /// `serve` does: the reference the sharded replay is held to.
-fn replay_with_one_engine(lines: &[Vec<u8>], settings: &EngineSettings) -> Report {
-    let setup = ReplaySetup::new(settings);
+fn replay_with_one_engine(lines: &[Vec<u8>], setup: ReplaySetup) -> Report {
     let mut engine = Engine::new(setup.join, setup.evaluator);
     for line in lines {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -666,6 +675,16 @@ fn replay_with_one_engine(lines: &[Vec<u8>], settings: &EngineSettings) -> Repor
     }
     engine.finish();
     Report::since_start(&engine, &setup.report)
+}
+
+/// What `settings` replay with, coverage estimated from sketches past
+/// `sketch_cap` items when there is one, as `replay --sketch-coverage` does.
+fn setup_with(settings: &EngineSettings, sketch_cap: Option<usize>) -> ReplaySetup {
+    let mut setup = ReplaySetup::new(settings);
+    if let (Some(max_items), true) = (sketch_cap, setup.join.coverage != CoverageMode::Off) {
+        setup.join.coverage = CoverageMode::Sketch { max_items };
+    }
+    setup
 }
 
 /// Limits small enough for a generated log to meet them: lists and
@@ -693,20 +712,23 @@ proptest! {
     /// The replay, sharded by user over threads, gives the figures of one
     /// engine applying every event in file order, to the last digit (the
     /// shards' lists are added to the figures in one engine's order); under
-    /// limits that shed and groups that overflow too.
+    /// limits that shed and groups that overflow too, and with coverage
+    /// estimated from sketches past a few items.
     #[test]
     fn sharded_replay_gives_the_figures_of_one_engine(
         steps in prop::collection::vec(step(), 0..400),
         settings in tight_settings(),
         threads in 1usize..4,
         chunk_lines in select(vec![1usize, 7, 4096]),
+        sketch_cap in select(vec![None, Some(2usize)]),
     ) {
         let (lines, _) = render(&steps);
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("log.jsonl");
         write_log(&log, &lines);
-        let (sharded, _) = run(std::slice::from_ref(&log), &settings, threads, chunk_lines);
-        let one = replay_with_one_engine(&lines, &settings);
+        let setup = setup_with(&settings, sketch_cap);
+        let (sharded, _) = run_setup(std::slice::from_ref(&log), setup, threads, chunk_lines);
+        let one = replay_with_one_engine(&lines, setup_with(&settings, sketch_cap));
         prop_assert_eq!(sharded, one);
     }
 }
@@ -755,12 +777,19 @@ fn a_replay_ending_with_many_open_lists_gives_the_figures_of_one_engine() {
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("log.jsonl");
     write_log(&log, &lines);
-    let one = replay_with_one_engine(&lines, &settings);
-    assert_eq!(one.counters.impressions, 40_000);
-    assert_eq!(one.counters.credited, 30_000);
-    for threads in [1, 2] {
-        let (sharded, bad_lines) = run(std::slice::from_ref(&log), &settings, threads, 4096);
-        assert!(bad_lines.is_empty());
-        assert_eq!(sharded, one, "threads {threads}");
+    // 5,000 items: past a cap of 1,000, coverage comes from sketches.
+    for sketch_cap in [None, Some(1_000)] {
+        let one = replay_with_one_engine(&lines, setup_with(&settings, sketch_cap));
+        assert_eq!(one.counters.impressions, 40_000);
+        assert_eq!(one.counters.credited, 30_000);
+        for threads in [1, 2] {
+            let setup = setup_with(&settings, sketch_cap);
+            let (sharded, bad_lines) = run_setup(std::slice::from_ref(&log), setup, threads, 4096);
+            assert!(bad_lines.is_empty());
+            assert_eq!(
+                sharded, one,
+                "threads {threads}, sketches past {sketch_cap:?}"
+            );
+        }
     }
 }

@@ -49,11 +49,19 @@ impl Engine {
         }
     }
 
-    /// Adds the coverage parts of a [`super::ShardedEngine`] to its groups'.
+    /// Adds the coverage parts of a [`super::ShardedEngine`] to its
+    /// groups', which hold none: exact parts are merged, and the one part
+    /// of coverage with a cap is taken as it is (a merge could raise its
+    /// sample's level: not what one engine would report).
     pub(super) fn absorb_coverage_parts(&mut self, parts: &CoverageParts) {
+        let whole = parts.count() == 1;
         for (id, coverages) in parts.by_group() {
             for coverage in coverages {
-                self.group_aggregates(id).coverage.merge(coverage, None);
+                let mine = &mut self.group_aggregates(id).coverage;
+                match whole {
+                    true => *mine = coverage.clone(),
+                    false => mine.merge(coverage, None),
+                }
             }
         }
     }

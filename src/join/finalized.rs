@@ -8,8 +8,10 @@
 //! watermark only rises and a new list's deadline lies past it, so every
 //! list finalized after a batch comes after those finalized in it), and
 //! added on several threads at once: the sums of the metric values and the
-//! experiments' outcomes by one engine that holds the figures, coverage by
-//! [`PARTS`] parts split by item hash. Every sum is then added in one
+//! experiments' outcomes by one engine that holds the figures, exact
+//! coverage by [`PARTS`] parts split by item hash (coverage estimated from
+//! sketches past a cap, as `--sketch-coverage` asks, by one part, since a
+//! sketch's estimate depends on all its items). Every sum is then added in one
 //! engine's order, so the report is one engine's to the last digit,
 //! whatever the threads, the batches and the shards; and each item's
 //! exposure is kept once, not once per shard (every shard sees nearly every
@@ -17,15 +19,15 @@
 
 use super::{Engine, SHARDS};
 use crate::event::Nanos;
-use crate::metrics::Coverage;
+use crate::metrics::{Coverage, CoverageMode, ShownList};
 
-/// Parts the items are split in for coverage: as many threads as can share the work.
+/// Parts the items are split in for exact coverage: as many threads as can share the work.
 const PARTS: usize = SHARDS;
 
-/// The part of an item: bits that neither the exposure tables' slots nor
-/// the sample's level read.
-fn part_of(item: u64) -> usize {
-    ((item >> 8) % PARTS as u64) as usize
+/// The part of an item among `parts`: bits that neither the exposure
+/// tables' slots nor the sample's level read.
+fn part_of(item: u64, parts: usize) -> usize {
+    ((item >> 8) % parts as u64) as usize
 }
 
 /// Where a list falls in finalization order: `(t + A, seq)`.
@@ -86,8 +88,9 @@ pub struct FinalizedLog {
     credits: Vec<f64>,
 }
 
-impl Default for FinalizedLog {
-    fn default() -> Self {
+impl FinalizedLog {
+    /// An empty log, filing items in `parts` parts.
+    pub fn new(parts: usize) -> Self {
         Self {
             keys: Vec::new(),
             groups: Vec::new(),
@@ -97,14 +100,12 @@ impl Default for FinalizedLog {
             exposures: Vec::new(),
             engaged_ends: Vec::new(),
             engaged: Vec::new(),
-            parts: (0..PARTS).map(|_| Vec::new()).collect(),
+            parts: (0..parts).map(|_| Vec::new()).collect(),
             interleaved: Vec::new(),
             credits: Vec::new(),
         }
     }
-}
 
-impl FinalizedLog {
     /// Starts the next list: its key, group and time, and its metric values
     /// (`None` when none of its items has grade > 0: all 0).
     pub fn start(&mut self, key: ListKey, group: usize, time: Nanos, values: Option<&[f64]>) {
@@ -131,9 +132,10 @@ impl FinalizedLog {
         self.exposures[list] = exposure;
         self.engaged.extend_from_slice(engaged);
         self.engaged_ends[list] = self.engaged.len();
+        let parts = self.parts.len();
         for (rank, &item) in (0..).zip(items) {
             let list = list as u32;
-            self.parts[part_of(item)].push(Shown { list, rank, item });
+            self.parts[part_of(item, parts)].push(Shown { list, rank, item });
         }
     }
 
@@ -237,28 +239,44 @@ impl Engine {
     }
 }
 
-/// Exact coverage per group, in [`PARTS`] parts by item.
+/// Coverage per group, in parts by item: [`PARTS`] when exact, one when
+/// estimated from sketches past a cap.
 #[derive(Debug)]
 pub struct CoverageParts {
     /// Per part, per group id.
     parts: Vec<Vec<Coverage>>,
-}
-
-impl Default for CoverageParts {
-    fn default() -> Self {
-        Self {
-            parts: (0..PARTS).map(|_| Vec::new()).collect(),
-        }
-    }
+    /// The cap on the items one coverage keeps exactly.
+    cap: Option<usize>,
 }
 
 impl CoverageParts {
+    /// Empty parts for coverage kept as `mode` says.
+    pub fn new(mode: CoverageMode) -> Self {
+        let cap = mode.cap();
+        let parts = if cap.is_some() { 1 } else { PARTS };
+        Self {
+            parts: (0..parts).map(|_| Vec::new()).collect(),
+            cap,
+        }
+    }
+
+    /// The number of parts.
+    pub fn count(&self) -> usize {
+        self.parts.len()
+    }
+
     /// Each part, with its coverage per group, to add to on its own.
     pub fn parts_mut(&mut self) -> impl Iterator<Item = CoveragePart<'_>> {
+        let (parts, cap) = (self.parts.len(), self.cap);
         self.parts
             .iter_mut()
             .enumerate()
-            .map(|(part, groups)| CoveragePart { part, groups })
+            .map(move |(part, groups)| CoveragePart {
+                part,
+                parts,
+                cap,
+                groups,
+            })
     }
 
     /// Per group id, the parts of its coverage.
@@ -274,6 +292,10 @@ impl CoverageParts {
 /// One part of a [`CoverageParts`].
 pub struct CoveragePart<'a> {
     part: usize,
+    /// The number of parts.
+    parts: usize,
+    /// The cap on the items kept exactly: then there is one part.
+    cap: Option<usize>,
     /// Its coverage per group id.
     groups: &'a mut Vec<Coverage>,
 }
@@ -281,7 +303,10 @@ pub struct CoveragePart<'a> {
 impl CoveragePart<'_> {
     /// Adds the items in this part of the lists of `logs`, taken in `order`.
     pub fn add(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
-        let part = self.part;
+        if self.cap.is_some() {
+            return self.add_whole(logs, order);
+        }
+        let (part, parts) = (self.part, self.parts);
         let mut read = vec![0; logs.len()];
         for &(log, index) in order {
             let (shown, weights) = logs[log];
@@ -299,13 +324,45 @@ impl CoveragePart<'_> {
                 .iter()
                 .map(|s| (s.item, weights[s.rank as usize]));
             let engaged = shown.engaged(index).iter().copied();
-            let engaged = engaged.filter(|&item| part_of(item) == part);
+            let engaged = engaged.filter(|&item| part_of(item, parts) == part);
             let total = if part == 0 {
                 shown.exposures[index]
             } else {
                 0.0
             };
             self.groups[group].add_exact(exposures, engaged, total);
+        }
+    }
+
+    /// Adds the lists of `logs` whole, taken in `order`, as one engine
+    /// adds them to a coverage with a cap: this is the one part.
+    fn add_whole(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
+        let (mut items, mut slots) = (Vec::new(), Vec::new());
+        let mut read = vec![0; logs.len()];
+        for &(log, index) in order {
+            let (shown, weights) = logs[log];
+            let group = shown.groups[index] as usize;
+            if self.groups.len() <= group {
+                self.groups.resize_with(group + 1, Coverage::default);
+            }
+            let listed = &shown.parts[0][read[log]..];
+            items.clear();
+            items.extend(
+                listed
+                    .iter()
+                    .take_while(|s| s.list as usize == index)
+                    .map(|s| s.item),
+            );
+            read[log] += items.len();
+            ShownList::slots_into(&items, &mut slots);
+            let list = ShownList {
+                items: &items,
+                slots: &slots,
+                weights,
+                exposure: shown.exposures[index],
+                engaged: shown.engaged(index),
+            };
+            self.groups[group].add(&list, self.cap);
         }
     }
 }

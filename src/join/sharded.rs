@@ -140,15 +140,16 @@ impl ShardedEngine {
             shards: 1,
             ..settings
         };
+        let coverage = CoverageParts::new(settings.coverage);
         let shard = || {
             let mut shard = Engine::new(settings.clone(), evaluator.clone());
-            shard.finalized_log = Some(FinalizedLog::default());
+            shard.finalized_log = Some(FinalizedLog::new(coverage.count()));
             shard
         };
         Self {
             shards: (0..SHARDS).map(|_| shard()).collect(),
             registry: Engine::new(settings.clone(), evaluator),
-            coverage: CoverageParts::default(),
+            coverage,
             seq: 0,
             deadlines: DueQueue::default(),
         }

@@ -36,6 +36,10 @@ const TEAMS_PER_WORD: usize = 8;
 /// The interactions credited to an open list: one word while there are
 /// none, as for most open lists, then a block of 2, 4, 8… credits.
 #[derive(Clone, Debug, Default)]
+#[expect(
+    clippy::box_collection,
+    reason = "one word in every open list, not a vector's three"
+)]
 pub(super) struct Credits(Option<Box<Vec<Credit>>>);
 
 impl Credits {
