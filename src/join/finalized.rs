@@ -303,10 +303,42 @@ pub struct CoveragePart<'a> {
 impl CoveragePart<'_> {
     /// Adds the items in this part of the lists of `logs`, taken in `order`.
     pub fn add(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
-        if self.cap.is_some() {
-            return self.add_whole(logs, order);
+        let (part, parts, cap) = (self.part, self.parts, self.cap);
+        if cap.is_some() {
+            // The one part: whole lists, as one engine adds them to a coverage with a cap.
+            let (mut items, mut slots) = (Vec::new(), Vec::new());
+            return self.each_list(logs, order, |coverage, log, index, shown, weights| {
+                items.clear();
+                items.extend(shown.iter().map(|s| s.item));
+                ShownList::slots_into(&items, &mut slots);
+                let list = ShownList {
+                    items: &items,
+                    slots: &slots,
+                    weights,
+                    exposure: log.exposures[index],
+                    engaged: log.engaged(index),
+                };
+                coverage.add(&list, cap);
+            });
         }
-        let (part, parts) = (self.part, self.parts);
+        self.each_list(logs, order, |coverage, log, index, shown, weights| {
+            let exposures = shown.iter().map(|s| (s.item, weights[s.rank as usize]));
+            let engaged = log.engaged(index).iter().copied();
+            let engaged = engaged.filter(|&item| part_of(item, parts) == part);
+            let total = if part == 0 { log.exposures[index] } else { 0.0 };
+            coverage.add_exact(exposures, engaged, total);
+        });
+    }
+
+    /// Calls `add` on each list of `logs`, taken in `order`, with its
+    /// group's coverage, its log and index there, its items in this part
+    /// and its shard's exposure per rank.
+    fn each_list(
+        &mut self,
+        logs: &[ShardLog<'_>],
+        order: &[(usize, usize)],
+        mut add: impl FnMut(&mut Coverage, &FinalizedLog, usize, &[Shown], &[f64]),
+    ) {
         let mut read = vec![0; logs.len()];
         for &(log, index) in order {
             let (shown, weights) = logs[log];
@@ -314,55 +346,19 @@ impl CoveragePart<'_> {
             if self.groups.len() <= group {
                 self.groups.resize_with(group + 1, Coverage::default);
             }
-            let items = &shown.parts[part][read[log]..];
+            let items = &shown.parts[self.part][read[log]..];
             let count = items
                 .iter()
                 .take_while(|s| s.list as usize == index)
                 .count();
             read[log] += count;
-            let exposures = items[..count]
-                .iter()
-                .map(|s| (s.item, weights[s.rank as usize]));
-            let engaged = shown.engaged(index).iter().copied();
-            let engaged = engaged.filter(|&item| part_of(item, parts) == part);
-            let total = if part == 0 {
-                shown.exposures[index]
-            } else {
-                0.0
-            };
-            self.groups[group].add_exact(exposures, engaged, total);
-        }
-    }
-
-    /// Adds the lists of `logs` whole, taken in `order`, as one engine
-    /// adds them to a coverage with a cap: this is the one part.
-    fn add_whole(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
-        let (mut items, mut slots) = (Vec::new(), Vec::new());
-        let mut read = vec![0; logs.len()];
-        for &(log, index) in order {
-            let (shown, weights) = logs[log];
-            let group = shown.groups[index] as usize;
-            if self.groups.len() <= group {
-                self.groups.resize_with(group + 1, Coverage::default);
-            }
-            let listed = &shown.parts[0][read[log]..];
-            items.clear();
-            items.extend(
-                listed
-                    .iter()
-                    .take_while(|s| s.list as usize == index)
-                    .map(|s| s.item),
-            );
-            read[log] += items.len();
-            ShownList::slots_into(&items, &mut slots);
-            let list = ShownList {
-                items: &items,
-                slots: &slots,
+            add(
+                &mut self.groups[group],
+                shown,
+                index,
+                &items[..count],
                 weights,
-                exposure: shown.exposures[index],
-                engaged: shown.engaged(index),
-            };
-            self.groups[group].add(&list, self.cap);
+            );
         }
     }
 }
