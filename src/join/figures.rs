@@ -58,9 +58,10 @@ impl Engine {
         for (id, coverages) in parts.by_group() {
             for coverage in coverages {
                 let mine = &mut self.group_aggregates(id).coverage;
-                match whole {
-                    true => *mine = coverage.clone(),
-                    false => mine.merge(coverage, None),
+                if whole {
+                    *mine = coverage.clone();
+                } else {
+                    mine.merge(coverage, None);
                 }
             }
         }

@@ -267,16 +267,11 @@ impl CoverageParts {
 
     /// Each part, with its coverage per group, to add to on its own.
     pub fn parts_mut(&mut self) -> impl Iterator<Item = CoveragePart<'_>> {
-        let (parts, cap) = (self.parts.len(), self.cap);
+        let cap = self.cap;
         self.parts
             .iter_mut()
             .enumerate()
-            .map(move |(part, groups)| CoveragePart {
-                part,
-                parts,
-                cap,
-                groups,
-            })
+            .map(move |(part, groups)| CoveragePart { part, cap, groups })
     }
 
     /// Per group id, the parts of its coverage.
@@ -292,9 +287,7 @@ impl CoverageParts {
 /// One part of a [`CoverageParts`].
 pub struct CoveragePart<'a> {
     part: usize,
-    /// The number of parts.
-    parts: usize,
-    /// The cap on the items kept exactly: then there is one part.
+    /// The cap on the items kept exactly: then there is one part, else [`PARTS`].
     cap: Option<usize>,
     /// Its coverage per group id.
     groups: &'a mut Vec<Coverage>,
@@ -303,7 +296,7 @@ pub struct CoveragePart<'a> {
 impl CoveragePart<'_> {
     /// Adds the items in this part of the lists of `logs`, taken in `order`.
     pub fn add(&mut self, logs: &[ShardLog<'_>], order: &[(usize, usize)]) {
-        let (part, parts, cap) = (self.part, self.parts, self.cap);
+        let (part, cap) = (self.part, self.cap);
         if cap.is_some() {
             // The one part: whole lists, as one engine adds them to a coverage with a cap.
             let (mut items, mut slots) = (Vec::new(), Vec::new());
@@ -324,7 +317,7 @@ impl CoveragePart<'_> {
         self.each_list(logs, order, |coverage, log, index, shown, weights| {
             let exposures = shown.iter().map(|s| (s.item, weights[s.rank as usize]));
             let engaged = log.engaged(index).iter().copied();
-            let engaged = engaged.filter(|&item| part_of(item, parts) == part);
+            let engaged = engaged.filter(|&item| part_of(item, PARTS) == part);
             let total = if part == 0 { log.exposures[index] } else { 0.0 };
             coverage.add_exact(exposures, engaged, total);
         });

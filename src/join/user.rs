@@ -380,6 +380,10 @@ impl UserState {
         self.rare.as_ref()?.index.as_deref()
     }
 
+    fn index_mut(&mut self) -> Option<&mut UserIndex> {
+        self.rare.as_mut()?.index.as_deref_mut()
+    }
+
     /// Lets go of the rare block once it holds nothing.
     fn forget_rare_if_empty(&mut self) {
         if self
@@ -451,7 +455,7 @@ impl UserState {
             .iter()
             .rposition(|m| m.time <= open.time)
             .map_or(0, |i| i + 1);
-        if let Some(user_index) = self.rare.as_mut().and_then(|rare| rare.index.as_mut()) {
+        if let Some(user_index) = self.index_mut() {
             user_index.add_open(&open);
         }
         // Most users hold one list at a time: grow by one, not by the default four.
@@ -476,7 +480,7 @@ impl UserState {
     pub fn take_open(&mut self, seq: u64) -> Option<OpenImpression> {
         let position = self.open.iter().position(|m| m.seq == seq)?;
         let open = self.open.remove(position);
-        if let Some(index) = self.rare.as_mut().and_then(|rare| rare.index.as_mut()) {
+        if let Some(index) = self.index_mut() {
             index.remove_open(&open);
         }
         Some(open)
