@@ -23,7 +23,9 @@ use common::server::{event_from_json, parse_metrics, Server};
 use common::{conformance, replay_json};
 use postcard::ser_flavors::Flavor;
 use prost::Message;
-use rankwatch::fleet::snapshot::{Chunks, Manifest, Pending, StateTopic, CHUNK_BYTES};
+use rankwatch::fleet::snapshot::{
+    Chunks, LastManifest, Manifest, Pending, StateTopic, CHUNK_BYTES,
+};
 use rankwatch::proto::{self, EventBatch};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -132,6 +134,14 @@ async fn produce(producer: &FutureProducer, records: &[Produced]) {
 
 /// A consuming instance of the fleet.
 fn instance(broker: &Broker, extra: &[&str]) -> Server {
+    // A handover on a loaded 2-core machine (the broker, two tests'
+    // instances and their builds) can take longer than the default 30 s;
+    // the tests assert that it happens, not how fast.
+    instance_waiting(broker, "90s", extra)
+}
+
+/// A consuming instance that waits `handover_timeout` for a previous owner.
+fn instance_waiting(broker: &Broker, handover_timeout: &str, extra: &[&str]) -> Server {
     let brokers = broker.address();
     let mut args = vec![
         "--kafka-mode",
@@ -142,11 +152,8 @@ fn instance(broker: &Broker, extra: &[&str]) -> Server {
         "false",
         "--shutdown-linger",
         "3s",
-        // A handover on a loaded 2-core machine (the broker, two tests'
-        // instances and their builds) can take longer than the default
-        // 30 s; the tests assert that it happens, not how fast.
         "--kafka-handover-timeout",
-        "90s",
+        handover_timeout,
     ];
     args.extend_from_slice(extra);
     Server::start(&args)
@@ -710,6 +717,7 @@ async fn a_snapshot_larger_than_the_producer_queue_is_written_whole() {
             next_offset: 42,
             handed_over: true,
             owner: "rankwatch-test".to_owned(),
+            generation: Some(4),
         };
         let written = state.write_all(vec![Pending::new(3, Some(payload), manifest)]);
         (written, state.last_manifest(3).unwrap())
@@ -728,7 +736,7 @@ async fn a_snapshot_larger_than_the_producer_queue_is_written_whole() {
     assert_eq!(*bytes, payload_bytes);
     assert_eq!(manifest.chunks, 6);
     assert_eq!(manifest.next_offset, 42);
-    let (stored, _) = last.expect("a manifest in the state topic");
+    let stored = last.expect("a manifest in the state topic").manifest;
     assert_eq!(&stored, manifest);
 }
 
@@ -1066,4 +1074,114 @@ async fn a_broker_restarted_while_instances_consume_leaves_the_totals_exact() {
         0.0,
         "no list was counted twice"
     );
+}
+
+/// The owner that [`claim`] writes claims for: an instance that the test
+/// plays.
+const CLAIMANT: &str = "rankwatch-claimant";
+
+/// Writes a manifest in which [`CLAIMANT`] claims `partition` in group
+/// generation `generation`, as an instance assigned it does; returns its
+/// offset in the state topic.
+async fn claim(broker: &Broker, partition: i32, generation: i32) -> i64 {
+    let client = broker.client();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let state = StateTopic::connect(&client, STATE_TOPIC, "claims", runtime).unwrap();
+        let claim = Manifest {
+            version: 0,
+            fingerprint: "fp".to_owned(),
+            id: 1,
+            slot: 1,
+            chunks: 0,
+            first_chunk: 0,
+            checksum: 0,
+            next_offset: 0,
+            handed_over: false,
+            owner: CLAIMANT.to_owned(),
+            generation: Some(generation),
+        };
+        state.write_manifest(partition, &claim).unwrap();
+        state.last_manifest(partition).unwrap().unwrap().offset
+    })
+    .await
+    .unwrap()
+}
+
+/// The last manifests of partitions 5 and 6 in the state topic.
+async fn last_manifests_of_5_and_6(broker: &Broker) -> (LastManifest, LastManifest) {
+    let client = broker.client();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let state = StateTopic::connect(&client, STATE_TOPIC, "claims", runtime).unwrap();
+        let last = |partition| state.last_manifest(partition).unwrap().unwrap();
+        (last(5), last(6))
+    })
+    .await
+    .unwrap()
+}
+
+/// An instance takes its assigned partitions one after the other. When a
+/// rebalance forms without it meanwhile (a broker that does not wait for
+/// every member, a slow network), another instance may be assigned and
+/// claim a partition that this one has not reached yet; that owner hands
+/// it over only in a rebalance that this instance's rejoining starts. The
+/// instance leaves it to that owner, rather than wait for it and then
+/// consume it too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_claimed_in_a_later_generation_is_left_to_its_new_owner() {
+    let broker = Broker::auto_creating();
+    broker.create_topic(TOPIC).await;
+    create_topic_with(
+        &broker,
+        STATE_TOPIC,
+        PARTITIONS,
+        &[("cleanup.policy", "compact")],
+    )
+    .await;
+    // Each partition then takes the instance about a second to take.
+    let proxy = broker.proxy.as_ref().expect("an auto-creating broker");
+    proxy.slow_offset_requests(Duration::from_millis(300));
+    let server = instance(&broker, &[]);
+    let mut assigned = None;
+    for _ in 0..POLLS {
+        assigned = server
+            .log
+            .try_iter()
+            .find(|line| line.contains("partitions assigned"));
+        if assigned.is_some() {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    let assigned = assigned.expect("the instance is assigned the partitions");
+    let generation: i32 = assigned
+        .split_once("generation=")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no generation in {assigned}"));
+    let claimed_at = claim(&broker, 5, generation + 1).await;
+    let metrics = wait_for(&[&server], "the partitions to be taken", |m| {
+        total(m, "rankwatch_kafka_partitions") > 0.0
+    });
+    let metrics = &metrics[0];
+    assert_eq!(
+        value(metrics, "rankwatch_kafka_partitions_superseded_total"),
+        1.0
+    );
+    assert_eq!(
+        value(metrics, "rankwatch_kafka_partitions"),
+        f64::from(PARTITIONS - 1),
+        "every partition but the one claimed since"
+    );
+    assert_eq!(
+        value(metrics, "rankwatch_kafka_handover_timeouts_total"),
+        0.0
+    );
+    let (last_of_5, last_of_6) = last_manifests_of_5_and_6(&broker).await;
+    assert_eq!(
+        last_of_5.offset, claimed_at,
+        "partition 5 was not claimed again"
+    );
+    assert_eq!(last_of_6.manifest.generation, Some(generation));
+    assert_ne!(last_of_6.manifest.owner, CLAIMANT);
 }

@@ -15,8 +15,9 @@
 //! counted in `rankwatch_lists_recounted_total`.
 
 use super::feed::Feed;
+use super::generation;
 use super::partition::{self, Checkpoint, Partition, PartitionSettings, Start, Work};
-use super::snapshot::{Manifest, Pending, StateTopic};
+use super::snapshot::{LastManifest, Manifest, Pending, StateTopic};
 use super::FleetSettings;
 use crate::engine::EngineSettings;
 use crate::join::{Engine, EngineState};
@@ -63,6 +64,43 @@ struct Owned {
     /// Its last snapshot was not stored: the next checkpoint writes one
     /// even if nothing changed, and its offset is not committed until then.
     unsaved: bool,
+}
+
+/// A rebalance's assignment to this instance, as its partitions are taken.
+struct Assignment {
+    /// The group's generation it belongs to, if known.
+    generation: Option<i32>,
+    /// The end of each assigned partition of the state topic when the
+    /// assignment arrived (where it could be read).
+    state_ends: BTreeMap<i32, i64>,
+    /// When a previous owner still in the group stops being waited for.
+    deadline: Instant,
+}
+
+impl Assignment {
+    /// Whether `last`, partition `id`'s last manifest, is a claim made
+    /// since this assignment arrived, in a later generation: the partition
+    /// is another instance's now.
+    fn superseded_by(&self, id: i32, last: &LastManifest) -> bool {
+        let since = self
+            .state_ends
+            .get(&id)
+            .is_some_and(|&end| last.offset >= end);
+        let later = matches!(
+            (self.generation, last.manifest.generation),
+            (Some(ours), Some(theirs)) if theirs > ours
+        );
+        since && later
+    }
+}
+
+/// How the wait for an assigned partition's previous owner ended.
+#[derive(Debug, PartialEq)]
+enum Handover {
+    /// The partition is this instance's to take.
+    Take,
+    /// A later rebalance gave it to another instance, which has claimed it.
+    Superseded,
 }
 
 /// Everything of consume mode that the consumer thread and the readers of
@@ -190,8 +228,8 @@ impl ConsumerContext for Rebalancer {
     ) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.take(consumer, tpl);
-                if let Err(error) = consumer.assign(tpl) {
+                let taken = self.take(consumer, tpl);
+                if let Err(error) = consumer.assign(&taken) {
                     tracing::error!(%error, "cannot take the assigned partitions");
                 }
             }
@@ -213,26 +251,36 @@ impl ConsumerContext for Rebalancer {
 }
 
 impl Rebalancer {
-    /// Restores every assigned partition and sets where it starts in `tpl`.
-    fn take(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+    /// Restores the assigned partitions of `tpl` and returns those taken,
+    /// each with the offset it starts from.
+    fn take(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) -> TopicPartitionList {
         let topic = self.fleet.settings.topic.clone();
         let ids: Vec<i32> = tpl
             .elements_for_topic(&topic)
             .iter()
             .map(|e| e.partition())
             .collect();
-        let deadline = Instant::now() + self.fleet.settings.handover_timeout;
+        let assignment = Assignment {
+            generation: generation::of(consumer),
+            state_ends: ids
+                .iter()
+                .filter_map(|&id| self.state.end(id).ok().map(|end| (id, end)))
+                .collect(),
+            deadline: Instant::now() + self.fleet.settings.handover_timeout,
+        };
+        tracing::info!(generation = assignment.generation, partitions = ?ids, "partitions assigned");
+        let mut taken = TopicPartitionList::new();
         for id in ids {
-            let offset = match self.take_one(consumer, id, deadline) {
-                Some(next) => Offset::Offset(next),
-                None => Offset::Stored,
+            let Some(offset) = self.take_one(consumer, id, &assignment) else {
+                continue;
             };
-            if let Err(error) = tpl.set_partition_offset(&topic, id, offset) {
+            metrics::counter!("rankwatch_kafka_partitions_assigned_total").increment(1);
+            if let Err(error) = taken.add_partition_offset(&topic, id, offset) {
                 tracing::error!(%error, partition = id, "cannot set the start offset");
             }
-            metrics::counter!("rankwatch_kafka_partitions_assigned_total").increment(1);
         }
         metrics::gauge!("rankwatch_kafka_partitions").set(self.fleet.owned.len() as f64);
+        taken
     }
 
     /// Takes the queue of partition `id` for its task, before the
@@ -252,11 +300,20 @@ impl Rebalancer {
     }
 
     /// Restores partition `id` from its last snapshot and starts its task;
-    /// returns the first offset to read (`None`: the committed one).
-    fn take_one(&self, consumer: &BaseConsumer<Self>, id: i32, deadline: Instant) -> Option<i64> {
+    /// returns the first offset to read, or `None` when the partition is
+    /// not taken (a later assignment has given it to another instance, or
+    /// the consumer is closing).
+    fn take_one(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        id: i32,
+        assignment: &Assignment,
+    ) -> Option<Offset> {
         let fleet = &self.fleet;
         let feed = self.feed(id)?;
-        self.await_handover(consumer, id, deadline);
+        if self.await_handover(consumer, id, assignment) == Handover::Superseded {
+            return None;
+        }
         let (low, high) = match consumer.fetch_watermarks(&fleet.settings.topic, id, BROKER_TIMEOUT)
         {
             Ok(marks) => marks,
@@ -272,14 +329,19 @@ impl Rebalancer {
                 next_offset: 0,
                 recount_until: 0,
             };
-            self.start_one(id, feed, start, self.first_manifest(0));
-            return None;
+            let manifest = Manifest {
+                generation: assignment.generation,
+                ..self.first_manifest(0)
+            };
+            self.start_one(id, feed, start, manifest);
+            return Some(Offset::Stored);
         };
         let next_offset = manifest.next_offset.max(low);
         let claim = Manifest {
             handed_over: false,
             next_offset,
             owner: self.owner.clone(),
+            generation: assignment.generation,
             ..manifest
         };
         if let Err(error) = self.state.write_manifest(id, &claim) {
@@ -298,7 +360,7 @@ impl Rebalancer {
             recount_until,
         };
         self.start_one(id, feed, start, claim);
-        Some(next_offset)
+        Some(Offset::Offset(next_offset))
     }
 
     /// Partition `id`'s engine, manifest and the offset up to which its
@@ -371,42 +433,67 @@ impl Rebalancer {
             next_offset,
             handed_over: false,
             owner: self.owner.clone(),
+            generation: None,
         }
     }
 
     /// Waits until partition `id`'s last snapshot is a handover or its
-    /// owner has left the group, or until `deadline` (`kafka_handover_timeout`
-    /// after the assignment). A broker may assign a partition before its
-    /// owner has revoked it (tansu completes a rebalance without waiting for
-    /// every member to rejoin), and the owner goes on evaluating until it
-    /// hears of the rebalance: taking the partition from its last periodic
-    /// snapshot would count what it evaluated since twice. An owner that
-    /// died has left the group by the time its partitions are assigned, and
-    /// is not waited for.
-    fn await_handover(&self, consumer: &BaseConsumer<Self>, id: i32, deadline: Instant) {
+    /// owner has left the group, or until the assignment's deadline
+    /// (`kafka_handover_timeout` after it). A broker may assign a partition
+    /// before its owner has revoked it (tansu completes a rebalance without
+    /// waiting for every member to rejoin), and the owner goes on evaluating
+    /// until it hears of the rebalance: taking the partition from its last
+    /// periodic snapshot would count what it evaluated since twice. An owner
+    /// that died has left the group by the time its partitions are
+    /// assigned, and is not waited for.
+    ///
+    /// The assignment itself may be stale: a later rebalance, formed while
+    /// this instance was still taking the partitions before this one, may
+    /// have given the partition to another instance, which claimed it since.
+    /// That owner hands it over only after a rebalance that this instance's
+    /// rejoining starts, so waiting for it would wait out the deadline and
+    /// then consume the partition twice: the partition is left to it.
+    fn await_handover(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        id: i32,
+        assignment: &Assignment,
+    ) -> Handover {
         let started = Instant::now();
         loop {
-            let owner = match self.state.last_manifest(id) {
-                Ok(Some((manifest, _)))
-                    if !manifest.handed_over
-                        && !manifest.owner.is_empty()
-                        && manifest.owner != self.owner =>
+            let last = match self.state.last_manifest(id) {
+                Ok(Some(last))
+                    if !last.manifest.handed_over
+                        && !last.manifest.owner.is_empty()
+                        && last.manifest.owner != self.owner =>
                 {
-                    manifest.owner
+                    last
                 }
                 _ => break,
             };
-            if !self.is_member(consumer, &owner) {
+            let owner = &last.manifest.owner;
+            if assignment.superseded_by(id, &last) {
+                metrics::counter!("rankwatch_kafka_partitions_superseded_total").increment(1);
+                tracing::info!(
+                    partition = id,
+                    owner,
+                    generation = assignment.generation,
+                    owner_generation = last.manifest.generation,
+                    "partition left to the owner a later rebalance assigned it to"
+                );
+                return Handover::Superseded;
+            }
+            if !self.is_member(consumer, owner) {
                 break;
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= assignment.deadline {
                 metrics::counter!("rankwatch_kafka_handover_timeouts_total").increment(1);
                 tracing::warn!(
                     partition = id,
                     owner,
                     "the previous owner, still in the group, did not hand the partition over in time: taken from its last snapshot, as from an owner that died"
                 );
-                return;
+                return Handover::Take;
             }
             std::thread::sleep(HANDOVER_POLL);
         }
@@ -414,6 +501,7 @@ impl Rebalancer {
             let waited_ms = started.elapsed().as_millis() as u64;
             tracing::info!(partition = id, waited_ms, "waited for the previous owner");
         }
+        Handover::Take
     }
 
     /// Whether the consumer with client id `owner` is a member of the group
@@ -535,7 +623,7 @@ impl Rebalancer {
     /// the next snapshot must not overwrite the chunks it names.
     fn stored_slot(&self, id: i32) -> Result<u8, String> {
         match self.state.last_manifest(id) {
-            Ok(last) => Ok(last.map_or(0, |(manifest, _)| manifest.slot)),
+            Ok(last) => Ok(last.map_or(0, |last| last.manifest.slot)),
             Err(error) => Err(format!(
                 "cannot tell which slot the last snapshot is in: {error}"
             )),

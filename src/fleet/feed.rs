@@ -3,7 +3,8 @@
 //! copy of a record, one queue lock per batch rather than per record, and
 //! the partitions of an instance read in parallel on its cores.
 //!
-//! The only `unsafe` of the fleet lives here: the `rdkafka` crate reads a
+//! Most of the fleet's `unsafe` lives here (the rest reads the group's
+//! generation, [`super::generation`]): the `rdkafka` crate reads a
 //! queue one message at a time (`rd_kafka_consume_batch_queue` is not
 //! wrapped), so this module calls librdkafka's C API for the partition
 //! queue, its wake-up callback and the batch read. It owns nothing else.

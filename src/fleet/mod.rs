@@ -15,6 +15,8 @@ pub mod consume;
 #[cfg(feature = "kafka")]
 pub mod feed;
 #[cfg(feature = "kafka")]
+mod generation;
+#[cfg(feature = "kafka")]
 pub mod partition;
 #[cfg(feature = "kafka")]
 pub mod relay;

@@ -55,6 +55,10 @@ pub fn describe() {
         "Partitions taken without their previous owner's handover although it was still in the group, after kafka_handover_timeout: taken as from an owner that died."
     );
     metrics::describe_counter!(
+        "rankwatch_kafka_partitions_superseded_total",
+        "Assigned partitions left untaken because a later rebalance had given them to another instance, which had claimed them: consumed by it alone."
+    );
+    metrics::describe_counter!(
         "rankwatch_kafka_key_mismatches_total",
         "Records whose key is not their event's user_id; evaluated by the user_id."
     );
@@ -93,6 +97,7 @@ pub fn describe() {
         "rankwatch_kafka_partitions_assigned_total",
         "rankwatch_kafka_partitions_revoked_total",
         "rankwatch_kafka_handover_timeouts_total",
+        "rankwatch_kafka_partitions_superseded_total",
         "rankwatch_kafka_key_mismatches_total",
         "rankwatch_kafka_snapshot_failures_total",
         "rankwatch_kafka_restore_failures_total",

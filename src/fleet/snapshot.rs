@@ -88,6 +88,39 @@ pub struct Manifest {
     /// group, a snapshot it has not handed over may still be followed by one
     /// that is.
     pub owner: String,
+    /// The consumer group's generation in which the owner was assigned the
+    /// partition; `None` when unknown. Stored after the other fields, which
+    /// builds before it read without it.
+    #[serde(skip)]
+    pub generation: Option<i32>,
+}
+
+/// A partition's last manifest and where it lies in the state partition.
+pub struct LastManifest {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Its offset in the state partition.
+    pub offset: i64,
+    /// The end of the state partition when it was read.
+    pub end: i64,
+}
+
+/// A manifest as stored: its fields, then its generation if known.
+fn encode_manifest(manifest: &Manifest) -> postcard::Result<Vec<u8>> {
+    let mut encoded = postcard::to_stdvec(manifest)?;
+    if let Some(generation) = manifest.generation {
+        encoded.extend(postcard::to_stdvec(&generation)?);
+    }
+    Ok(encoded)
+}
+
+/// A stored manifest, with or without its generation.
+fn decode_manifest(bytes: &[u8]) -> postcard::Result<Manifest> {
+    let (mut manifest, rest): (Manifest, _) = postcard::take_from_bytes(bytes)?;
+    if !rest.is_empty() {
+        manifest.generation = Some(postcard::from_bytes(rest)?);
+    }
+    Ok(manifest)
 }
 
 /// The state topic went wrong.
@@ -290,7 +323,7 @@ impl StateTopic {
                     if let Some(first_chunk) = first_chunk {
                         manifest.first_chunk = first_chunk;
                     }
-                    let encoded = postcard::to_stdvec(&manifest).map_err(|e| {
+                    let encoded = encode_manifest(&manifest).map_err(|e| {
                         self.corrupt(pending.partition, format!("encoding a manifest: {e}"))
                     })?;
                     let delivery = self.queue(pending.partition, MANIFEST_KEY, &encoded)?;
@@ -400,20 +433,28 @@ impl StateTopic {
     /// The last snapshot of `partition` and its state; `None` when the
     /// partition has never had an owner.
     pub fn read_last(&self, partition: i32) -> Result<Option<Restored>, SnapshotError> {
-        let Some((manifest, high)) = self.last_manifest(partition)? else {
+        let Some(LastManifest { manifest, end, .. }) = self.last_manifest(partition)? else {
             return Ok(None);
         };
-        let state = self.read_state(partition, &manifest, high)?;
+        let state = self.read_state(partition, &manifest, end)?;
         Ok(Some(Restored { manifest, state }))
     }
 
-    /// The last manifest of `partition` and the end of the state partition
-    /// it was read up to; `None` when the partition has never had an owner.
-    pub fn last_manifest(&self, partition: i32) -> Result<Option<(Manifest, i64)>, SnapshotError> {
-        let (low, high) = self
-            .reader
+    /// The end of `partition` of the state topic: the offset its next record takes.
+    pub fn end(&self, partition: i32) -> Result<i64, SnapshotError> {
+        self.watermarks(partition).map(|(_, high)| high)
+    }
+
+    fn watermarks(&self, partition: i32) -> Result<(i64, i64), SnapshotError> {
+        self.reader
             .fetch_watermarks(&self.topic, partition, READ_TIMEOUT)
-            .map_err(self.kafka(partition))?;
+            .map_err(self.kafka(partition))
+    }
+
+    /// The last manifest of `partition`; `None` when the partition has
+    /// never had an owner.
+    pub fn last_manifest(&self, partition: i32) -> Result<Option<LastManifest>, SnapshotError> {
+        let (low, high) = self.watermarks(partition)?;
         let mut start = high;
         while start > low {
             let end = start;
@@ -425,10 +466,14 @@ impl StateTopic {
                 }
                 true
             })?;
-            if let Some((_, bytes)) = last {
-                let manifest: Manifest = postcard::from_bytes(&bytes)
+            if let Some((offset, bytes)) = last {
+                let manifest = decode_manifest(&bytes)
                     .map_err(|e| self.corrupt(partition, format!("manifest: {e}")))?;
-                return Ok(Some((manifest, high)));
+                return Ok(Some(LastManifest {
+                    manifest,
+                    offset,
+                    end: high,
+                }));
             }
         }
         Ok(None)
@@ -550,7 +595,26 @@ mod tests {
             next_offset: 42,
             handed_over: false,
             owner: "rankwatch-1".to_owned(),
+            generation: None,
         }
+    }
+
+    #[test]
+    fn a_manifest_keeps_its_generation_and_reads_as_before_without_it() {
+        let known = Manifest {
+            generation: Some(7),
+            ..manifest()
+        };
+        let encoded = encode_manifest(&known).unwrap();
+        assert_eq!(decode_manifest(&encoded).unwrap(), known);
+        // A build before generations reads the fields it knows.
+        let mut old: Manifest = postcard::from_bytes(&encoded).unwrap();
+        assert_eq!(old.generation, None);
+        old.generation = Some(7);
+        assert_eq!(old, known);
+        // A manifest such a build wrote reads with its generation unknown.
+        let written_before = postcard::to_stdvec(&manifest()).unwrap();
+        assert_eq!(decode_manifest(&written_before).unwrap(), manifest());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Partitions of a topic the proxy auto-creates (Kafka's `num.partitions`
 /// is 1; 4 is what the broker of the report that found the bug used).
@@ -38,7 +39,12 @@ pub struct AutoCreateAsk {
 struct Seen {
     asks: Vec<AutoCreateAsk>,
     existing: BTreeSet<String>,
+    /// How long each ListOffsets request is held before it is forwarded.
+    offsets_delay: Duration,
 }
+
+/// Kafka's API key of ListOffsets (a partition's watermarks).
+const LIST_OFFSETS: i16 = 2;
 
 /// The proxy: listens on its own loopback port, forwards to `upstream`.
 pub struct AutoCreatingProxy {
@@ -71,6 +77,13 @@ impl AutoCreatingProxy {
         self.seen.lock().unwrap().asks.clone()
     }
 
+    /// Holds every ListOffsets request for `delay` from now on, as a slow
+    /// network or a busy broker would: reading a partition's watermarks then
+    /// takes that long.
+    pub fn slow_offset_requests(&self, delay: Duration) {
+        self.seen.lock().unwrap().offsets_delay = delay;
+    }
+
     /// The topics named with auto-creation allowed by clients of rankwatch
     /// (client ids `rankwatch` and `rankwatch-…`).
     pub fn asks_of_rankwatch(&self) -> Vec<AutoCreateAsk> {
@@ -101,6 +114,10 @@ fn relay(mut client: TcpStream, upstream: &str, seen: &Mutex<Seen>) {
         let mut request = vec![0u8; i32::from_be_bytes(size).max(0) as usize];
         if client.read_exact(&mut request).is_err() {
             break;
+        }
+        if request.get(..2) == Some(&LIST_OFFSETS.to_be_bytes()) {
+            let delay = seen.lock().unwrap().offsets_delay;
+            std::thread::sleep(delay);
         }
         if let Some((client_id, topics, allow)) = metadata_request(&request) {
             if allow {
