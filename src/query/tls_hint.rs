@@ -14,10 +14,12 @@ pub fn hint(error: &str, tls: bool) -> Option<&'static str> {
     let has = |needle: &str| error.contains(needle);
     if !tls {
         // A TLS listener answers a plaintext HTTP/2 preface with a TLS
-        // alert, which h2 reads as a broken frame.
+        // alert, which h2 reads as a broken frame, and closes the
+        // connection, which a busy client may see before the alert.
         let plaintext_to_tls = has("h2 protocol error")
             || has("frame with invalid size")
             || has("connection reset")
+            || has("connection closed")
             || has("broken pipe")
             || has("http2 error");
         return plaintext_to_tls.then_some(
@@ -104,5 +106,13 @@ mod tests {
             .unwrap()
             .contains("--tls-server-name"));
         assert!(hint("connection refused", false).is_none());
+    }
+
+    #[test]
+    fn a_tls_listener_that_closes_a_plaintext_stream_gets_the_plaintext_remedy() {
+        // As the load generator saw it on a loaded machine: the listener
+        // closed the connection before h2 read its alert.
+        let closed = "ingest stream failed: code: 'The operation was cancelled', message: \"operation was canceled\", source: tonic::transport::Error(Transport, hyper::Error(Canceled, \"connection closed\"))";
+        assert!(hint(closed, false).unwrap().contains("may speak TLS"));
     }
 }
