@@ -99,6 +99,12 @@ fn relay(mut client: TcpStream, upstream: &str, seen: &Mutex<Seen>) {
     let Ok(mut broker) = TcpStream::connect(upstream) else {
         return;
     };
+    // Requests and answers are small and awaited one by one: without this,
+    // Nagle's algorithm held each for a delayed acknowledgement (a produce
+    // awaited record by record took about 100 ms a record).
+    if client.set_nodelay(true).is_err() || broker.set_nodelay(true).is_err() {
+        return;
+    }
     let (Ok(mut back), Ok(mut answers)) = (client.try_clone(), broker.try_clone()) else {
         return;
     };
