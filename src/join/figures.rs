@@ -104,7 +104,7 @@ impl Engine {
                 aggregates: &[],
                 experiments: self.experiments.without_figures(&self.settings.windows),
                 counters: Counters::default(),
-                users: UsersAhead(sorted_user_refs(&self.shards)),
+                users: UsersAhead(sorted_user_refs(&self.shards), &self.items),
             },
             output,
         )

@@ -1,7 +1,9 @@
 //! The saved form of an open impression: one run of fixed-width
 //! little-endian fields, so that a snapshot copies an impression's item
 //! hashes and credits as they are instead of writing each 64-bit hash as a
-//! variable-length integer of up to ten bytes, one call at a time.
+//! variable-length integer of up to ten bytes, one call at a time. Saved
+//! state names items by their hashes, not by the numbers an engine gave
+//! them ([`super::items`]), so that any engine can read it.
 //!
 //! Layout: `seq` (8 bytes), `request` (8), `time` (8), `group` (4),
 //! `lineup` (4), the number of words of the item box (4), those words (8
@@ -9,11 +11,117 @@
 //! credits to the end: rank (4), type index (2), grade (8, IEEE 754 bits),
 //! event hash (8).
 
-use super::user::{Credit, OpenImpression};
+use super::items::ItemTable;
+use super::open::{Credit, Header, OpenImpression, NOT_INTERLEAVED};
+use super::GroupId;
+use crate::event::Nanos;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use std::cell::RefCell;
 use std::fmt;
+
+/// Teams (one byte each) per word of a saved list's words.
+const TEAMS_PER_WORD: usize = 8;
+
+/// An open impression as saved.
+#[derive(Clone, Debug)]
+pub struct SavedList {
+    /// Arrival order, unique across the engine.
+    pub seq: u64,
+    pub request: u64,
+    pub time: Nanos,
+    pub group: GroupId,
+    /// The interleaving lineup, or [`NOT_INTERLEAVED`].
+    pub lineup: u32,
+    /// The item hashes, rank order; for an interleaved list followed by
+    /// its teams, eight to a word.
+    words: Box<[u64]>,
+    /// The interactions credited to it.
+    pub(super) credits: Vec<Credit>,
+}
+
+impl SavedList {
+    /// The saved form of `list`, its items' hashes looked up in `table`.
+    pub fn of(list: &OpenImpression, table: &ItemTable) -> Self {
+        Self {
+            seq: list.seq,
+            request: list.request,
+            time: list.time,
+            group: list.group,
+            lineup: list.lineup(),
+            words: saved_words(list, table).collect(),
+            credits: list.credits().to_vec(),
+        }
+    }
+
+    /// The number of items shown.
+    /// A list of `n` items holds `L = n + ⌈n/8⌉` words when interleaved,
+    /// and `n = ⌊8L/9⌋` is the one `n` that gives `L`.
+    pub fn shown(&self) -> usize {
+        match self.lineup {
+            NOT_INTERLEAVED => self.words.len(),
+            _ => self.words.len() * TEAMS_PER_WORD / (TEAMS_PER_WORD + 1),
+        }
+    }
+
+    /// The item hashes shown, rank order.
+    pub fn items(&self) -> &[u64] {
+        &self.words[..self.shown()]
+    }
+
+    /// The team of each item, rank order, into `teams`; none for a list
+    /// that was not interleaved.
+    pub fn teams_into(&self, teams: &mut Vec<u8>) {
+        teams.clear();
+        let shown = self.shown();
+        for word in &self.words[shown..] {
+            teams.extend_from_slice(&word.to_le_bytes());
+        }
+        teams.truncate(shown);
+    }
+
+    /// Whether its words hold its items and teams as an engine saves them,
+    /// and every credit names a rank of the list: an engine indexes the
+    /// list by them.
+    pub fn is_well_formed(&self) -> bool {
+        let shown = self.shown();
+        let packed = self.lineup == NOT_INTERLEAVED
+            || (shown > 0 && shown + shown.div_ceil(TEAMS_PER_WORD) == self.words.len());
+        packed && self.credits.iter().all(|c| (c.rank as usize) < shown)
+    }
+}
+
+/// How many words `list` is saved with.
+fn saved_word_count(list: &OpenImpression) -> usize {
+    let shown = list.shown();
+    match list.lineup() {
+        NOT_INTERLEAVED => shown,
+        _ => shown + shown.div_ceil(TEAMS_PER_WORD),
+    }
+}
+
+/// The words `list` is saved with: its items' hashes, then its teams.
+fn saved_words<'a>(
+    list: &'a OpenImpression,
+    table: &'a ItemTable,
+) -> impl Iterator<Item = u64> + 'a {
+    let mut teams = Vec::new();
+    list.teams_into(&mut teams);
+    let team_words: Vec<u64> = teams
+        .chunks(TEAMS_PER_WORD)
+        .map(|teams| {
+            let mut word = [0u8; TEAMS_PER_WORD];
+            word[..teams.len()].copy_from_slice(teams);
+            u64::from_le_bytes(word)
+        })
+        .collect();
+    let hashes = list.numbers().map(|number| table.hash(number));
+    hashes.chain(team_words)
+}
+
+/// An open list saved as it is held: the bytes of its [`SavedList`], its
+/// items' hashes looked up in the table as they are written.
+pub struct HeldList<'a>(pub &'a OpenImpression, pub &'a ItemTable);
 
 const HEADER_BYTES: usize = 8 + 8 + 8 + 4 + 4 + 4;
 const ITEM_BYTES: usize = 8;
@@ -24,34 +132,78 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Serialize for OpenImpression {
+impl Serialize for SavedList {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        SCRATCH.with_borrow_mut(|bytes| {
-            bytes.clear();
-            bytes.reserve(
-                HEADER_BYTES + self.items.len() * ITEM_BYTES + self.credits.len() * CREDIT_BYTES,
-            );
-            bytes.extend_from_slice(&self.seq.to_le_bytes());
-            bytes.extend_from_slice(&self.request.to_le_bytes());
-            bytes.extend_from_slice(&self.time.to_le_bytes());
-            bytes.extend_from_slice(&self.group.to_le_bytes());
-            bytes.extend_from_slice(&self.lineup.to_le_bytes());
-            bytes.extend_from_slice(&(self.items.len() as u32).to_le_bytes());
-            for item in self.items.iter() {
-                bytes.extend_from_slice(&item.to_le_bytes());
-            }
-            for credit in self.credits.iter() {
-                bytes.extend_from_slice(&credit.rank.to_le_bytes());
-                bytes.extend_from_slice(&credit.kind.to_le_bytes());
-                bytes.extend_from_slice(&credit.grade.to_bits().to_le_bytes());
-                bytes.extend_from_slice(&credit.event.to_le_bytes());
-            }
-            serializer.serialize_bytes(bytes)
-        })
+        let words = self.words.iter().copied();
+        pack(
+            self.header(),
+            words,
+            self.words.len(),
+            &self.credits,
+            serializer,
+        )
     }
 }
 
-impl<'de> Deserialize<'de> for OpenImpression {
+impl Serialize for HeldList<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Self(list, table) = *self;
+        let header = list.header();
+        let count = saved_word_count(list);
+        pack(
+            header,
+            saved_words(list, table),
+            count,
+            list.credits(),
+            serializer,
+        )
+    }
+}
+
+impl SavedList {
+    /// The fields besides its items and credits.
+    pub(super) fn header(&self) -> Header {
+        Header {
+            seq: self.seq,
+            request: self.request,
+            time: self.time,
+            group: self.group,
+            lineup: self.lineup,
+        }
+    }
+}
+
+/// Serializes a saved list of `count` words as one run of bytes.
+fn pack<S: Serializer>(
+    header: Header,
+    words: impl Iterator<Item = u64>,
+    count: usize,
+    credits: &[Credit],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    SCRATCH.with_borrow_mut(|bytes| {
+        bytes.clear();
+        bytes.reserve(HEADER_BYTES + count * ITEM_BYTES + credits.len() * CREDIT_BYTES);
+        bytes.extend_from_slice(&header.seq.to_le_bytes());
+        bytes.extend_from_slice(&header.request.to_le_bytes());
+        bytes.extend_from_slice(&header.time.to_le_bytes());
+        bytes.extend_from_slice(&header.group.to_le_bytes());
+        bytes.extend_from_slice(&header.lineup.to_le_bytes());
+        bytes.extend_from_slice(&(count as u32).to_le_bytes());
+        for word in words {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        for credit in credits {
+            bytes.extend_from_slice(&credit.rank.to_le_bytes());
+            bytes.extend_from_slice(&credit.kind.to_le_bytes());
+            bytes.extend_from_slice(&credit.grade.to_bits().to_le_bytes());
+            bytes.extend_from_slice(&credit.event.to_le_bytes());
+        }
+        serializer.serialize_bytes(bytes)
+    })
+}
+
+impl<'de> Deserialize<'de> for SavedList {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_bytes(PackedVisitor)
     }
@@ -60,19 +212,19 @@ impl<'de> Deserialize<'de> for OpenImpression {
 struct PackedVisitor;
 
 impl Visitor<'_> for PackedVisitor {
-    type Value = OpenImpression;
+    type Value = SavedList;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an open impression's packed bytes")
     }
 
-    fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<OpenImpression, E> {
+    fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<SavedList, E> {
         unpack(bytes).ok_or_else(|| E::invalid_length(bytes.len(), &self))
     }
 }
 
 /// The impression `bytes` hold, if they are laid out as [`Serialize`] writes them.
-fn unpack(bytes: &[u8]) -> Option<OpenImpression> {
+fn unpack(bytes: &[u8]) -> Option<SavedList> {
     let mut reader = Reader(bytes);
     let seq = u64::from_le_bytes(reader.take()?);
     let request = u64::from_le_bytes(reader.take()?);
@@ -82,7 +234,7 @@ fn unpack(bytes: &[u8]) -> Option<OpenImpression> {
     let count = u32::from_le_bytes(reader.take()?) as usize;
     let item_bytes = reader.take_slice(count.checked_mul(ITEM_BYTES)?)?;
     let (items, _) = item_bytes.as_chunks::<ITEM_BYTES>();
-    let items = items.iter().map(|item| u64::from_le_bytes(*item)).collect();
+    let words = items.iter().map(|item| u64::from_le_bytes(*item)).collect();
     if reader.0.len() % CREDIT_BYTES != 0 {
         return None;
     }
@@ -95,14 +247,14 @@ fn unpack(bytes: &[u8]) -> Option<OpenImpression> {
             event: u64::from_le_bytes(reader.take()?),
         });
     }
-    Some(OpenImpression {
+    Some(SavedList {
         seq,
         request,
         time,
         group,
         lineup,
-        items,
-        credits: credits.into(),
+        words,
+        credits,
     })
 }
 
@@ -125,21 +277,20 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
-    fn sample() -> OpenImpression {
-        OpenImpression {
+    fn sample() -> SavedList {
+        SavedList {
             seq: 7,
             request: u64::MAX - 3,
             time: -1_700_000_000_000_000_000,
             group: 2,
             lineup: 5,
-            items: vec![1, u64::MAX, 1 << 63].into_boxed_slice(),
+            words: vec![1, u64::MAX, 1 << 63].into_boxed_slice(),
             credits: vec![Credit {
                 rank: 1,
                 kind: 3,
                 grade: 2.5,
                 event: 0xdead_beef_dead_beef,
-            }]
-            .into(),
+            }],
         }
     }
 
@@ -150,7 +301,7 @@ mod tests {
             bytes.len(),
             1 + HEADER_BYTES + 3 * ITEM_BYTES + CREDIT_BYTES
         );
-        let restored: OpenImpression = postcard::from_bytes(&bytes).unwrap();
+        let restored: SavedList = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(format!("{restored:?}"), format!("{:?}", sample()));
         assert_eq!(postcard::to_stdvec(&restored).unwrap(), bytes);
     }

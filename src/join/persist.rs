@@ -5,7 +5,10 @@
 //! whose field order is the state file's format.
 
 use super::experiments::Experiments;
-use super::user::{UserState, NOT_INTERLEAVED};
+use super::items::ItemTable;
+use super::open::NOT_INTERLEAVED;
+use super::packed::SavedList;
+use super::user::{HeldUser, SavedUser, UserState};
 use super::{Counters, GroupAggregates, Groups, Shard};
 use crate::event::Nanos;
 use serde::ser::SerializeSeq;
@@ -20,7 +23,7 @@ pub struct EngineState {
     pub(super) aggregates: Vec<GroupAggregates>,
     pub(super) experiments: Experiments,
     pub(super) counters: Counters,
-    pub(super) users: Vec<(u64, UserState)>,
+    pub(super) users: Vec<(u64, SavedUser)>,
 }
 
 /// An engine's open state, borrowed: the fields of [`EngineState`] in its
@@ -37,15 +40,19 @@ pub(super) struct OpenState<'a> {
     pub(super) users: UsersAhead<'a>,
 }
 
-/// Users by id, serialized as the `Vec` they are, while the states of the
-/// users a few places ahead are loaded into the cache: ids are hashes, so
-/// the walk through them is in no order of memory, and each user is a
-/// chain of three loads (its state, its lists, their items).
-pub(super) struct UsersAhead<'a>(pub(super) Vec<(u64, &'a UserState)>);
+/// Users by id, serialized as the `Vec` of saved users they are, while the
+/// states of the users a few places ahead are loaded into the cache: ids
+/// are hashes, so the walk through them is in no order of memory, and each
+/// user is a chain of three loads (its state, its lists, their items). The
+/// table gives the hashes of their items.
+pub(super) struct UsersAhead<'a>(
+    pub(super) Vec<(u64, &'a UserState)>,
+    pub(super) &'a ItemTable,
+);
 
 impl Serialize for UsersAhead<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let users = &self.0;
+        let Self(users, table) = self;
         let mut sequence = serializer.serialize_seq(Some(users.len()))?;
         for (index, user) in users.iter().enumerate() {
             if let Some((_, ahead)) = users.get(index + 8) {
@@ -57,7 +64,8 @@ impl Serialize for UsersAhead<'_> {
             if let Some((_, ahead)) = users.get(index + 2) {
                 ahead.prefetch();
             }
-            sequence.serialize_element(user)?;
+            let (id, user) = user;
+            sequence.serialize_element(&(id, HeldUser(user, table)))?;
         }
         sequence.end()
     }
@@ -99,7 +107,7 @@ impl EngineState {
             return Some("the interleaving registry names an experiment it does not hold");
         }
         let mut teams = Vec::new();
-        let teams_fit = |open: &super::user::OpenImpression| {
+        let teams_fit = |open: &SavedList| {
             if open.lineup == NOT_INTERLEAVED {
                 return true;
             }
@@ -114,12 +122,12 @@ impl EngineState {
     }
 }
 
-/// A copy of every user of `shards`, sorted by id, so that the same state
-/// always saves as the same bytes.
-pub(super) fn sorted_users(shards: &[Shard]) -> Vec<(u64, UserState)> {
+/// The saved form of every user of `shards`, sorted by id, so that the same
+/// state always saves as the same bytes; `table` numbers their items.
+pub(super) fn sorted_users(shards: &[Shard], table: &ItemTable) -> Vec<(u64, SavedUser)> {
     sorted_user_refs(shards)
         .into_iter()
-        .map(|(id, user)| (id, user.clone()))
+        .map(|(id, user)| (id, user.saved(table)))
         .collect()
 }
 

@@ -1,213 +1,14 @@
 //! One user's open impressions and waiting interactions, and the attribution
 //! rules that only ever look inside one user.
 
-use super::{Counters, GroupId, Unattributed};
+use super::items::ItemTable;
+use super::open::OpenImpression;
+use super::packed::{HeldList, SavedList};
+use super::Counters;
 use crate::event::hashed::IdentityHash;
-use crate::event::{Impression, Interaction, Nanos};
+use crate::event::{Interaction, Nanos};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
-
-/// An open impression, stored compactly: item ids are hashes, and each
-/// credited interaction takes 24 bytes, in blocks of 2, 4, 8… (56 bytes in
-/// all, beside those). Saved in the fixed-width form of [`super::packed`].
-#[derive(Clone, Debug)]
-pub struct OpenImpression {
-    /// Arrival order, unique across the engine.
-    pub seq: u64,
-    pub request: u64,
-    pub time: Nanos,
-    pub group: GroupId,
-    /// The interleaving lineup of the list ([`super::experiments`]), or
-    /// [`NOT_INTERLEAVED`]; it fills what would be padding after `group`.
-    pub lineup: u32,
-    /// The item hashes, rank order; for an interleaved list followed by its
-    /// teams, eight to a word (see [`OpenImpression::shown`]).
-    pub(super) items: Box<[u64]>,
-    /// The interactions credited to it.
-    pub(super) credits: Credits,
-}
-
-/// The lineup of a list that was not interleaved.
-pub const NOT_INTERLEAVED: u32 = u32::MAX;
-
-/// Teams (one byte each) per word of an interleaved list's item box.
-const TEAMS_PER_WORD: usize = 8;
-
-/// The interactions credited to an open list: one word while there are
-/// none, as for most open lists, then a block of 2, 4, 8… credits.
-#[derive(Clone, Debug, Default)]
-#[expect(
-    clippy::box_collection,
-    reason = "one word in every open list, not a vector's three"
-)]
-pub(super) struct Credits(Option<Box<Vec<Credit>>>);
-
-impl Credits {
-    /// Adds a credit. Room for two, then twice as many: growing by one
-    /// would move the credits to a new block at nearly every interaction.
-    fn push(&mut self, credit: Credit) {
-        let credits = self
-            .0
-            .get_or_insert_with(|| Box::new(Vec::with_capacity(2)));
-        if credits.len() == credits.capacity() {
-            credits.reserve_exact(credits.len());
-        }
-        credits.push(credit);
-    }
-}
-
-impl std::ops::Deref for Credits {
-    type Target = [Credit];
-
-    fn deref(&self) -> &[Credit] {
-        self.0.as_deref().map_or(&[], Vec::as_slice)
-    }
-}
-
-impl From<Vec<Credit>> for Credits {
-    fn from(credits: Vec<Credit>) -> Self {
-        Self((!credits.is_empty()).then(|| Box::new(credits)))
-    }
-}
-
-/// One interaction credited to an impression.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Credit {
-    pub(super) rank: u32,
-    /// The interaction's type index (in the padding after `rank`).
-    pub(super) kind: u16,
-    pub(super) grade: f64,
-    /// The event id's hash; 0 when it had none.
-    pub(super) event: u64,
-}
-
-impl OpenImpression {
-    /// A newly opened impression, taking over its item hashes; its teams
-    /// are kept when `lineup` is one (not [`NOT_INTERLEAVED`]).
-    pub fn new(seq: u64, group: GroupId, lineup: u32, impression: Impression<'_>) -> Self {
-        let mut items = impression.items;
-        if let (Some(interleaving), true) = (&impression.interleaving, lineup != NOT_INTERLEAVED) {
-            items.reserve_exact(interleaving.teams.len().div_ceil(TEAMS_PER_WORD));
-            items.extend(interleaving.teams.chunks(TEAMS_PER_WORD).map(|teams| {
-                let mut word = [0u8; TEAMS_PER_WORD];
-                word[..teams.len()].copy_from_slice(teams);
-                u64::from_le_bytes(word)
-            }));
-        }
-        Self {
-            seq,
-            request: impression.request,
-            time: impression.time,
-            group,
-            lineup: match impression.interleaving {
-                Some(_) => lineup,
-                None => NOT_INTERLEAVED,
-            },
-            items: items.into_boxed_slice(),
-            credits: Credits::default(),
-        }
-    }
-
-    /// The team of each item, rank order, into `teams`; none for a list
-    /// that was not interleaved.
-    pub fn teams_into(&self, teams: &mut Vec<u8>) {
-        teams.clear();
-        let shown = self.shown();
-        for word in &self.items[shown..] {
-            teams.extend_from_slice(&word.to_le_bytes());
-        }
-        teams.truncate(shown);
-    }
-
-    fn rank_of(&self, item: u64) -> Option<usize> {
-        self.items().iter().position(|&i| i == item)
-    }
-
-    fn in_window(&self, time: Nanos, window: Nanos) -> bool {
-        self.time <= time && time <= self.time.saturating_add(window)
-    }
-
-    /// The rank index of the interaction's item, when the interaction matches (docs/SPEC.md §3 rule 2).
-    fn matching_rank(&self, x: &Interaction, window: Nanos) -> Option<usize> {
-        self.in_window(x.time, window)
-            .then(|| self.rank_of(x.item))
-            .flatten()
-    }
-
-    fn has_credited_event(&self, event: Option<u64>) -> bool {
-        event.is_some_and(|e| self.credits.iter().any(|c| c.event == e))
-    }
-
-    fn credit(&mut self, rank: usize, x: &Interaction, counters: &mut Counters) {
-        counters.credited += 1;
-        self.credits.push(Credit {
-            rank: rank as u32,
-            kind: x.kind,
-            grade: x.grade,
-            event: x.event.unwrap_or(0),
-        });
-    }
-
-    /// Why an interaction that named this impression does not match it.
-    fn mismatch(&self, x: &Interaction) -> Unattributed {
-        if self.rank_of(x.item).is_none() {
-            Unattributed::NotInList
-        } else {
-            Unattributed::OutsideWindow
-        }
-    }
-
-    /// Writes the grade of every item, rank order, into `grades`.
-    pub fn grades_into(&self, grades: &mut Vec<f64>) {
-        grades.clear();
-        grades.resize(self.shown(), 0.0);
-        for credit in self.credits.iter() {
-            let grade = &mut grades[credit.rank as usize];
-            *grade = grade.max(credit.grade);
-        }
-    }
-
-    /// Whether every credit names a rank of the list, as `credit` gives
-    /// them: `grades_into` indexes the list by them.
-    pub fn is_well_formed(&self) -> bool {
-        let shown = self.shown();
-        let packed = self.lineup == NOT_INTERLEAVED
-            || (shown > 0 && shown + shown.div_ceil(TEAMS_PER_WORD) == self.items.len());
-        packed && self.credits.iter().all(|c| (c.rank as usize) < shown)
-    }
-
-    /// The number of items shown. An interleaved list of `n` items holds
-    /// `L = n + ⌈n/8⌉` words, and `n = ⌊8L/9⌋` is the one `n` that gives `L`.
-    pub fn shown(&self) -> usize {
-        match self.lineup {
-            NOT_INTERLEAVED => self.items.len(),
-            _ => self.items.len() * TEAMS_PER_WORD / (TEAMS_PER_WORD + 1),
-        }
-    }
-
-    /// The item hashes shown, rank order.
-    pub fn items(&self) -> &[u64] {
-        &self.items[..self.shown()]
-    }
-
-    /// The items with a credited interaction of grade > 0 (an item once per credit).
-    pub fn engaged_items(&self) -> impl Iterator<Item = u64> + '_ {
-        self.credits
-            .iter()
-            .filter(|c| c.grade > 0.0)
-            .map(|c| self.items()[c.rank as usize])
-    }
-
-    /// `(rank index, type index)` of every credited interaction.
-    pub fn credited(&self) -> impl Iterator<Item = (usize, u16)> + '_ {
-        self.credits.iter().map(|c| (c.rank as usize, c.kind))
-    }
-
-    /// Whether some item has a grade above 0.
-    pub fn is_engaged(&self) -> bool {
-        self.credits.iter().any(|c| c.grade > 0.0)
-    }
-}
 
 /// An interaction waiting for its impression.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -218,13 +19,14 @@ pub struct Waiting {
     pub interaction: Interaction,
 }
 
-/// Everything held for one user: 32 bytes in the user map, beside the
+/// Everything held for one user: 24 bytes in the user map, beside the
 /// lists, while the user has no waiting interaction (most users).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(from = "SavedUser<Vec<OpenImpression>, Vec<Waiting>>")]
+#[derive(Clone, Debug, Default)]
 pub struct UserState {
-    /// Open impressions ordered by (time, arrival): the latest last.
-    pub open: Vec<OpenImpression>,
+    /// Open impressions ordered by (time, arrival): the latest last. Most
+    /// users hold one list at a time, so the block holds as many as there
+    /// are and no room to spare.
+    pub open: Box<[OpenImpression]>,
     /// What few users hold, in a block of its own; none when empty.
     rare: Option<Box<Rare>>,
 }
@@ -239,35 +41,38 @@ struct Rare {
     index: Option<Box<UserIndex>>,
 }
 
-/// A user as saved: its open lists and waiting interactions.
-#[derive(Serialize, Deserialize)]
-struct SavedUser<Lists, Interactions> {
-    open: Lists,
-    waiting: Interactions,
+/// A user as saved: its open lists, with item hashes, and its waiting
+/// interactions.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct SavedUser<Lists = Vec<SavedList>, Interactions = Vec<Waiting>> {
+    /// Open lists.
+    pub open: Lists,
+    /// Waiting interactions.
+    pub waiting: Interactions,
 }
 
-impl Serialize for UserState {
+/// A user saved as it is held: the bytes of its [`SavedUser`], its items'
+/// numbers looked up in the table as they are written.
+pub struct HeldUser<'a>(pub &'a UserState, pub &'a ItemTable);
+
+impl Serialize for HeldUser<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Self(user, table) = *self;
         SavedUser {
-            open: &self.open[..],
-            waiting: self.waiting(),
+            open: HeldLists(&user.open, table),
+            waiting: user.waiting(),
         }
         .serialize(serializer)
     }
 }
 
-impl From<SavedUser<Vec<OpenImpression>, Vec<Waiting>>> for UserState {
-    fn from(saved: SavedUser<Vec<OpenImpression>, Vec<Waiting>>) -> Self {
-        let rare = (!saved.waiting.is_empty()).then(|| {
-            Box::new(Rare {
-                waiting: saved.waiting,
-                index: None,
-            })
-        });
-        Self {
-            open: saved.open,
-            rare,
-        }
+/// A user's open lists, serialized as the sequence of their saved forms.
+struct HeldLists<'a>(&'a [OpenImpression], &'a ItemTable);
+
+impl Serialize for HeldLists<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Self(lists, table) = *self;
+        serializer.collect_seq(lists.iter().map(|list| HeldList(list, table)))
     }
 }
 
@@ -280,8 +85,8 @@ const INDEX_FROM: usize = 16;
 struct UserIndex {
     /// Open impressions by request id: `(time, seq)`.
     requests: HashMap<u64, (Nanos, u64), IdentityHash>,
-    /// Open impressions by item shown: `(time, seq)`, ascending.
-    items: HashMap<u64, VecDeque<(Nanos, u64)>, IdentityHash>,
+    /// Open impressions by the number of an item shown: `(time, seq)`, ascending.
+    items: HashMap<u32, VecDeque<(Nanos, u64)>>,
     /// Event ids of waiting interactions, with how many wait with each.
     events: HashMap<u64, u32, IdentityHash>,
     /// Waiting interactions by the request id they name: seqs, ascending.
@@ -293,7 +98,7 @@ struct UserIndex {
 impl UserIndex {
     fn add_open(&mut self, m: &OpenImpression) {
         self.requests.insert(m.request, (m.time, m.seq));
-        for &item in m.items().iter() {
+        for item in m.numbers() {
             let lists = self.items.entry(item).or_default();
             let at = lists.partition_point(|&key| key <= (m.time, m.seq));
             lists.insert(at, (m.time, m.seq));
@@ -302,13 +107,13 @@ impl UserIndex {
 
     fn remove_open(&mut self, m: &OpenImpression) {
         self.requests.remove(&m.request);
-        for item in m.items().iter() {
-            if let Some(lists) = self.items.get_mut(item) {
+        for item in m.numbers() {
+            if let Some(lists) = self.items.get_mut(&item) {
                 if let Some(at) = lists.iter().position(|&key| key == (m.time, m.seq)) {
                     lists.remove(at);
                 }
                 if lists.is_empty() {
-                    self.items.remove(item);
+                    self.items.remove(&item);
                 }
             }
         }
@@ -414,9 +219,37 @@ impl UserState {
         self.rare.get_or_insert_default().index = Some(Box::new(index));
     }
 
-    /// Rebuilds what is not saved, for a user just restored.
-    pub fn restored(&mut self) {
-        self.index_if_large();
+    /// The user as saved, its items' hashes looked up in `table`.
+    pub fn saved(&self, table: &ItemTable) -> SavedUser {
+        SavedUser {
+            open: self
+                .open
+                .iter()
+                .map(|list| SavedList::of(list, table))
+                .collect(),
+            waiting: self.waiting().to_vec(),
+        }
+    }
+
+    /// The user `saved` holds, its items numbered in `table`, with what
+    /// is not saved rebuilt.
+    pub fn restore(saved: SavedUser, table: &mut ItemTable) -> Self {
+        let rare = (!saved.waiting.is_empty()).then(|| {
+            Box::new(Rare {
+                waiting: saved.waiting,
+                index: None,
+            })
+        });
+        let mut user = Self {
+            open: saved
+                .open
+                .into_iter()
+                .map(|list| OpenImpression::restore(list, table))
+                .collect(),
+            rare,
+        };
+        user.index_if_large();
+        user
     }
 
     /// Starts loading this state itself, the first step of a walk through
@@ -435,15 +268,11 @@ impl UserState {
     /// an interaction searches first.
     pub fn prefetch(&self) {
         for m in self.open.iter().rev().take(2) {
-            prefetch(m.items.as_ptr());
-            // The block's header, not its credits: reading where they are
-            // would wait for that load.
-            prefetch(
-                m.credits
-                    .0
-                    .as_deref()
-                    .map_or(std::ptr::null(), std::ptr::from_ref),
-            );
+            // The credits' block's header, not its credits: reading where
+            // they are would wait for that load.
+            let (items, credits) = m.addresses();
+            prefetch(items);
+            prefetch(credits);
         }
     }
 
@@ -458,9 +287,10 @@ impl UserState {
         if let Some(user_index) = self.index_mut() {
             user_index.add_open(&open);
         }
-        // Most users hold one list at a time: grow by one, not by the default four.
-        self.open.reserve_exact(1);
-        self.open.insert(index, open);
+        let mut lists = std::mem::take(&mut self.open).into_vec();
+        lists.reserve_exact(1);
+        lists.insert(index, open);
+        self.open = lists.into_boxed_slice();
         self.index_if_large();
     }
 
@@ -479,7 +309,9 @@ impl UserState {
     /// order they opened, so the search starts from the front.
     pub fn take_open(&mut self, seq: u64) -> Option<OpenImpression> {
         let position = self.open.iter().position(|m| m.seq == seq)?;
-        let open = self.open.remove(position);
+        let mut lists = std::mem::take(&mut self.open).into_vec();
+        let open = lists.remove(position);
+        self.open = lists.into_boxed_slice();
         if let Some(index) = self.index_mut() {
             index.remove_open(&open);
         }
@@ -530,26 +362,28 @@ impl UserState {
     /// Credits, counts as unattributed or as a duplicate, or says that the
     /// interaction must wait for its impression (not counted yet) or is
     /// shed because its impression holds `max_credits` interactions already.
+    /// `item` is the number of the interaction's item, if an open list shows it.
     pub fn attribute(
         &mut self,
         x: Interaction,
+        item: Option<u32>,
         window: Nanos,
         max_credits: usize,
         counters: &mut Counters,
     ) -> Attributed {
         let target = match x.request {
             Some(request) => match self.open_request(request) {
-                Some(index) => match self.open[index].matching_rank(&x, window) {
+                Some(index) => match self.open[index].matching_rank(&x, item, window) {
                     Some(rank) => Some((index, rank)),
                     None => {
                         counters.interactions += 1;
-                        counters.unattributed(self.open[index].mismatch(&x));
+                        counters.unattributed(self.open[index].mismatch(item));
                         return Attributed::Settled;
                     }
                 },
                 None => None,
             },
-            None => self.latest_match(&x, window),
+            None => item.and_then(|item| self.latest_match(&x, item, window)),
         };
         let credited_retry =
             target.is_some_and(|(index, _)| self.open[index].has_credited_event(x.event));
@@ -560,7 +394,7 @@ impl UserState {
         let Some((index, rank)) = target else {
             return Attributed::Waits;
         };
-        if self.open[index].credits.len() >= max_credits {
+        if self.open[index].credit_count() >= max_credits {
             return Attributed::Shed;
         }
         counters.interactions += 1;
@@ -571,21 +405,21 @@ impl UserState {
     /// The latest (by time, then arrival) open impression the interaction
     /// matches. `open` is in that order, so the search runs from the end and
     /// stops at the first list shown more than a window before the interaction.
-    fn latest_match(&self, x: &Interaction, window: Nanos) -> Option<(usize, usize)> {
+    fn latest_match(&self, x: &Interaction, item: u32, window: Nanos) -> Option<(usize, usize)> {
         if let Some(index) = self.index() {
-            let lists = index.items.get(&x.item)?;
+            let lists = index.items.get(&item)?;
             let &(time, seq) = lists.iter().rev().find(|(time, _)| *time <= x.time)?;
             if time.saturating_add(window) < x.time {
                 return None;
             }
             let position = self.position_of((time, seq))?;
-            return Some((position, self.open[position].rank_of(x.item)?));
+            return Some((position, self.open[position].rank_of(Some(item))?));
         }
         for (index, m) in self.open.iter().enumerate().rev() {
             if m.time.saturating_add(window) < x.time {
                 return None;
             }
-            if let Some(rank) = m.matching_rank(x, window) {
+            if let Some(rank) = m.matching_rank(x, Some(item), window) {
                 return Some((index, rank));
             }
         }
@@ -594,17 +428,20 @@ impl UserState {
 
     /// Settles the waiting interactions that a newly opened impression
     /// claims, in arrival order; returns how many left the waiting list.
+    /// `table` numbers the impression's items.
     pub fn claim_waiting(
         &mut self,
         open: &mut OpenImpression,
         window: Nanos,
         counters: &mut Counters,
+        table: &ItemTable,
     ) -> usize {
         if let Some(index) = self.index() {
             let mut candidates: Vec<u64> =
                 index.named.get(&open.request).cloned().unwrap_or_default();
-            for item in open.items().iter() {
-                candidates.extend(index.unnamed.get(item).into_iter().flatten());
+            for item in open.numbers() {
+                let waiting = index.unnamed.get(&table.hash(item));
+                candidates.extend(waiting.into_iter().flatten());
             }
             if candidates.is_empty() {
                 return 0;
@@ -620,6 +457,7 @@ impl UserState {
                     &self.waiting()[position].interaction,
                     window,
                     counters,
+                    table,
                 ) {
                     self.take_waiting(seq);
                     claimed += 1;
@@ -632,7 +470,7 @@ impl UserState {
         };
         let before = rare.waiting.len();
         rare.waiting
-            .retain(|w| !settle(open, &w.interaction, window, counters));
+            .retain(|w| !settle(open, &w.interaction, window, counters, table));
         let claimed = before - rare.waiting.len();
         self.forget_rare_if_empty();
         claimed
@@ -641,20 +479,23 @@ impl UserState {
 
 /// Settles waiting interaction `x` with newly opened impression `open` if
 /// it claims it (rule 2 of docs/SPEC.md §3): credits it, or counts it as
-/// unattributed when it named `open` and does not match. `false`: it waits on.
+/// unattributed when it named `open` and does not match. `false`: it waits
+/// on. `table` numbers `open`'s items.
 fn settle(
     open: &mut OpenImpression,
     x: &Interaction,
     window: Nanos,
     counters: &mut Counters,
+    table: &ItemTable,
 ) -> bool {
     let named = x.request == Some(open.request);
     if !named && x.request.is_some() {
         return false;
     }
-    match open.matching_rank(x, window) {
+    let item = table.number(x.item);
+    match open.matching_rank(x, item, window) {
         Some(rank) => open.credit(rank, x, counters),
-        None if named => counters.unattributed(open.mismatch(x)),
+        None if named => counters.unattributed(open.mismatch(item)),
         None => return false,
     }
     true
@@ -677,8 +518,11 @@ fn prefetch<T>(address: *const T) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::open::NOT_INTERLEAVED;
     use super::*;
+    use crate::event::Impression;
     use proptest::prelude::*;
+    use std::borrow::Cow;
 
     /// One step on a user's state.
     #[derive(Clone, Debug)]
@@ -735,13 +579,26 @@ mod tests {
         let open = user
             .open
             .iter()
-            .map(|m| (m.seq, m.credits.iter().map(|c| (c.rank, c.event)).collect()))
+            .map(|m| {
+                (
+                    m.seq,
+                    m.credits().iter().map(|c| (c.rank, c.event)).collect(),
+                )
+            })
             .collect();
         (open, user.waiting().iter().map(|w| w.seq).collect())
     }
 
+    /// A user and the table of its items' numbers.
+    #[derive(Default)]
+    struct Held {
+        user: UserState,
+        table: ItemTable,
+    }
+
     /// Applies `step` as the engine would, with `seq` as its arrival.
-    fn apply(user: &mut UserState, step: &Step, seq: u64, counters: &mut Counters) -> String {
+    fn apply(held: &mut Held, step: &Step, seq: u64, counters: &mut Counters) -> String {
+        let Held { user, table } = held;
         const WINDOW: Nanos = 10;
         match step {
             Step::Open {
@@ -752,16 +609,18 @@ mod tests {
                 if user.has_open_request(*request) || user.open.len() >= 8 {
                     return "duplicate or full".into();
                 }
-                let mut open = OpenImpression {
-                    seq,
+                let impression = Impression {
                     request: *request,
+                    user: 1,
+                    items: items.clone(),
                     time: *time,
-                    group: 0,
-                    lineup: NOT_INTERLEAVED,
-                    items: items.clone().into_boxed_slice(),
-                    credits: Credits::default(),
+                    model: Cow::Borrowed("m"),
+                    surface: Cow::Borrowed("s"),
+                    segments: Vec::new(),
+                    interleaving: None,
                 };
-                let claimed = user.claim_waiting(&mut open, WINDOW, counters);
+                let mut open = OpenImpression::new(seq, 0, NOT_INTERLEAVED, impression, table);
+                let claimed = user.claim_waiting(&mut open, WINDOW, counters, table);
                 user.insert_open(open);
                 format!("claimed {claimed}")
             }
@@ -780,7 +639,8 @@ mod tests {
                     grade: 1.0,
                     kind: 0,
                 };
-                let outcome = user.attribute(x, WINDOW, 3, counters);
+                let item = table.number(x.item);
+                let outcome = user.attribute(x, item, WINDOW, 3, counters);
                 if outcome == Attributed::Waits && user.waiting().len() < 8 {
                     user.push_waiting(Waiting {
                         seq,
@@ -791,10 +651,9 @@ mod tests {
             }
             Step::Finalize => {
                 let first = user.open.first().map(|m| m.seq);
-                format!(
-                    "{:?}",
-                    first.and_then(|seq| user.take_open(seq)).map(|m| m.seq)
-                )
+                let taken = first.and_then(|seq| user.take_open(seq));
+                taken.iter().for_each(|list| list.release(table));
+                format!("{:?}", taken.map(|m| m.seq))
             }
             Step::GiveUp => {
                 let first = user.waiting().first().map(|w| w.seq);
@@ -808,10 +667,10 @@ mod tests {
 
     /// A user whose waiting interactions have all been claimed or given up
     /// holds nothing beside its lists, so that its entry in the user map
-    /// stays at its 32 bytes.
+    /// stays at its 24 bytes.
     #[test]
     fn a_user_with_nothing_waiting_holds_no_block_for_it() {
-        let mut user = UserState::default();
+        let mut held = Held::default();
         let mut counters = Counters::default();
         let steps = [
             Step::Interact {
@@ -828,36 +687,36 @@ mod tests {
             },
         ];
         for (seq, step) in steps.iter().enumerate() {
-            apply(&mut user, step, seq as u64 + 1, &mut counters);
+            apply(&mut held, step, seq as u64 + 1, &mut counters);
         }
-        assert_eq!(user.waiting().len(), 2);
+        assert_eq!(held.user.waiting().len(), 2);
         let open = Step::Open {
             request: 7,
             items: vec![1, 3],
             time: 4,
         };
-        assert_eq!(apply(&mut user, &open, 3, &mut counters), "claimed 1");
-        assert!(user.rare.is_some(), "one interaction still waits");
+        assert_eq!(apply(&mut held, &open, 3, &mut counters), "claimed 1");
+        assert!(held.user.rare.is_some(), "one interaction still waits");
         assert_eq!(
-            format!("{}", apply(&mut user, &Step::GiveUp, 4, &mut counters)),
+            format!("{}", apply(&mut held, &Step::GiveUp, 4, &mut counters)),
             "Some(2)"
         );
-        assert!(user.rare.is_none());
+        assert!(held.user.rare.is_none());
         let waits = Step::Interact {
             item: 9,
             request: None,
             event: None,
             time: 5,
         };
-        apply(&mut user, &waits, 5, &mut counters);
+        apply(&mut held, &waits, 5, &mut counters);
         let claims = Step::Open {
             request: 8,
             items: vec![9],
             time: 5,
         };
-        assert_eq!(apply(&mut user, &claims, 6, &mut counters), "claimed 1");
-        assert!(user.rare.is_none());
-        assert_eq!(user.open.len(), 2);
+        assert_eq!(apply(&mut held, &claims, 6, &mut counters), "claimed 1");
+        assert!(held.user.rare.is_none());
+        assert_eq!(held.user.open.len(), 2);
     }
 
     proptest! {
@@ -865,22 +724,25 @@ mod tests {
         /// one that scans (held below the index's threshold) agree on every step.
         #[test]
         fn the_index_finds_what_a_scan_finds(steps in prop::collection::vec(step(), 1..80)) {
-            let mut indexed = UserState {
-                rare: Some(Box::new(Rare {
-                    index: Some(Box::default()),
-                    ..Rare::default()
-                })),
-                ..UserState::default()
+            let mut indexed = Held {
+                user: UserState {
+                    rare: Some(Box::new(Rare {
+                        index: Some(Box::default()),
+                        ..Rare::default()
+                    })),
+                    ..UserState::default()
+                },
+                ..Held::default()
             };
-            let mut scanned = UserState::default();
+            let mut scanned = Held::default();
             let (mut with_index, mut with_scan) = (Counters::default(), Counters::default());
             for (seq, step) in steps.iter().enumerate() {
                 let seq = seq as u64 + 1;
                 let a = apply(&mut indexed, step, seq, &mut with_index);
                 let b = apply(&mut scanned, step, seq, &mut with_scan);
-                prop_assert!(scanned.index().is_none(), "the scanning user stays below the threshold");
+                prop_assert!(scanned.user.index().is_none(), "the scanning user stays below the threshold");
                 prop_assert_eq!(a, b, "{:?}", step);
-                prop_assert_eq!(shown(&indexed), shown(&scanned));
+                prop_assert_eq!(shown(&indexed.user), shown(&scanned.user));
                 prop_assert_eq!(&with_index, &with_scan);
             }
         }
