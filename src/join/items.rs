@@ -1,101 +1,212 @@
-//! The items that open lists show, numbered: a list keeps a 4-byte number
-//! per item instead of the item id's 8-byte hash, and the table keeps each
-//! hash once for as long as some open list shows it. Where items repeat
-//! across lists (a catalogue smaller than the open lists' slots), this
-//! halves what the items of an open list take. An item that no open list
-//! shows has no number, so an interaction on it is known to match nothing
-//! without a look at the user's lists.
+//! The items that open lists show, numbered: a list keeps a number of 1 to
+//! 4 bytes per item instead of the item id's 8-byte hash, and the table
+//! keeps each hash once. Where items repeat across lists (a catalogue
+//! smaller than the open lists' slots), this saves most of what an open
+//! list's items took.
+//!
+//! A number is not given back as each list closes, which would cost a
+//! visit to the table per item: the table keeps, per number, the latest
+//! deadline of the lists that showed it, and lists close in deadline order,
+//! so a number whose deadline is before that of the last list closed is
+//! shown by no open list. Such numbers are freed in one pass once the
+//! table has grown by a quarter since the last, and reused.
+//!
+//! The table is looked up once per item of every list that opens, in a
+//! structure larger than the cache, so a list's items are looked up
+//! together: the slots of all of them are loaded at once, then the items
+//! those slots name, then each is found or numbered.
 
-use hashbrown::hash_table::Entry;
-use hashbrown::HashTable;
+use super::prefetch::prefetch;
+use crate::event::Nanos;
 
 /// The numbers of the items shown by open lists.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ItemTable {
-    /// The numbers in use, found by the hash they stand for: 4 bytes a slot.
-    numbers: HashTable<u32>,
-    /// The hash of each number (of a free one, the last it stood for).
-    hashes: Vec<u64>,
-    /// How many open lists show each number; 0 for a free one.
-    shown_by: Vec<u32>,
+    /// Open addressing, linear probing: each slot a number, or [`EMPTY`].
+    /// At most half of them are taken.
+    slots: Vec<u32>,
+    /// What each number stands for (a free one: what it last stood for).
+    items: Vec<Item>,
     /// Numbers free for reuse.
     free: Vec<u32>,
+    /// Numbers in use: in a slot.
+    in_use: usize,
+    /// Numbers in use after the last pass that freed numbers.
+    kept: usize,
+    /// The deadline of the last list closed: lists close in deadline
+    /// order, so every list due before it is closed.
+    closed: Nanos,
+}
+
+/// What a number stands for.
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    /// The item id's hash.
+    hash: u64,
+    /// The latest deadline of the lists that showed it.
+    until: Nanos,
+}
+
+/// A slot that holds no number.
+const EMPTY: u32 = u32::MAX;
+
+/// Numbers the table holds before its first pass to free some.
+const FIRST_PASS_AT: usize = 1024;
+
+impl Default for ItemTable {
+    fn default() -> Self {
+        Self {
+            slots: vec![EMPTY; 2 * FIRST_PASS_AT],
+            items: Vec::new(),
+            free: Vec::new(),
+            in_use: 0,
+            kept: 0,
+            closed: Nanos::MIN,
+        }
+    }
 }
 
 impl ItemTable {
-    /// The number of the item with this hash, if an open list shows it.
-    pub fn number(&self, hash: u64) -> Option<u32> {
-        let hashes = &self.hashes;
-        self.numbers
-            .find(hash, |&n| hashes[n as usize] == hash)
-            .copied()
+    /// Where the probe for `hash` starts: its high bits, mixed, so that
+    /// hashes alike in their low bits spread.
+    fn start(&self, hash: u64) -> usize {
+        let mixed = hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        mixed as usize & (self.slots.len() - 1)
     }
 
-    /// The number of the item with this hash, for one more open list that
-    /// shows it; numbered now if no open list showed it.
-    pub fn hold(&mut self, hash: u64) -> u32 {
-        let Self {
-            numbers,
-            hashes,
-            shown_by,
-            free,
-        } = self;
-        let entry = numbers.entry(
-            hash,
-            |&n| hashes[n as usize] == hash,
-            |&n| hashes[n as usize],
-        );
-        let number = match entry {
-            Entry::Occupied(entry) => *entry.get(),
-            Entry::Vacant(entry) => {
-                let number = match free.pop() {
-                    Some(number) => {
-                        hashes[number as usize] = hash;
-                        number
-                    }
-                    None => {
-                        hashes.push(hash);
-                        shown_by.push(0);
-                        // Each number stands for an item of some open list:
-                        // 2³² of them would take over 100 GB of lists first.
-                        u32::try_from(hashes.len() - 1).expect("fewer than 2³² items shown")
-                    }
-                };
-                entry.insert(number);
+    /// The slot that holds `hash`'s number, or the empty slot where it
+    /// would go.
+    fn slot_of(&self, hash: u64) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut slot = self.start(hash);
+        loop {
+            let number = self.slots[slot];
+            if number == EMPTY || self.items[number as usize].hash == hash {
+                return slot;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// The number of the item with this hash, if it has one; one that an
+    /// open list shows has one.
+    pub fn number(&self, hash: u64) -> Option<u32> {
+        let number = self.slots[self.slot_of(hash)];
+        (number != EMPTY).then_some(number)
+    }
+
+    /// Replaces each item hash of a list that closes at `until` with the
+    /// item's number, numbering the items that have none; the list keeps
+    /// the numbers from being freed before then.
+    pub fn hold_all(&mut self, items: &mut [u64], until: Nanos) {
+        // Load the slots of all of them at once, then the items they name.
+        for &hash in items.iter() {
+            prefetch(&raw const self.slots[self.start(hash)]);
+        }
+        for &hash in items.iter() {
+            let number = self.slots[self.start(hash)];
+            if number != EMPTY {
+                prefetch(&raw const self.items[number as usize]);
+            }
+        }
+        for item in items.iter_mut() {
+            *item = u64::from(self.hold(*item, until));
+        }
+    }
+
+    /// The number of the item with this hash, for a list that closes at
+    /// `until`, which keeps the number from being freed before then.
+    fn hold(&mut self, hash: u64, until: Nanos) -> u32 {
+        let slot = self.slot_of(hash);
+        let number = self.slots[slot];
+        if number != EMPTY {
+            let item = &mut self.items[number as usize];
+            item.until = item.until.max(until);
+            return number;
+        }
+        if self.free.is_empty() && self.items.len() >= FIRST_PASS_AT.max(self.kept * 5 / 4) {
+            self.free_closed();
+        }
+        let item = Item { hash, until };
+        let number = match self.free.pop() {
+            Some(number) => {
+                self.items[number as usize] = item;
                 number
             }
+            None => {
+                self.items.push(item);
+                // Each number stands for an item of some open list: 2³²
+                // of them would take over 100 GB of lists first.
+                u32::try_from(self.items.len() - 1)
+                    .ok()
+                    .filter(|&number| number != EMPTY)
+                    .expect("fewer than 2³² − 1 items shown")
+            }
         };
-        shown_by[number as usize] += 1;
+        self.in_use += 1;
+        if 2 * self.in_use > self.slots.len() {
+            self.rebuild(2 * self.slots.len());
+        } else {
+            let slot = self.slot_of(hash);
+            self.slots[slot] = number;
+        }
         number
     }
 
-    /// One open list fewer shows `number`; the last one frees it.
-    pub fn release(&mut self, number: u32) {
-        let count = &mut self.shown_by[number as usize];
-        *count -= 1;
-        if *count > 0 {
-            return;
+    /// A list that closes at `deadline` closed: every list due earlier has.
+    pub fn closed(&mut self, deadline: Nanos) {
+        self.closed = self.closed.max(deadline);
+    }
+
+    /// Frees the numbers that no open list shows.
+    fn free_closed(&mut self) {
+        let mut kept = 0;
+        for number in self.slots.iter().copied().filter(|&n| n != EMPTY) {
+            match self.items[number as usize].until >= self.closed {
+                true => kept += 1,
+                false => self.free.push(number),
+            }
         }
-        let hash = self.hashes[number as usize];
-        let hashes = &self.hashes;
-        if let Ok(entry) = self
-            .numbers
-            .find_entry(hash, |&n| hashes[n as usize] == hash)
-        {
-            entry.remove();
+        self.in_use = kept;
+        self.kept = kept;
+        self.rebuild(self.slots.len());
+    }
+
+    /// Puts the numbers in use (the numbered ones not free) into `size` slots.
+    fn rebuild(&mut self, size: usize) {
+        let mut free = vec![false; self.items.len()];
+        for &number in &self.free {
+            free[number as usize] = true;
         }
-        self.free.push(number);
+        self.slots.clear();
+        self.slots.resize(size, EMPTY);
+        for (number, free) in free.into_iter().enumerate() {
+            if !free {
+                let slot = self.slot_of(self.items[number].hash);
+                self.slots[slot] = number as u32;
+            }
+        }
+    }
+
+    /// Writes the hash of each item numbered in `numbers` into `hashes`.
+    pub fn hashes_into(&self, numbers: impl Iterator<Item = u32> + Clone, hashes: &mut Vec<u64>) {
+        for number in numbers.clone() {
+            prefetch(&raw const self.items[number as usize]);
+        }
+        hashes.clear();
+        hashes.extend(numbers.map(|number| self.hash(number)));
     }
 
     /// The hash of the item numbered `number`.
     pub fn hash(&self, number: u32) -> u64 {
-        self.hashes[number as usize]
+        self.items[number as usize].hash
     }
 
-    /// Items numbered now.
+    /// Numbers shown by some list due after the last list closed.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.numbers.len()
+    pub fn held(&self) -> usize {
+        let shown = |&&n: &&u32| n != EMPTY && self.items[n as usize].until > self.closed;
+        self.slots.iter().filter(shown).count()
     }
 }
 
@@ -106,42 +217,46 @@ mod tests {
     use std::collections::HashMap;
 
     proptest! {
-        /// Held and released in any order, the table numbers exactly the
-        /// items still held, each under one number that gives its hash
-        /// back, and reuses the numbers it frees.
+        /// Lists of a few items, opened in turn and closed in deadline
+        /// order: every open list's items keep their numbers, each number
+        /// gives its hash back, and the table frees and reuses numbers, so
+        /// that it holds no more than about the items open lists show.
         #[test]
-        fn numbers_stand_for_the_items_held(steps in prop::collection::vec((0u64..12, any::<bool>()), 0..300)) {
+        fn open_lists_keep_their_numbers(
+            lists in prop::collection::vec((prop::collection::vec(0u64..3000, 1..6), 0i64..50), 1..2000),
+        ) {
             let mut table = ItemTable::default();
-            let mut held: HashMap<u64, (u32, u32)> = HashMap::new();
-            for (item, hold) in steps {
-                let hash = item.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                match (hold, held.get_mut(&hash)) {
-                    (true, _) => {
-                        let number = table.hold(hash);
-                        let (expected, count) = held.entry(hash).or_insert((number, 0));
-                        prop_assert_eq!(number, *expected);
-                        *count += 1;
-                    }
-                    (false, Some((number, count))) => {
-                        table.release(*number);
-                        *count -= 1;
-                        if *count == 0 {
-                            held.remove(&hash);
-                        }
-                    }
-                    (false, None) => {}
+            let mut open: Vec<(Nanos, Vec<(u64, u32)>)> = Vec::new();
+            let (mut time, mut peak) = (0, 0);
+            for (items, window) in lists {
+                time += 1;
+                let until = time + window;
+                let hashes: Vec<u64> = items.iter().map(|&i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & !0xffff).collect();
+                let mut numbers = hashes.clone();
+                table.hold_all(&mut numbers, until);
+                let numbered = hashes.iter().zip(&numbers).map(|(&h, &n)| (h, n as u32)).collect();
+                open.push((until, numbered));
+                // Close, in deadline order, the lists due by now.
+                open.sort_by_key(|(until, _)| *until);
+                while open.first().is_some_and(|(until, _)| *until <= time) {
+                    let (until, _) = open.remove(0);
+                    table.closed(until);
                 }
-                prop_assert_eq!(table.len(), held.len());
-                prop_assert!(table.hashes.len() <= 12, "freed numbers are reused");
-                for (&hash, &(number, _)) in &held {
-                    prop_assert_eq!(table.number(hash), Some(number));
-                    prop_assert_eq!(table.hash(number), hash);
+                let mut shown: HashMap<u64, u32> = HashMap::new();
+                for (_, numbered) in &open {
+                    for &(hash, number) in numbered {
+                        prop_assert_eq!(*shown.entry(hash).or_insert(number), number);
+                        prop_assert_eq!(table.number(hash), Some(number));
+                        prop_assert_eq!(table.hash(number), hash);
+                    }
                 }
+                peak = peak.max(shown.len());
+                prop_assert!(table.items.len() <= FIRST_PASS_AT.max(peak * 2 + 64));
+                prop_assert!(2 * table.in_use <= table.slots.len());
             }
-            for item in 0u64..12 {
-                let hash = item.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                prop_assert_eq!(table.number(hash).is_some(), held.contains_key(&hash));
-            }
+            let last = open.last().map_or(time, |(until, _)| *until);
+            table.closed(last);
+            prop_assert_eq!(table.held(), 0);
         }
     }
 }

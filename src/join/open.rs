@@ -3,13 +3,13 @@
 //! as few bytes each as its largest number needs.
 
 use super::items::ItemTable;
-use super::packed::SavedList;
 use super::{Counters, GroupId, Unattributed};
 use crate::event::{Impression, Interaction, Nanos};
 
 /// An open impression: 56 bytes, beside its items (1 to 4 bytes each, as
 /// many as the engine's item numbers need) and its credits (24 bytes each,
-/// in blocks of 2, 4, 8…). Saved as a [`SavedList`], with item hashes.
+/// in blocks of 2, 4, 8…). Saved with item hashes, as the saved form of
+/// the `packed` module lays it out.
 #[derive(Clone, Debug)]
 pub struct OpenImpression {
     /// Arrival order, unique across the engine.
@@ -98,25 +98,28 @@ pub(super) struct Credit {
 }
 
 /// The fields of a list besides its items and credits.
-pub(super) struct Header {
-    pub(super) seq: u64,
-    pub(super) request: u64,
-    pub(super) time: Nanos,
-    pub(super) group: GroupId,
+#[derive(Clone, Debug)]
+pub struct Header {
+    pub seq: u64,
+    pub request: u64,
+    pub time: Nanos,
+    pub group: GroupId,
     /// Its interleaving lineup, or [`NOT_INTERLEAVED`].
-    pub(super) lineup: u32,
+    pub lineup: u32,
 }
 
 impl OpenImpression {
-    /// A newly opened impression, its items numbered in `table`; its teams
-    /// are kept when `lineup` is one (not [`NOT_INTERLEAVED`]).
+    /// A newly opened impression that closes at `deadline`, its items
+    /// numbered in `table`; its teams are kept when `lineup` is one (not
+    /// [`NOT_INTERLEAVED`]).
     pub fn new(
         seq: u64,
-        group: GroupId,
-        lineup: u32,
+        placement: (GroupId, u32),
         impression: Impression<'_>,
+        deadline: Nanos,
         table: &mut ItemTable,
     ) -> Self {
+        let (group, lineup) = placement;
         let teams = match (&impression.interleaving, lineup) {
             (Some(interleaving), lineup) if lineup != NOT_INTERLEAVED => &interleaving.teams[..],
             _ => &[],
@@ -133,28 +136,18 @@ impl OpenImpression {
         };
         // The hashes become numbers in place: no vector of their own.
         let mut numbers = impression.items;
-        for item in &mut numbers {
-            *item = u64::from(table.hold(*item));
-        }
-        Self::with_numbers(header, &numbers, teams, Credits::default())
-    }
-
-    /// The list `saved` holds, its items numbered in `table`.
-    pub fn restore(saved: SavedList, table: &mut ItemTable) -> Self {
-        let mut teams = Vec::new();
-        saved.teams_into(&mut teams);
-        let numbers: Vec<u64> = saved
-            .items()
-            .iter()
-            .map(|&hash| u64::from(table.hold(hash)))
-            .collect();
-        let header = saved.header();
-        Self::with_numbers(header, &numbers, &teams, saved.credits.into())
+        table.hold_all(&mut numbers, deadline);
+        Self::with_numbers(header, &numbers, teams, Vec::new())
     }
 
     /// A list of the items numbered `numbers` (each below 2³²), with their
     /// `teams` when `header` gives a lineup.
-    fn with_numbers(header: Header, numbers: &[u64], teams: &[u8], credits: Credits) -> Self {
+    pub(super) fn with_numbers(
+        header: Header,
+        numbers: &[u64],
+        teams: &[u8],
+        credits: Vec<Credit>,
+    ) -> Self {
         let largest = numbers.iter().copied().max().unwrap_or(0);
         let width = (8 - (largest.leading_zeros() as usize) / 8).clamp(1, 4);
         let interleaved = header.lineup != NOT_INTERLEAVED;
@@ -181,7 +174,7 @@ impl OpenImpression {
                 interleaved,
             },
             items: items.into_boxed_slice(),
-            credits,
+            credits: credits.into(),
         }
     }
 
@@ -194,11 +187,6 @@ impl OpenImpression {
             group: self.group,
             lineup: self.lineup(),
         }
-    }
-
-    /// Gives back the numbers of its items, as it closes.
-    pub fn release(&self, table: &mut ItemTable) {
-        self.numbers().for_each(|number| table.release(number));
     }
 
     /// The interleaving lineup of the list, or [`NOT_INTERLEAVED`].
@@ -239,7 +227,7 @@ impl OpenImpression {
     }
 
     /// The item numbers shown, rank order.
-    pub fn numbers(&self) -> impl Iterator<Item = u32> + '_ {
+    pub fn numbers(&self) -> impl Iterator<Item = u32> + Clone + '_ {
         self.number_bytes()
             .chunks_exact(usize::from(self.shape.width))
             .map(read_number)
@@ -341,7 +329,7 @@ impl OpenImpression {
     }
 
     /// The items with a credited interaction of grade > 0 (an item once per credit).
-    pub fn engaged_items(&self) -> impl Iterator<Item = u32> + '_ {
+    pub fn engaged_items(&self) -> impl Iterator<Item = u32> + Clone + '_ {
         self.credits
             .iter()
             .filter(|c| c.grade > 0.0)
@@ -366,9 +354,13 @@ impl OpenImpression {
 
 /// An item number of 1 to 4 little-endian bytes.
 fn read_number(bytes: &[u8]) -> u32 {
-    let mut number = [0; 4];
-    number[..bytes.len()].copy_from_slice(bytes);
-    u32::from_le_bytes(number)
+    match *bytes {
+        [a] => u32::from(a),
+        [a, b] => u32::from(u16::from_le_bytes([a, b])),
+        [a, b, c] => u32::from_le_bytes([a, b, c, 0]),
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+        _ => unreachable!("an item number takes 1 to 4 bytes"),
+    }
 }
 
 #[cfg(test)]
@@ -407,7 +399,7 @@ mod tests {
                 lineup: NOT_INTERLEAVED,
             };
             let wide: Vec<u64> = numbers.iter().map(|&n| u64::from(n)).collect();
-            let list = OpenImpression::with_numbers(header, &wide, &[], Credits::default());
+            let list = OpenImpression::with_numbers(header, &wide, &[], Vec::new());
             assert_eq!(list.shape.width, width, "from {first}");
             assert_eq!(list.items.len(), 3 * usize::from(width));
             assert_eq!(list.numbers().collect::<Vec<_>>(), numbers);
@@ -430,16 +422,19 @@ mod tests {
             teams: vec![0, 1, 1, 0, 1],
         };
         let hashes = [5u64, 6, 7, 8, 9];
-        let list =
-            OpenImpression::new(1, 0, 7, impression(&hashes, Some(interleaving)), &mut table);
+        let list = OpenImpression::new(
+            1,
+            (0, 7),
+            impression(&hashes, Some(interleaving)),
+            9,
+            &mut table,
+        );
         assert_eq!(list.shown(), 5);
         assert_eq!(list.lineup(), 7);
         let mut teams = Vec::new();
         list.teams_into(&mut teams);
         assert_eq!(teams, [0, 1, 1, 0, 1]);
-        let saved = SavedList::of(&list, &table);
-        assert_eq!(saved.items(), hashes);
-        let restored = OpenImpression::restore(saved, &mut ItemTable::default());
-        assert_eq!(format!("{restored:?}"), format!("{list:?}"));
+        let numbers: Vec<u64> = list.numbers().map(|n| table.hash(n)).collect();
+        assert_eq!(numbers, hashes);
     }
 }

@@ -13,7 +13,6 @@
 
 use super::items::ItemTable;
 use super::open::{Credit, Header, OpenImpression, NOT_INTERLEAVED};
-use super::GroupId;
 use crate::event::Nanos;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
@@ -26,13 +25,8 @@ const TEAMS_PER_WORD: usize = 8;
 /// An open impression as saved.
 #[derive(Clone, Debug)]
 pub struct SavedList {
-    /// Arrival order, unique across the engine.
-    pub seq: u64,
-    pub request: u64,
-    pub time: Nanos,
-    pub group: GroupId,
-    /// The interleaving lineup, or [`NOT_INTERLEAVED`].
-    pub lineup: u32,
+    /// The fields besides its items and credits.
+    pub header: Header,
     /// The item hashes, rank order; for an interleaved list followed by
     /// its teams, eight to a word.
     words: Box<[u64]>,
@@ -44,21 +38,27 @@ impl SavedList {
     /// The saved form of `list`, its items' hashes looked up in `table`.
     pub fn of(list: &OpenImpression, table: &ItemTable) -> Self {
         Self {
-            seq: list.seq,
-            request: list.request,
-            time: list.time,
-            group: list.group,
-            lineup: list.lineup(),
+            header: list.header(),
             words: saved_words(list, table).collect(),
             credits: list.credits().to_vec(),
         }
+    }
+
+    /// The list it holds, which closes at `deadline`, its items numbered
+    /// in `table`.
+    pub fn restore(self, deadline: Nanos, table: &mut ItemTable) -> OpenImpression {
+        let mut teams = Vec::new();
+        self.teams_into(&mut teams);
+        let mut numbers = self.items().to_vec();
+        table.hold_all(&mut numbers, deadline);
+        OpenImpression::with_numbers(self.header, &numbers, &teams, self.credits)
     }
 
     /// The number of items shown.
     /// A list of `n` items holds `L = n + ⌈n/8⌉` words when interleaved,
     /// and `n = ⌊8L/9⌋` is the one `n` that gives `L`.
     pub fn shown(&self) -> usize {
-        match self.lineup {
+        match self.header.lineup {
             NOT_INTERLEAVED => self.words.len(),
             _ => self.words.len() * TEAMS_PER_WORD / (TEAMS_PER_WORD + 1),
         }
@@ -85,7 +85,7 @@ impl SavedList {
     /// list by them.
     pub fn is_well_formed(&self) -> bool {
         let shown = self.shown();
-        let packed = self.lineup == NOT_INTERLEAVED
+        let packed = self.header.lineup == NOT_INTERLEAVED
             || (shown > 0 && shown + shown.div_ceil(TEAMS_PER_WORD) == self.words.len());
         packed && self.credits.iter().all(|c| (c.rank as usize) < shown)
     }
@@ -136,7 +136,7 @@ impl Serialize for SavedList {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let words = self.words.iter().copied();
         pack(
-            self.header(),
+            &self.header,
             words,
             self.words.len(),
             &self.credits,
@@ -151,7 +151,7 @@ impl Serialize for HeldList<'_> {
         let header = list.header();
         let count = saved_word_count(list);
         pack(
-            header,
+            &header,
             saved_words(list, table),
             count,
             list.credits(),
@@ -160,22 +160,9 @@ impl Serialize for HeldList<'_> {
     }
 }
 
-impl SavedList {
-    /// The fields besides its items and credits.
-    pub(super) fn header(&self) -> Header {
-        Header {
-            seq: self.seq,
-            request: self.request,
-            time: self.time,
-            group: self.group,
-            lineup: self.lineup,
-        }
-    }
-}
-
 /// Serializes a saved list of `count` words as one run of bytes.
 fn pack<S: Serializer>(
-    header: Header,
+    header: &Header,
     words: impl Iterator<Item = u64>,
     count: usize,
     credits: &[Credit],
@@ -248,11 +235,13 @@ fn unpack(bytes: &[u8]) -> Option<SavedList> {
         });
     }
     Some(SavedList {
-        seq,
-        request,
-        time,
-        group,
-        lineup,
+        header: Header {
+            seq,
+            request,
+            time,
+            group,
+            lineup,
+        },
         words,
         credits,
     })
@@ -279,11 +268,13 @@ mod tests {
 
     fn sample() -> SavedList {
         SavedList {
-            seq: 7,
-            request: u64::MAX - 3,
-            time: -1_700_000_000_000_000_000,
-            group: 2,
-            lineup: 5,
+            header: Header {
+                seq: 7,
+                request: u64::MAX - 3,
+                time: -1_700_000_000_000_000_000,
+                group: 2,
+                lineup: 5,
+            },
             words: vec![1, u64::MAX, 1 << 63].into_boxed_slice(),
             credits: vec![Credit {
                 rank: 1,
@@ -304,6 +295,32 @@ mod tests {
         let restored: SavedList = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(format!("{restored:?}"), format!("{:?}", sample()));
         assert_eq!(postcard::to_stdvec(&restored).unwrap(), bytes);
+    }
+
+    /// A list saved and restored into a table of its own is the list it
+    /// was, teams, lineup and credits included, and saves the same bytes.
+    #[test]
+    fn an_interleaved_list_comes_back_from_its_saved_form() {
+        let mut table = ItemTable::default();
+        let hashes = [5u64 << 40, 6, 7, 8, 9, 10, 11, 12, 13];
+        let mut numbers = hashes.to_vec();
+        table.hold_all(&mut numbers, 9);
+        let teams = [0, 1, 1, 0, 1, 0, 0, 1, 1];
+        let list =
+            OpenImpression::with_numbers(sample().header, &numbers, &teams, sample().credits);
+        let saved = SavedList::of(&list, &table);
+        assert_eq!(saved.items(), hashes);
+        let mut saved_teams = Vec::new();
+        saved.teams_into(&mut saved_teams);
+        assert_eq!(saved_teams, teams);
+        assert!(saved.is_well_formed());
+        let bytes = postcard::to_stdvec(&saved).unwrap();
+        assert_eq!(
+            postcard::to_stdvec(&HeldList(&list, &table)).unwrap(),
+            bytes
+        );
+        let restored = saved.restore(9, &mut ItemTable::default());
+        assert_eq!(format!("{restored:?}"), format!("{list:?}"));
     }
 
     #[test]

@@ -97,7 +97,7 @@ impl EngineState {
             return Some("users are not listed once each, by id");
         }
         let opens = || self.users.iter().flat_map(|(_, user)| &user.open);
-        if !opens().all(|open| (open.group as usize) < groups) {
+        if !opens().all(|open| (open.header.group as usize) < groups) {
             return Some("an open impression names an unknown group");
         }
         if !opens().all(|open| open.is_well_formed()) {
@@ -108,10 +108,10 @@ impl EngineState {
         }
         let mut teams = Vec::new();
         let teams_fit = |open: &SavedList| {
-            if open.lineup == NOT_INTERLEAVED {
+            if open.header.lineup == NOT_INTERLEAVED {
                 return true;
             }
-            let rankers = self.experiments.rankers(open.lineup);
+            let rankers = self.experiments.rankers(open.header.lineup);
             open.teams_into(&mut teams);
             rankers > 0 && teams.iter().all(|&t| usize::from(t) < rankers)
         };
@@ -166,7 +166,7 @@ mod tests {
     fn a_saved_state_is_consistent_and_an_unknown_group_is_not() {
         let mut state = saved();
         assert_eq!(state.inconsistency(), None);
-        state.users[0].1.open[0].group = u32::MAX;
+        state.users[0].1.open[0].header.group = u32::MAX;
         assert_eq!(
             state.inconsistency(),
             Some("an open impression names an unknown group")

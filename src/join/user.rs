@@ -4,6 +4,7 @@
 use super::items::ItemTable;
 use super::open::OpenImpression;
 use super::packed::{HeldList, SavedList};
+use super::prefetch::prefetch;
 use super::Counters;
 use crate::event::hashed::IdentityHash;
 use crate::event::{Interaction, Nanos};
@@ -231,9 +232,9 @@ impl UserState {
         }
     }
 
-    /// The user `saved` holds, its items numbered in `table`, with what
-    /// is not saved rebuilt.
-    pub fn restore(saved: SavedUser, table: &mut ItemTable) -> Self {
+    /// The user `saved` holds, its items numbered in `table` for lists
+    /// open for `window`, with what is not saved rebuilt.
+    pub fn restore(saved: SavedUser, window: Nanos, table: &mut ItemTable) -> Self {
         let rare = (!saved.waiting.is_empty()).then(|| {
             Box::new(Rare {
                 waiting: saved.waiting,
@@ -244,7 +245,10 @@ impl UserState {
             open: saved
                 .open
                 .into_iter()
-                .map(|list| OpenImpression::restore(list, table))
+                .map(|list| {
+                    let deadline = list.header.time.saturating_add(window);
+                    list.restore(deadline, table)
+                })
                 .collect(),
             rare,
         };
@@ -501,21 +505,6 @@ fn settle(
     true
 }
 
-/// Asks the CPU to start loading the cache line at `address`: a hint that
-/// never faults, whatever the address.
-#[inline(always)]
-#[allow(unsafe_code)]
-fn prefetch<T>(address: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch instruction reads nothing into the program and
-    // cannot fault, so any address is sound.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = address;
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::open::NOT_INTERLEAVED;
@@ -619,7 +608,9 @@ mod tests {
                     segments: Vec::new(),
                     interleaving: None,
                 };
-                let mut open = OpenImpression::new(seq, 0, NOT_INTERLEAVED, impression, table);
+                let placement = (0, NOT_INTERLEAVED);
+                let deadline = time + WINDOW;
+                let mut open = OpenImpression::new(seq, placement, impression, deadline, table);
                 let claimed = user.claim_waiting(&mut open, WINDOW, counters, table);
                 user.insert_open(open);
                 format!("claimed {claimed}")
@@ -652,7 +643,9 @@ mod tests {
             Step::Finalize => {
                 let first = user.open.first().map(|m| m.seq);
                 let taken = first.and_then(|seq| user.take_open(seq));
-                taken.iter().for_each(|list| list.release(table));
+                if let Some(list) = &taken {
+                    table.closed(list.time + WINDOW);
+                }
                 format!("{:?}", taken.map(|m| m.seq))
             }
             Step::GiveUp => {
