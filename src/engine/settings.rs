@@ -75,6 +75,7 @@ impl EngineSettings {
             position_curve_depth: self.position_curve_depth,
             interaction_types: self.grades.types(),
             coverage: self.coverage_mode(),
+            number_items: true,
         }
     }
 

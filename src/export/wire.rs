@@ -322,6 +322,7 @@ mod tests {
             position_curve_depth: 3,
             interaction_types: vec!["click".into()],
             coverage: CoverageMode::Exact,
+            number_items: true,
         };
         let mut engine = Engine::new(
             settings,

@@ -138,6 +138,7 @@ mod tests {
             position_curve_depth: 20,
             interaction_types: vec!["click".to_owned()],
             coverage: crate::metrics::CoverageMode::Exact,
+            number_items: true,
         };
         Engine::new(
             settings,

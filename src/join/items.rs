@@ -15,6 +15,9 @@
 //! structure larger than the cache, so a list's items are looked up
 //! together: the slots of all of them are loaded at once, then the items
 //! those slots name, then each is found or numbered.
+//!
+//! A table that does not number items passes their hashes through as their
+//! "numbers": lists then keep 8 bytes per item, and nothing is looked up.
 
 use super::prefetch::prefetch;
 use crate::event::Nanos;
@@ -22,6 +25,8 @@ use crate::event::Nanos;
 /// The numbers of the items shown by open lists.
 #[derive(Clone, Debug)]
 pub struct ItemTable {
+    /// Whether items are numbered; if not, a hash is its own number.
+    numbered: bool,
     /// Open addressing, linear probing: each slot a number, or [`EMPTY`].
     /// At most half of them are taken.
     slots: Vec<u32>,
@@ -55,7 +60,16 @@ const FIRST_PASS_AT: usize = 1024;
 
 impl Default for ItemTable {
     fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+impl ItemTable {
+    /// An empty table, which numbers items if `numbered`, else passes
+    /// their hashes through.
+    pub fn new(numbered: bool) -> Self {
         Self {
+            numbered,
             slots: vec![EMPTY; 2 * FIRST_PASS_AT],
             items: Vec::new(),
             free: Vec::new(),
@@ -64,9 +78,7 @@ impl Default for ItemTable {
             closed: Nanos::MIN,
         }
     }
-}
 
-impl ItemTable {
     /// Where the probe for `hash` starts: its high bits, mixed, so that
     /// hashes alike in their low bits spread.
     fn start(&self, hash: u64) -> usize {
@@ -90,15 +102,21 @@ impl ItemTable {
 
     /// The number of the item with this hash, if it has one; one that an
     /// open list shows has one.
-    pub fn number(&self, hash: u64) -> Option<u32> {
+    pub fn number(&self, hash: u64) -> Option<u64> {
+        if !self.numbered {
+            return Some(hash);
+        }
         let number = self.slots[self.slot_of(hash)];
-        (number != EMPTY).then_some(number)
+        (number != EMPTY).then_some(u64::from(number))
     }
 
     /// Replaces each item hash of a list that closes at `until` with the
     /// item's number, numbering the items that have none; the list keeps
     /// the numbers from being freed before then.
     pub fn hold_all(&mut self, items: &mut [u64], until: Nanos) {
+        if !self.numbered {
+            return;
+        }
         // Load the slots of all of them at once, then the items they name.
         for &hash in items.iter() {
             prefetch(&raw const self.slots[self.start(hash)]);
@@ -189,17 +207,22 @@ impl ItemTable {
     }
 
     /// Writes the hash of each item numbered in `numbers` into `hashes`.
-    pub fn hashes_into(&self, numbers: impl Iterator<Item = u32> + Clone, hashes: &mut Vec<u64>) {
-        for number in numbers.clone() {
-            prefetch(&raw const self.items[number as usize]);
+    pub fn hashes_into(&self, numbers: impl Iterator<Item = u64> + Clone, hashes: &mut Vec<u64>) {
+        if self.numbered {
+            for number in numbers.clone() {
+                prefetch(&raw const self.items[number as usize]);
+            }
         }
         hashes.clear();
         hashes.extend(numbers.map(|number| self.hash(number)));
     }
 
     /// The hash of the item numbered `number`.
-    pub fn hash(&self, number: u32) -> u64 {
-        self.items[number as usize].hash
+    pub fn hash(&self, number: u64) -> u64 {
+        match self.numbered {
+            true => self.items[number as usize].hash,
+            false => number,
+        }
     }
 
     /// Numbers shown by some list due after the last list closed.
@@ -226,7 +249,7 @@ mod tests {
             lists in prop::collection::vec((prop::collection::vec(0u64..3000, 1..6), 0i64..50), 1..2000),
         ) {
             let mut table = ItemTable::default();
-            let mut open: Vec<(Nanos, Vec<(u64, u32)>)> = Vec::new();
+            let mut open: Vec<(Nanos, Vec<(u64, u64)>)> = Vec::new();
             let (mut time, mut peak) = (0, 0);
             for (items, window) in lists {
                 time += 1;
@@ -234,7 +257,7 @@ mod tests {
                 let hashes: Vec<u64> = items.iter().map(|&i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & !0xffff).collect();
                 let mut numbers = hashes.clone();
                 table.hold_all(&mut numbers, until);
-                let numbered = hashes.iter().zip(&numbers).map(|(&h, &n)| (h, n as u32)).collect();
+                let numbered = hashes.iter().zip(&numbers).map(|(&h, &n)| (h, n)).collect();
                 open.push((until, numbered));
                 // Close, in deadline order, the lists due by now.
                 open.sort_by_key(|(until, _)| *until);
@@ -242,7 +265,7 @@ mod tests {
                     let (until, _) = open.remove(0);
                     table.closed(until);
                 }
-                let mut shown: HashMap<u64, u32> = HashMap::new();
+                let mut shown: HashMap<u64, u64> = HashMap::new();
                 for (_, numbered) in &open {
                     for &(hash, number) in numbered {
                         prop_assert_eq!(*shown.entry(hash).or_insert(number), number);

@@ -1,13 +1,14 @@
 //! An open impression as the engine holds it, in as few bytes as its
 //! rules allow: its items as the numbers of the engine's [`ItemTable`], in
-//! as few bytes each as its largest number needs.
+//! as few bytes each as its largest number needs (8 for an engine whose
+//! table passes item hashes through).
 
 use super::items::ItemTable;
 use super::{Counters, GroupId, Unattributed};
 use crate::event::{Impression, Interaction, Nanos};
 
 /// An open impression: 56 bytes, beside its items (1 to 4 bytes each, as
-/// many as the engine's item numbers need) and its credits (24 bytes each,
+/// many as the engine's item numbers need; 8 for hashes) and its credits (24 bytes each,
 /// in blocks of 2, 4, 8…). Saved with item hashes, as the saved form of
 /// the `packed` module lays it out.
 #[derive(Clone, Debug)]
@@ -30,7 +31,7 @@ pub struct OpenImpression {
 /// How an open list's items are laid out.
 #[derive(Clone, Copy, Debug)]
 struct Shape {
-    /// Bytes per item number: 1 to 4.
+    /// Bytes per item number: 1 to 8.
     width: u8,
     /// Whether teams and a lineup follow the numbers.
     interleaved: bool,
@@ -140,8 +141,8 @@ impl OpenImpression {
         Self::with_numbers(header, &numbers, teams, Vec::new())
     }
 
-    /// A list of the items numbered `numbers` (each below 2³²), with their
-    /// `teams` when `header` gives a lineup.
+    /// A list of the items numbered `numbers`, with their `teams` when
+    /// `header` gives a lineup.
     pub(super) fn with_numbers(
         header: Header,
         numbers: &[u64],
@@ -149,7 +150,7 @@ impl OpenImpression {
         credits: Vec<Credit>,
     ) -> Self {
         let largest = numbers.iter().copied().max().unwrap_or(0);
-        let width = (8 - (largest.leading_zeros() as usize) / 8).clamp(1, 4);
+        let width = (8 - (largest.leading_zeros() as usize) / 8).max(1);
         let interleaved = header.lineup != NOT_INTERLEAVED;
         let extra = if interleaved {
             teams.len() + LINEUP_BYTES
@@ -227,41 +228,35 @@ impl OpenImpression {
     }
 
     /// The item numbers shown, rank order.
-    pub fn numbers(&self) -> impl Iterator<Item = u32> + Clone + '_ {
+    pub fn numbers(&self) -> impl Iterator<Item = u64> + Clone + '_ {
         self.number_bytes()
             .chunks_exact(usize::from(self.shape.width))
             .map(read_number)
     }
 
     /// The number of the item shown at rank index `rank`.
-    fn number_at(&self, rank: usize) -> u32 {
+    fn number_at(&self, rank: usize) -> u64 {
         let width = usize::from(self.shape.width);
         read_number(&self.items[rank * width..(rank + 1) * width])
     }
 
     /// The rank index of the item numbered `item`, if the list shows it.
-    pub(super) fn rank_of(&self, item: Option<u32>) -> Option<usize> {
-        let item = item?;
+    pub(super) fn rank_of(&self, item: Option<u64>) -> Option<usize> {
+        let width = usize::from(self.shape.width);
+        let item = item?.to_le_bytes();
+        let (item, beyond) = item.split_at(width);
+        if beyond.iter().any(|&byte| byte != 0) {
+            return None;
+        }
         let bytes = self.number_bytes();
-        match self.shape.width {
-            1 => {
-                let item = u8::try_from(item).ok()?;
-                bytes.iter().position(|&i| i == item)
-            }
-            2 => {
-                let item = u16::try_from(item).ok()?.to_le_bytes();
-                bytes.chunks_exact(2).position(|i| i == item)
-            }
-            3 => {
-                let item = item.to_le_bytes();
-                (item[3] == 0)
-                    .then(|| bytes.chunks_exact(3).position(|i| i == &item[..3]))
-                    .flatten()
-            }
-            _ => {
-                let item = item.to_le_bytes();
-                bytes.chunks_exact(4).position(|i| i == item)
-            }
+        // Widths known here compare as integers, not as slices.
+        match width {
+            1 => bytes.iter().position(|&i| i == item[0]),
+            2 => bytes.chunks_exact(2).position(|i| i == item),
+            3 => bytes.chunks_exact(3).position(|i| i == item),
+            4 => bytes.chunks_exact(4).position(|i| i == item),
+            8 => bytes.chunks_exact(8).position(|i| i == item),
+            _ => bytes.chunks_exact(width).position(|i| i == item),
         }
     }
 
@@ -274,7 +269,7 @@ impl OpenImpression {
     pub(super) fn matching_rank(
         &self,
         x: &Interaction,
-        item: Option<u32>,
+        item: Option<u64>,
         window: Nanos,
     ) -> Option<usize> {
         self.in_window(x.time, window)
@@ -305,7 +300,7 @@ impl OpenImpression {
 
     /// Why an interaction on the item numbered `item` that named this
     /// impression does not match it.
-    pub(super) fn mismatch(&self, item: Option<u32>) -> Unattributed {
+    pub(super) fn mismatch(&self, item: Option<u64>) -> Unattributed {
         if self.rank_of(item).is_none() {
             Unattributed::NotInList
         } else {
@@ -329,7 +324,7 @@ impl OpenImpression {
     }
 
     /// The items with a credited interaction of grade > 0 (an item once per credit).
-    pub fn engaged_items(&self) -> impl Iterator<Item = u32> + Clone + '_ {
+    pub fn engaged_items(&self) -> impl Iterator<Item = u64> + Clone + '_ {
         self.credits
             .iter()
             .filter(|c| c.grade > 0.0)
@@ -352,14 +347,18 @@ impl OpenImpression {
     }
 }
 
-/// An item number of 1 to 4 little-endian bytes.
-fn read_number(bytes: &[u8]) -> u32 {
+/// An item number of 1 to 8 little-endian bytes.
+fn read_number(bytes: &[u8]) -> u64 {
     match *bytes {
-        [a] => u32::from(a),
-        [a, b] => u32::from(u16::from_le_bytes([a, b])),
-        [a, b, c] => u32::from_le_bytes([a, b, c, 0]),
-        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
-        _ => unreachable!("an item number takes 1 to 4 bytes"),
+        [a] => u64::from(a),
+        [a, b] => u64::from(u16::from_le_bytes([a, b])),
+        [a, b, c] => u64::from(u32::from_le_bytes([a, b, c, 0])),
+        [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => bytes
+            .iter()
+            .rev()
+            .fold(0, |number, &byte| number << 8 | u64::from(byte)),
     }
 }
 
@@ -389,7 +388,16 @@ mod tests {
     /// width finds the same ranks and gives the same numbers back.
     #[test]
     fn numbers_of_every_width_are_found_and_read_back() {
-        for (first, width) in [(0u32, 1u8), (300, 2), (70_000, 3), (17_000_000, 4)] {
+        let widths = [
+            (0u64, 1u8),
+            (300, 2),
+            (70_000, 3),
+            (17_000_000, 4),
+            (1 << 33, 5),
+            (1 << 50, 7),
+            (u64::MAX - 2, 8),
+        ];
+        for (first, width) in widths {
             let numbers = [first + 2, first, first + 1];
             let header = Header {
                 seq: 1,
@@ -398,8 +406,7 @@ mod tests {
                 group: 0,
                 lineup: NOT_INTERLEAVED,
             };
-            let wide: Vec<u64> = numbers.iter().map(|&n| u64::from(n)).collect();
-            let list = OpenImpression::with_numbers(header, &wide, &[], Vec::new());
+            let list = OpenImpression::with_numbers(header, &numbers, &[], Vec::new());
             assert_eq!(list.shape.width, width, "from {first}");
             assert_eq!(list.items.len(), 3 * usize::from(width));
             assert_eq!(list.numbers().collect::<Vec<_>>(), numbers);
@@ -407,7 +414,7 @@ mod tests {
                 assert_eq!(list.rank_of(Some(number)), Some(rank));
                 assert_eq!(list.number_at(rank), number);
             }
-            let absent = [first + 3, first + 258, first + 65_539, u32::MAX];
+            let absent = [3, 258, 65_539, 1 << 40].map(|n| first.wrapping_add(n));
             assert!(absent.iter().all(|&n| list.rank_of(Some(n)).is_none()));
             assert_eq!(list.rank_of(None), None);
             assert_eq!(list.lineup(), NOT_INTERLEAVED);

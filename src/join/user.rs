@@ -87,7 +87,7 @@ struct UserIndex {
     /// Open impressions by request id: `(time, seq)`.
     requests: HashMap<u64, (Nanos, u64), IdentityHash>,
     /// Open impressions by the number of an item shown: `(time, seq)`, ascending.
-    items: HashMap<u32, VecDeque<(Nanos, u64)>>,
+    items: HashMap<u64, VecDeque<(Nanos, u64)>>,
     /// Event ids of waiting interactions, with how many wait with each.
     events: HashMap<u64, u32, IdentityHash>,
     /// Waiting interactions by the request id they name: seqs, ascending.
@@ -370,7 +370,7 @@ impl UserState {
     pub fn attribute(
         &mut self,
         x: Interaction,
-        item: Option<u32>,
+        item: Option<u64>,
         window: Nanos,
         max_credits: usize,
         counters: &mut Counters,
@@ -409,7 +409,7 @@ impl UserState {
     /// The latest (by time, then arrival) open impression the interaction
     /// matches. `open` is in that order, so the search runs from the end and
     /// stops at the first list shown more than a window before the interaction.
-    fn latest_match(&self, x: &Interaction, item: u32, window: Nanos) -> Option<(usize, usize)> {
+    fn latest_match(&self, x: &Interaction, item: u64, window: Nanos) -> Option<(usize, usize)> {
         if let Some(index) = self.index() {
             let lists = index.items.get(&item)?;
             let &(time, seq) = lists.iter().rev().find(|(time, _)| *time <= x.time)?;
