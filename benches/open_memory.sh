@@ -5,11 +5,13 @@
 # interactions); the default max_open_impressions sheds past 1,000,000 open
 # lists. Prints (RSS after - RSS before) / rankwatch_open_impressions of each
 # run, then the median of RUNS runs (default 3). Needs taskset, curl, python3.
-# BIN=path measures another build (for interleaved before/after runs).
+# BIN=path measures another build (for interleaved before/after runs);
+# CATALOGUE=n draws the items from n (default 10,000, the loadgen's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 BIN=${BIN:-target/release/rankwatch}
+CATALOGUE=${CATALOGUE:-10000}
 GRPC=${GRPC:-127.0.0.1:50081}
 HTTP=${HTTP:-127.0.0.1:19581}
 work=$(mktemp -d)
@@ -28,7 +30,7 @@ source benches/server.sh
 for _ in $(seq "$RUNS"); do
   start_server --attribution-window 1h
   base=$(rss_kib)
-  loadgen --rate 0 --streams 4 --users 1000000 --interaction-share 0 --duration 8s >/dev/null
+  loadgen --rate 0 --streams 4 --users 1000000 --interaction-share 0 --catalogue "$CATALOGUE" --duration 8s >/dev/null
   open=$(metric rankwatch_open_impressions)
   bytes=$(python3 -c "print(round(($(rss_kib) - $base) * 1024 / $open, 1))")
   echo "$bytes bytes per open impression ($open open)"
