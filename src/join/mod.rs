@@ -1042,7 +1042,9 @@ mod tests {
         /// restored one saves the bytes it was restored from, although it
         /// numbers the items anew; both give back every item number; and
         /// an engine that keeps item hashes instead of numbers saves the
-        /// same bytes at every step.
+        /// same bytes at every step. The straight engine's table numbers
+        /// 250 other items first, so that its lists hold numbers of one
+        /// byte and of two side by side.
         #[test]
         fn saving_and_restoring_midway_changes_no_figure(
             events in prop::collection::vec(small_world_event(), 1..120),
@@ -1050,6 +1052,8 @@ mod tests {
         ) {
             let cut = cut.index(events.len() + 1);
             let mut straight = engine(usize::MAX, usize::MAX);
+            let mut others: Vec<u64> = (0..250).map(|i| id_hash(&format!("other{i}"))).collect();
+            straight.items.hold_all(&mut others, Nanos::MIN);
             let mut first = engine(usize::MAX, usize::MAX);
             let mut hashed = engine(usize::MAX, usize::MAX);
             hashed.items = ItemTable::new(false);
