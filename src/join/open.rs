@@ -8,15 +8,18 @@ use super::{Counters, GroupId, Unattributed};
 use crate::event::{Impression, Interaction, Nanos};
 
 /// An open impression: 56 bytes, beside its items (1 to 4 bytes each, as
-/// many as the engine's item numbers need; 8 for hashes) and its credits (24 bytes each,
-/// in blocks of 2, 4, 8…). Saved with item hashes, as the saved form of
-/// the `packed` module lays it out.
+/// many as the engine's item numbers need; 8 for hashes) and its credits
+/// (24 bytes each, in blocks of 2, 4, 8…). Saved with item hashes, as the
+/// saved form of the `packed` module lays it out.
 #[derive(Clone, Debug)]
 pub struct OpenImpression {
     /// Arrival order, unique across the engine.
     pub seq: u64,
+    /// The request id's hash.
     pub request: u64,
+    /// When it was shown.
     pub time: Nanos,
+    /// Where its figures go.
     pub group: GroupId,
     /// How `items` is laid out (in what would be padding after `group`).
     shape: Shape,
@@ -101,9 +104,13 @@ pub(super) struct Credit {
 /// The fields of a list besides its items and credits.
 #[derive(Clone, Debug)]
 pub struct Header {
+    /// Arrival order, unique across the engine.
     pub seq: u64,
+    /// The request id's hash.
     pub request: u64,
+    /// When it was shown.
     pub time: Nanos,
+    /// Where its figures go.
     pub group: GroupId,
     /// Its interleaving lineup, or [`NOT_INTERLEAVED`].
     pub lineup: u32,
