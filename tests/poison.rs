@@ -242,6 +242,8 @@ async fn one_shared_user_id_is_bounded_and_credited_like_any_user() {
     );
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_impressions"], 1000.0);
+    // Their items, numbered once each: a0 to a999, and b.
+    assert_eq!(metrics["rankwatch_item_numbers"], 1001.0);
     assert_eq!(
         metrics[r#"rankwatch_events_shed_total{reason="max_open_impressions_per_user"}"#],
         2000.0

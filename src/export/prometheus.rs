@@ -57,6 +57,8 @@ pub const SEGMENT_VALUES_FOLDED: &str = "rankwatch_segment_values_folded_total";
 pub const OPEN_IMPRESSIONS: &str = "rankwatch_open_impressions";
 /// Interactions waiting for their impression.
 pub const WAITING_INTERACTIONS: &str = "rankwatch_waiting_interactions";
+/// Items numbered in the item table.
+pub const ITEM_NUMBERS: &str = "rankwatch_item_numbers";
 /// Groups with finalized lists.
 pub const GROUPS: &str = "rankwatch_groups";
 /// The event-time watermark.
@@ -405,6 +407,8 @@ fn render_engine_state(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: 
         help,
         snapshot.waiting_interactions,
     );
+    let help = "Items numbered in the item table: those open lists show, and those only closed lists showed until they are freed (docs/settings.md#sizing).";
+    writer.single(ITEM_NUMBERS, Kind::Gauge, help, snapshot.item_numbers);
     let help = "(model, surface) groups with finalized lists.";
     writer.single(GROUPS, Kind::Gauge, help, snapshot.groups.len());
     let (Some(watermark), Some(frontier)) = (snapshot.watermark, snapshot.frontier) else {

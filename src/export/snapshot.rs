@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub open_impressions: usize,
     /// Interactions waiting for their impression.
     pub waiting_interactions: usize,
+    /// Items numbered in the engine's item table.
+    pub item_numbers: usize,
     /// Impressions folded into the overflow group.
     pub overflowed_impressions: u64,
     /// Per segment label, in order: impressions whose value folded into `__other__`.
@@ -126,6 +128,7 @@ impl Snapshot {
             interaction_types: engine.interaction_types().to_vec(),
             open_impressions: engine.open_impressions(),
             waiting_interactions: engine.waiting_interactions(),
+            item_numbers: engine.item_numbers(),
             overflowed_impressions: engine.overflowed_impressions(),
             folded_segment_values: engine
                 .folded_segment_values()

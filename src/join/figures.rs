@@ -17,6 +17,7 @@ impl Engine {
         self.absorb_finalized(other);
         self.open_impressions += other.open_impressions;
         self.waiting_interactions += other.waiting_interactions;
+        self.absorbed_item_numbers += other.item_numbers();
         self.max_time = match (self.max_time, other.max_time) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

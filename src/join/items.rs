@@ -225,6 +225,13 @@ impl ItemTable {
         }
     }
 
+    /// Numbers in use: those of the items open lists show, and of items
+    /// only closed lists showed until a pass frees them; 0 for a table that
+    /// passes hashes through.
+    pub fn in_use(&self) -> usize {
+        self.in_use
+    }
+
     /// Numbers shown by some list due after the last list closed.
     #[cfg(test)]
     pub fn held(&self) -> usize {

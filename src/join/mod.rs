@@ -207,6 +207,8 @@ pub struct Engine {
     waiting_interactions: usize,
     /// Lists finalized since the last prefetch of those that close next.
     closed_since_prefetch: u32,
+    /// In a view of several engines ([`Engine::absorb`]), their item numbers.
+    absorbed_item_numbers: usize,
     /// When the events being applied were received (wall clock), for the
     /// groups' idle times; 0 unless the server sets it.
     received_at: Nanos,
@@ -282,6 +284,7 @@ impl Engine {
             open_impressions: 0,
             waiting_interactions: 0,
             closed_since_prefetch: 0,
+            absorbed_item_numbers: 0,
             received_at: 0,
             time_capped: false,
             elsewhere: Elsewhere::default(),
@@ -524,6 +527,12 @@ impl Engine {
     /// Interactions waiting for their impression.
     pub fn waiting_interactions(&self) -> usize {
         self.waiting_interactions
+    }
+
+    /// Items numbered in the item table: about 24 to 40 bytes each beside
+    /// the open lists (docs/settings.md#sizing).
+    pub fn item_numbers(&self) -> usize {
+        self.items.in_use() + self.absorbed_item_numbers
     }
 
     /// A copy of the state a restart must not lose, in a deterministic order.
