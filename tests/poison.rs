@@ -203,9 +203,18 @@ async fn an_ack_stays_small_whatever_the_batch_holds() {
     assert_eq!(ack.more_rejections[0].count, 7);
 }
 
+/// The same with items kept as numbers (the default) and as hashes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_shared_user_id_is_bounded_and_credited_like_any_user() {
-    let server = Server::exact(&[]);
+    for (number_items, numbered) in [("true", 1001.0), ("false", 0.0)] {
+        shared_user_id(number_items, numbered).await;
+    }
+}
+
+/// 3,000 lists and their clicks for one user id, on a server with
+/// `--number-items number_items`, which numbers `numbered` items.
+async fn shared_user_id(number_items: &str, numbered: f64) {
+    let server = Server::exact(&["--number-items", number_items]);
     // Logged-out traffic: 3,000 lists for one user id, each with its clicks.
     let mut events = Vec::new();
     for r in 0..3000 {
@@ -242,8 +251,8 @@ async fn one_shared_user_id_is_bounded_and_credited_like_any_user() {
     );
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_impressions"], 1000.0);
-    // Their items, numbered once each: a0 to a999, and b.
-    assert_eq!(metrics["rankwatch_item_numbers"], 1001.0);
+    // Their items, numbered once each (a0 to a999, and b), unless kept as hashes.
+    assert_eq!(metrics["rankwatch_item_numbers"], numbered);
     assert_eq!(
         metrics[r#"rankwatch_events_shed_total{reason="max_open_impressions_per_user"}"#],
         2000.0

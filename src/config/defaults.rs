@@ -28,6 +28,8 @@ pub const G_MAX: f64 = 3.0;
 pub const RBP_P: f64 = 0.8;
 /// `max_items`.
 pub const MAX_ITEMS: usize = 1000;
+/// `number_items`.
+pub const NUMBER_ITEMS: bool = true;
 /// `max_exposure_items`.
 pub const MAX_EXPOSURE_ITEMS: usize = 4096;
 /// `max_grade`: exponential gain stays below 2^64.

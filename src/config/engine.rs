@@ -85,6 +85,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_EXPOSURE_ITEMS",
         help = help("Most items whose exposure each group's coverage keeps per window pane and since start: exact up to it, estimated from sketches past it (replay is always exact); 0 turns coverage off", defaults::MAX_EXPOSURE_ITEMS))]
     pub max_exposure_items: Option<usize>,
+    /// Keep open lists' items as numbers of a table of the items they show.
+    #[arg(long, env = "RANKWATCH_NUMBER_ITEMS",
+        help = help("Keep open lists' items as numbers of a table of the items open lists show (1 to 4 bytes each, the table's 24 to 40 bytes per item beside) instead of 8-byte hashes: less memory where items repeat across open lists, more where they hardly do; replay always keeps hashes", defaults::NUMBER_ITEMS))]
+    pub number_items: Option<bool>,
     /// Grade of an interaction type, TYPE=GRADE, repeatable.
     #[arg(long = "grade", env = "RANKWATCH_GRADES", value_delimiter = ',', value_parser = parse_grade,
         help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
@@ -439,6 +443,7 @@ impl EngineSettings {
                 file.max_exposure_items,
                 defaults::MAX_EXPOSURE_ITEMS,
             ),
+            number_items: resolved(args.number_items, file.number_items, defaults::NUMBER_ITEMS),
             max_items: limit!(max_items, MAX_ITEMS)?,
             max_label_bytes: limit!(max_label_bytes, MAX_LABEL_BYTES)?,
             max_groups: limit!(max_groups, MAX_GROUPS)?,

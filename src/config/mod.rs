@@ -210,6 +210,7 @@ pub struct FileSettings {
     rbp_p: Option<f64>,
     position_curve_depth: Option<usize>,
     max_exposure_items: Option<usize>,
+    number_items: Option<bool>,
     #[serde(default, deserialize_with = "duration_serde::many")]
     windows: Option<Vec<Duration>>,
     grades: Option<BTreeMap<String, f64>>,

@@ -26,6 +26,8 @@ pub struct EngineSettings {
     pub position_curve_depth: usize,
     /// Most items whose exposure one coverage keeps; 0 keeps no coverage.
     pub max_exposure_items: usize,
+    /// Whether open lists keep their items as numbers of an item table.
+    pub number_items: bool,
     /// Most items in one impression.
     pub max_items: usize,
     /// Longest model or surface name, in bytes.
@@ -75,7 +77,7 @@ impl EngineSettings {
             position_curve_depth: self.position_curve_depth,
             interaction_types: self.grades.types(),
             coverage: self.coverage_mode(),
-            number_items: true,
+            number_items: self.number_items,
         }
     }
 
