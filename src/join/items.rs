@@ -32,10 +32,9 @@ pub struct ItemTable {
     slots: Vec<u32>,
     /// What each number stands for (a free one: what it last stood for).
     items: Vec<Item>,
-    /// Numbers free for reuse.
+    /// Numbers free for reuse; every other number below `items.len()` is
+    /// in a slot.
     free: Vec<u32>,
-    /// Numbers in use: in a slot.
-    in_use: usize,
     /// Numbers in use after the last pass that freed numbers.
     kept: usize,
     /// The deadline of the last list closed: lists close in deadline
@@ -73,7 +72,6 @@ impl ItemTable {
             slots: vec![EMPTY; 2 * FIRST_PASS_AT],
             items: Vec::new(),
             free: Vec::new(),
-            in_use: 0,
             kept: 0,
             closed: Nanos::MIN,
         }
@@ -135,7 +133,7 @@ impl ItemTable {
     /// The number of the item with this hash, for a list that closes at
     /// `until`, which keeps the number from being freed before then.
     fn hold(&mut self, hash: u64, until: Nanos) -> u32 {
-        let slot = self.slot_of(hash);
+        let mut slot = self.slot_of(hash);
         let number = self.slots[slot];
         if number != EMPTY {
             let item = &mut self.items[number as usize];
@@ -144,6 +142,7 @@ impl ItemTable {
         }
         if self.free.is_empty() && self.items.len() >= FIRST_PASS_AT.max(self.kept * 5 / 4) {
             self.free_closed();
+            slot = self.slot_of(hash);
         }
         let item = Item { hash, until };
         let number = match self.free.pop() {
@@ -161,13 +160,11 @@ impl ItemTable {
                     .expect("fewer than 2³² − 1 items shown")
             }
         };
-        self.in_use += 1;
-        if 2 * self.in_use > self.slots.len() {
+        if 2 * self.in_use() > self.slots.len() {
             self.rebuild(2 * self.slots.len());
-        } else {
-            let slot = self.slot_of(hash);
-            self.slots[slot] = number;
+            slot = self.slot_of(hash);
         }
+        self.slots[slot] = number;
         number
     }
 
@@ -178,31 +175,24 @@ impl ItemTable {
 
     /// Frees the numbers that no open list shows.
     fn free_closed(&mut self) {
-        let mut kept = 0;
-        for number in self.slots.iter().copied().filter(|&n| n != EMPTY) {
-            match self.items[number as usize].until >= self.closed {
-                true => kept += 1,
-                false => self.free.push(number),
+        for slot in &mut self.slots {
+            if *slot != EMPTY && self.items[*slot as usize].until < self.closed {
+                self.free.push(*slot);
+                *slot = EMPTY;
             }
         }
-        self.in_use = kept;
-        self.kept = kept;
+        self.kept = self.in_use();
+        // Linear probing finds a number only past no empty slot: place the
+        // rest anew.
         self.rebuild(self.slots.len());
     }
 
-    /// Puts the numbers in use (the numbered ones not free) into `size` slots.
+    /// Puts the numbers in the slots into `size` slots.
     fn rebuild(&mut self, size: usize) {
-        let mut free = vec![false; self.items.len()];
-        for &number in &self.free {
-            free[number as usize] = true;
-        }
-        self.slots.clear();
-        self.slots.resize(size, EMPTY);
-        for (number, free) in free.into_iter().enumerate() {
-            if !free {
-                let slot = self.slot_of(self.items[number].hash);
-                self.slots[slot] = number as u32;
-            }
+        let numbers = std::mem::replace(&mut self.slots, vec![EMPTY; size]);
+        for number in numbers.into_iter().filter(|&n| n != EMPTY) {
+            let slot = self.slot_of(self.items[number as usize].hash);
+            self.slots[slot] = number;
         }
     }
 
@@ -229,7 +219,7 @@ impl ItemTable {
     /// only closed lists showed until a pass frees them; 0 for a table that
     /// passes hashes through.
     pub fn in_use(&self) -> usize {
-        self.in_use
+        self.items.len() - self.free.len()
     }
 
     /// Numbers shown by some list due after the last list closed.
@@ -282,7 +272,9 @@ mod tests {
                 }
                 peak = peak.max(shown.len());
                 prop_assert!(table.items.len() <= FIRST_PASS_AT.max(peak * 2 + 64));
-                prop_assert!(2 * table.in_use <= table.slots.len());
+                prop_assert!(2 * table.in_use() <= table.slots.len());
+                let in_slots = table.slots.iter().filter(|&&n| n != EMPTY).count();
+                prop_assert_eq!(in_slots, table.in_use());
             }
             let last = open.last().map_or(time, |(until, _)| *until);
             table.closed(last);

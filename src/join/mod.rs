@@ -770,10 +770,10 @@ impl Engine {
             return;
         };
         self.open_impressions -= 1;
-        let window = self.settings.attribution_window;
+        let deadline = list.time.saturating_add(self.settings.attribution_window);
         // Lists close in deadline order: the table frees the numbers of
         // items that only lists due before this one showed.
-        self.items.closed(list.time.saturating_add(window));
+        self.items.closed(deadline);
         let engaged = list.is_engaged();
         if engaged {
             list.grades_into(&mut self.grades);
@@ -786,7 +786,6 @@ impl Engine {
         self.group_aggregates(group);
         let aggregates = &mut self.aggregates[group];
         if let Some(log) = &mut self.finalized_log {
-            let deadline = list.time.saturating_add(window);
             let values = engaged.then_some(&self.values[..]);
             log.start((deadline, list.seq), group, list.time, values);
         } else {

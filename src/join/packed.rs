@@ -85,16 +85,16 @@ impl SavedList {
     /// list by them.
     pub fn is_well_formed(&self) -> bool {
         let shown = self.shown();
-        let packed = self.header.lineup == NOT_INTERLEAVED
-            || (shown > 0 && shown + shown.div_ceil(TEAMS_PER_WORD) == self.words.len());
+        let lineup = self.header.lineup;
+        let packed = (shown > 0 || lineup == NOT_INTERLEAVED)
+            && word_count(shown, lineup) == self.words.len();
         packed && self.credits.iter().all(|c| (c.rank as usize) < shown)
     }
 }
 
-/// How many words `list` is saved with.
-fn saved_word_count(list: &OpenImpression) -> usize {
-    let shown = list.shown();
-    match list.lineup() {
+/// How many words a list of `shown` items with `lineup` is saved with.
+fn word_count(shown: usize, lineup: u32) -> usize {
+    match lineup {
         NOT_INTERLEAVED => shown,
         _ => shown + shown.div_ceil(TEAMS_PER_WORD),
     }
@@ -149,7 +149,7 @@ impl Serialize for HeldList<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let Self(list, table) = *self;
         let header = list.header();
-        let count = saved_word_count(list);
+        let count = word_count(list.shown(), list.lineup());
         pack(
             &header,
             saved_words(list, table),
