@@ -2,7 +2,7 @@
 //! finishes one, so a thread the machine keeps waiting holds up one piece,
 //! not a fixed share of the work.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// `work` applied to every piece on up to `threads` threads (this one
@@ -43,6 +43,93 @@ pub fn each<T: Send, R: Send>(
         .collect()
 }
 
+/// `work` applied to every piece on up to `threads` threads (this one
+/// among them), each result handed to `take` on this thread in the pieces'
+/// order as soon as it and those before it are done: this thread takes
+/// results between pieces of its own, so what it does with them overlaps
+/// the other threads' work.
+pub fn in_order<T: Send, R: Send>(
+    pieces: Vec<T>,
+    threads: usize,
+    work: impl Fn(T) -> R + Sync,
+    mut take: impl FnMut(R),
+) {
+    let threads = threads.clamp(1, pieces.len().max(1));
+    if threads == 1 {
+        pieces.into_iter().map(work).for_each(take);
+        return;
+    }
+    let count = pieces.len();
+    let pieces: Vec<Mutex<Option<T>>> = pieces.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let taker = std::thread::current();
+    // Works the next piece not yet taken; false once every piece is.
+    let work_one = || {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        let Some(piece) = pieces.get(index) else {
+            return false;
+        };
+        if let Some(piece) = lock(piece).take() {
+            let result = work(piece);
+            *lock(&results[index]) = Some(result);
+        }
+        true
+    };
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(|| {
+                let _wake = Wake(&taker, &failed);
+                while work_one() {
+                    taker.unpark();
+                }
+            });
+        }
+        let mut taken = 0;
+        let mut working = true;
+        while taken < count {
+            let ready = lock(&results[taken]).take();
+            match ready {
+                Some(result) => {
+                    take(result);
+                    taken += 1;
+                }
+                None if working => working = work_one(),
+                // A piece another thread is working on: it wakes this one when
+                // done, or if it panicked (the scope then passes the panic on).
+                None if failed.load(Ordering::Acquire) => break,
+                None => std::thread::park(),
+            }
+        }
+    });
+}
+
+/// Wakes the thread that takes results when a worker ends, noting whether
+/// it ended in a panic: a result it was working on will never come.
+struct Wake<'a>(&'a std::thread::Thread, &'a AtomicBool);
+
+impl Drop for Wake<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.1.store(true, Ordering::Release);
+        }
+        self.0.unpark();
+    }
+}
+
+/// `values` emptied, its room kept for values that borrow something else
+/// (the standard library collects into the same allocation when the two
+/// types have one layout): pieces of work handed out chunk after chunk
+/// reuse their vectors rather than fault fresh pages in for each.
+pub fn emptied<T, U>(mut values: Vec<T>) -> Vec<U> {
+    values.clear();
+    values
+        .into_iter()
+        .map(|_| unreachable!("emptied"))
+        .collect()
+}
+
 /// The value behind `mutex`, even if a thread panicked holding it (the
 /// panic goes on to the caller when the scope ends).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -59,5 +146,37 @@ mod tests {
             assert_eq!(squares, (0..50u64).map(|x| x * x).collect::<Vec<_>>());
         }
         assert!(super::each(Vec::<u8>::new(), 4, |x| x).is_empty());
+    }
+
+    #[test]
+    fn results_are_taken_once_each_in_the_pieces_order() {
+        for threads in [1, 2, 3, 8] {
+            for count in [0, 1, 2, 50] {
+                let pieces: Vec<u64> = (0..count).collect();
+                let mut taken = Vec::new();
+                super::in_order(pieces, threads, |x| x * x, |square| taken.push(square));
+                assert_eq!(taken, (0..count).map(|x| x * x).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_worker_reaches_the_caller_rather_than_hanging_it() {
+        let outcome = std::panic::catch_unwind(|| {
+            let pieces: Vec<u64> = (0..8).collect();
+            super::in_order(
+                pieces,
+                2,
+                |x| {
+                    if x == 1 {
+                        panic!("piece 1");
+                    }
+                    // Piece 0, this thread's, waits for piece 1 to be taken.
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                },
+                |_| {},
+            );
+        });
+        assert!(outcome.is_err());
     }
 }

@@ -200,7 +200,9 @@ fn read_logs(
     mut on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<(), Unread> {
     let mut chunk = Chunk::new(options.max_line_bytes);
+    // Room kept from chunk to chunk: the batch's and the parsed runs'.
     let mut spare = Batch::new();
+    let mut runs = Vec::new();
     let mut bytes_done = 0;
     for path in paths {
         let mut line_number = 0u64;
@@ -220,9 +222,11 @@ fn read_logs(
             }
             let mut batch = spare.recycle();
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
-            let parsed = chunk.parse(validator, threads).into_iter().flatten();
-            for (offset, parsed) in parsed.enumerate() {
-                match parsed {
+            chunk.parse(
+                validator,
+                threads,
+                &mut runs,
+                |offset, parsed| match parsed {
                     None => {}
                     Some(Ok(event)) => {
                         engine.route(&mut batch, event);
@@ -238,8 +242,8 @@ fn read_logs(
                             rejection: &rejection,
                         });
                     }
-                }
-            }
+                },
+            );
             engine.apply(&mut batch, options.threads);
             spare = batch.recycle();
             line_number += chunk.len() as u64;
@@ -458,23 +462,44 @@ impl Chunk {
     }
 
     /// Parses every line, in parallel over `threads` (one: on this thread),
-    /// in runs of consecutive lines.
-    fn parse(
-        &self,
+    /// in runs of consecutive lines, and hands each line's outcome to
+    /// `each` on this thread, in order, as soon as its run is parsed: the
+    /// runs parsed on other threads meanwhile. `spare` keeps the runs'
+    /// room from chunk to chunk.
+    fn parse<'c>(
+        &'c self,
         validator: &crate::event::Validator,
         threads: usize,
-    ) -> Vec<Vec<Option<Result<Event<'_>, Rejection>>>> {
-        // More pieces than threads, each taken by the next thread free.
-        let per_piece = self.len().div_ceil(threads * 4).max(1);
-        let pieces: Vec<_> = (0..self.len()).step_by(per_piece).collect();
-        crate::parallel::each(pieces, threads, |start| {
-            let end = (start + per_piece).min(self.len());
-            (start..end)
-                .map(|index| self.parse_line(index, validator))
-                .collect::<Vec<_>>()
-        })
+        spare: &mut Vec<Vec<Parsed<'static>>>,
+        mut each: impl FnMut(usize, Parsed<'c>),
+    ) {
+        // More runs than threads, each parsed by the next thread free.
+        let per_run = self.len().div_ceil(threads * RUNS_PER_THREAD).max(1);
+        let runs: Vec<_> = (0..self.len())
+            .step_by(per_run)
+            .map(|start| (start, spare.pop().unwrap_or_default()))
+            .collect();
+        let parse_run = |(start, room): (usize, Vec<Parsed<'static>>)| {
+            let end = (start + per_run).min(self.len());
+            let mut run: Vec<Parsed<'c>> = crate::parallel::emptied(room);
+            run.extend((start..end).map(|index| self.parse_line(index, validator)));
+            (start, run)
+        };
+        crate::parallel::in_order(runs, threads, parse_run, |(start, mut run)| {
+            for (offset, parsed) in run.drain(..).enumerate() {
+                each(start + offset, parsed);
+            }
+            spare.push(crate::parallel::emptied(run));
+        });
     }
 }
+
+/// A line parsed: `None` when blank, else an event or why it was rejected.
+type Parsed<'a> = Option<Result<Event<'a>, Rejection>>;
+
+/// Runs of lines a chunk is parsed in, per thread: enough for this thread
+/// to route the runs others parsed between runs of its own.
+const RUNS_PER_THREAD: usize = 8;
 
 #[cfg(test)]
 mod tests {

@@ -108,23 +108,17 @@ impl<'a> Batch<'a> {
     /// chunk, had been a sixth of a replay's time).
     pub fn recycle<'b>(self) -> Batch<'b> {
         Batch {
-            per_shard: self.per_shard.into_iter().map(recycle).collect(),
+            per_shard: self
+                .per_shard
+                .into_iter()
+                .map(crate::parallel::emptied)
+                .collect(),
             order: self.order,
             impressions: 0,
             interactions: 0,
             due: self.due,
         }
     }
-}
-
-/// `events` emptied, its room kept for events that borrow another chunk
-/// (the standard library collects into the same allocation).
-fn recycle<'b>(mut events: Vec<Routed<'_>>) -> Vec<Routed<'b>> {
-    events.clear();
-    events
-        .into_iter()
-        .map(|_| unreachable!("emptied"))
-        .collect()
 }
 
 impl Default for Batch<'_> {
