@@ -12,8 +12,20 @@ pub fn each<T: Send, R: Send>(
     threads: usize,
     work: impl Fn(T) -> R + Sync,
 ) -> Vec<R> {
+    each_beside(pieces, threads, work, || {})
+}
+
+/// [`each`], with `beside` done on this thread before it takes pieces:
+/// the other threads take more of them meanwhile.
+pub fn each_beside<T: Send, R: Send>(
+    pieces: Vec<T>,
+    threads: usize,
+    work: impl Fn(T) -> R + Sync,
+    beside: impl FnOnce(),
+) -> Vec<R> {
     let threads = threads.clamp(1, pieces.len().max(1));
     if threads == 1 {
+        beside();
         return pieces.into_iter().map(work).collect();
     }
     let count = pieces.len();
@@ -35,6 +47,7 @@ pub fn each<T: Send, R: Send>(
         for _ in 1..threads {
             scope.spawn(take_and_work);
         }
+        beside();
         take_and_work();
     });
     results
@@ -146,6 +159,19 @@ mod tests {
             assert_eq!(squares, (0..50u64).map(|x| x * x).collect::<Vec<_>>());
         }
         assert!(super::each(Vec::<u8>::new(), 4, |x| x).is_empty());
+    }
+
+    #[test]
+    fn beside_is_done_once_whatever_the_threads_and_pieces() {
+        for threads in [1, 2, 3] {
+            for count in [0, 1, 5] {
+                let mut done = 0;
+                let pieces: Vec<u64> = (0..count).collect();
+                let doubled = super::each_beside(pieces, threads, |x| 2 * x, || done += 1);
+                assert_eq!(doubled, (0..count).map(|x| 2 * x).collect::<Vec<_>>());
+                assert_eq!(done, 1, "threads {threads}, pieces {count}");
+            }
+        }
     }
 
     #[test]

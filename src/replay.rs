@@ -199,7 +199,10 @@ fn read_logs(
     mut progress: impl FnMut(u64),
     mut on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<(), Unread> {
+    // The chunk being evaluated, and the next, read while the shards work.
     let mut chunk = Chunk::new(options.max_line_bytes);
+    let mut next = Chunk::new(options.max_line_bytes);
+    let lines = options.chunk_lines.max(1);
     // Room kept from chunk to chunk: the batch's and the parsed runs'.
     let mut spare = Batch::new();
     let mut runs = Vec::new();
@@ -213,13 +216,10 @@ fn read_logs(
         };
         let file_bytes = std::rc::Rc::new(std::cell::Cell::new(0));
         let mut reader = open(path, file_bytes.clone()).map_err(|e| fail(0, e))?;
-        loop {
-            // The whole lines before a failure are read: they are evaluated first.
-            let filled = chunk.fill(&mut reader, options.chunk_lines.max(1));
-            if chunk.is_empty() {
-                filled.map_err(|e| fail(line_number, e))?;
-                break;
-            }
+        // The whole lines before a failure are read: they are evaluated first.
+        chunk.begin_log();
+        let mut filled = chunk.fill(&mut reader, lines);
+        while !chunk.is_empty() {
             let mut batch = spare.recycle();
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             chunk.parse(
@@ -244,12 +244,23 @@ fn read_logs(
                     }
                 },
             );
-            engine.apply(&mut batch, options.threads);
+            // Past a failure nothing more is read.
+            let mut next_filled = Ok(());
+            let read_next = || {
+                if filled.is_ok() {
+                    next.begin_after(&chunk);
+                    next_filled = next.fill(&mut reader, lines);
+                }
+            };
+            engine.apply_beside(&mut batch, options.threads, read_next);
             spare = batch.recycle();
             line_number += chunk.len() as u64;
             progress(bytes_done + file_bytes.get());
             filled.map_err(|e| fail(line_number, e))?;
+            std::mem::swap(&mut chunk, &mut next);
+            filled = next_filled;
         }
+        filled.map_err(|e| fail(line_number, e))?;
         bytes_done += file_bytes.get();
     }
     Ok(())
@@ -347,16 +358,11 @@ impl Chunk {
         }
     }
 
-    /// Reads up to `lines` lines, fewer when they hold [`CHUNK_BYTES`].
-    /// What was read past the last line taken moves to the front and starts
-    /// the next chunk, so each byte of the log is copied once, by the kernel
-    /// (a block at most is moved again).
+    /// Reads up to `lines` lines, fewer when they hold [`CHUNK_BYTES`],
+    /// into a chunk just begun. What is read past the last line taken
+    /// starts the next chunk ([`Chunk::begin_after`]), so each byte of the
+    /// log is copied once, by the kernel (a block at most is copied again).
     fn fill(&mut self, reader: &mut dyn Read, lines: usize) -> io::Result<()> {
-        let taken = self.start(self.ends.len()).min(self.filled);
-        self.bytes.copy_within(taken..self.filled, 0);
-        self.filled -= taken;
-        self.ends.clear();
-        self.too_long.clear();
         let mut scanned = 0;
         loop {
             while let Some(newline) = memchr::memchr(b'\n', &self.bytes[scanned..self.filled]) {
@@ -401,6 +407,27 @@ impl Chunk {
             }
             self.filled += read;
         }
+    }
+
+    /// Empties the chunk for the first lines of a log.
+    fn begin_log(&mut self) {
+        self.ends.clear();
+        self.too_long.clear();
+        self.filled = 0;
+        self.skipping = false;
+    }
+
+    /// Empties the chunk and starts it with what `previous` read past its
+    /// last line: the lines after those of `previous`.
+    fn begin_after(&mut self, previous: &Chunk) {
+        let rest =
+            &previous.bytes[previous.start(previous.len()).min(previous.filled)..previous.filled];
+        self.begin_log();
+        if self.bytes.len() < rest.len() {
+            self.bytes.resize(rest.len(), 0);
+        }
+        self.bytes[..rest.len()].copy_from_slice(rest);
+        self.filled = rest.len();
     }
 
     /// Ends the current line at `end` (its newline, or the end of the log),
@@ -522,6 +549,26 @@ mod tests {
         }
     }
 
+    /// Reads `reader` to its end as a replay does, two chunks taking turns,
+    /// each begun with what the one before read past its lines; `each`
+    /// sees every chunk with lines.
+    fn read_in_turns(
+        reader: &mut dyn Read,
+        max_line: usize,
+        lines: usize,
+        mut each: impl FnMut(&Chunk),
+    ) {
+        let (mut chunk, mut next) = (Chunk::new(max_line), Chunk::new(max_line));
+        chunk.begin_log();
+        chunk.fill(reader, lines).expect("reading memory");
+        while !chunk.is_empty() {
+            each(&chunk);
+            next.begin_after(&chunk);
+            next.fill(reader, lines).expect("reading memory");
+            std::mem::swap(&mut chunk, &mut next);
+        }
+    }
+
     /// Lines come out whole and in order whatever the reader's block size
     /// and the chunk's line count: across block edges, after carriage
     /// returns, blank, and with no newline at the end of the log.
@@ -535,13 +582,8 @@ mod tests {
                     data: log.as_bytes(),
                     block,
                 };
-                let mut chunk = Chunk::new(10);
                 let (mut read, mut too_long, mut seen) = (Vec::new(), Vec::new(), 0);
-                loop {
-                    chunk.fill(&mut reader, lines).expect("reading memory");
-                    if chunk.is_empty() {
-                        break;
-                    }
+                read_in_turns(&mut reader, 10, lines, |chunk| {
                     assert!(
                         chunk.bytes.len() <= 10 + 2 * BLOCK,
                         "the long line is not held"
@@ -552,7 +594,7 @@ mod tests {
                         false => chunk.line(i).to_vec(),
                     }));
                     seen += chunk.len();
-                }
+                });
                 let read: Vec<_> = read
                     .iter()
                     .map(|l| std::str::from_utf8(l).unwrap())
@@ -606,18 +648,13 @@ mod tests {
             data: log.as_bytes(),
             block: BLOCK,
         };
-        let mut chunk = Chunk::new(2_000);
         let mut read = 0;
-        loop {
-            chunk.fill(&mut reader, usize::MAX).expect("reading memory");
-            if chunk.is_empty() {
-                break;
-            }
+        read_in_turns(&mut reader, 2_000, usize::MAX, |chunk| {
             assert!(chunk.bytes.len() <= CHUNK_BYTES + 2_000 + 2 * BLOCK);
             assert!(chunk.len() < 10_000, "the chunk ended at its budget");
             assert!((0..chunk.len()).all(|i| chunk.line(i).len() == 999));
             read += chunk.len();
-        }
+        });
         assert_eq!(read, 10_000);
     }
 
@@ -637,16 +674,11 @@ mod tests {
                     data: log.as_bytes(),
                     block,
                 };
-                let mut chunk = Chunk::new(64);
                 let mut read = Vec::new();
-                loop {
-                    chunk.fill(&mut reader, lines).expect("reading memory");
-                    if chunk.is_empty() {
-                        break;
-                    }
+                read_in_turns(&mut reader, 64, lines, |chunk| {
                     assert!(chunk.len() <= lines);
                     read.extend((0..chunk.len()).map(|i| chunk.line(i).to_vec()));
-                }
+                });
                 let read: Vec<_> = read
                     .iter()
                     .map(|l| std::str::from_utf8(l).unwrap())

@@ -191,6 +191,12 @@ impl ShardedEngine {
 
     /// Applies the events of `batch` on up to `threads` threads, and empties it.
     pub fn apply(&mut self, batch: &mut Batch<'_>, threads: usize) {
+        self.apply_beside(batch, threads, || {});
+    }
+
+    /// [`Self::apply`], with `beside` done on this thread while the
+    /// others start on the shards (such as reading what comes next).
+    pub fn apply_beside(&mut self, batch: &mut Batch<'_>, threads: usize, beside: impl FnOnce()) {
         let experiments = &self.registry.experiments;
         let windows = &self.registry.settings.windows;
         if self.shards[0].experiments.lineup_count() < experiments.lineup_count() {
@@ -198,20 +204,29 @@ impl ShardedEngine {
                 shard.experiments.follow(experiments, windows);
             }
         }
-        if self.within_limits(batch) {
-            self.apply_in_parallel(&mut batch.per_shard, threads);
-        } else {
-            self.apply_in_order(batch);
-        }
         // Every shard brought up to the batch's `T`: the lists it makes
         // final first, a few thousand at a time, then what gives up (no
         // list is left due by then).
         let watermark = self.registry.watermark().unwrap_or(Nanos::MIN);
-        self.finalize_in_rounds(&batch.due, watermark, threads);
-        if let Some(end) = self.registry.max_time() {
-            self.shards
-                .iter_mut()
-                .for_each(|shard| shard.advance_to(end));
+        let end = self.registry.max_time();
+        let within_limits = self.within_limits(batch);
+        if within_limits && batch.due.len() <= FINALIZED_AT_ONCE {
+            // One round: each shard does it all on its own, in one pass.
+            self.apply_and_finalize(&mut batch.per_shard, watermark, end, threads, beside);
+            self.add_finalized(threads);
+        } else {
+            beside();
+            if within_limits {
+                self.apply_and_finalize(&mut batch.per_shard, Nanos::MIN, None, threads, || {});
+            } else {
+                self.apply_in_order(batch);
+            }
+            self.finalize_in_rounds(&batch.due, watermark, threads);
+            if let Some(end) = end {
+                self.shards
+                    .iter_mut()
+                    .for_each(|shard| shard.advance_to(end));
+            }
         }
         batch.order.clear();
         (batch.impressions, batch.interactions) = (0, 0);
@@ -263,14 +278,28 @@ impl ShardedEngine {
         (open, waiting)
     }
 
-    /// Applies each shard's events on its own, the shards spread over `threads`.
-    fn apply_in_parallel(&mut self, per_shard: &mut [Vec<Routed<'_>>], threads: usize) {
+    /// Applies each shard's events on its own, the shards spread over
+    /// `threads`; then each finalizes its lists due by `due_by` and comes
+    /// up to `T` = `end`; `beside` is done on this thread first.
+    fn apply_and_finalize(
+        &mut self,
+        per_shard: &mut [Vec<Routed<'_>>],
+        due_by: Nanos,
+        end: Option<Nanos>,
+        threads: usize,
+        beside: impl FnOnce(),
+    ) {
         let pieces = self.shards.iter_mut().zip(per_shard).collect();
-        crate::parallel::each(pieces, threads, |(shard, events)| {
+        let apply = |(shard, events): (&mut Engine, &mut Vec<Routed<'_>>)| {
             for routed in events.drain(..) {
                 shard.apply_routed(routed);
             }
-        });
+            shard.finalize_due_by(due_by);
+            if let Some(end) = end {
+                shard.advance_to(end);
+            }
+        };
+        crate::parallel::each_beside(pieces, threads, apply, beside);
     }
 
     /// Applies `batch` one event at a time in arrival order, every shard's
