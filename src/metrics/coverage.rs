@@ -472,9 +472,9 @@ fn entropy_from_sums(total: f64, x_ln_x: f64, items: f64) -> f64 {
 /// sampled item of every list pays in each coverage it goes into.
 #[derive(Clone, Debug, Default)]
 struct ExposureTable {
-    /// Item hashes; 0 marks an empty slot.
-    keys: Vec<u64>,
-    values: Vec<f64>,
+    /// Item hash and exposure, side by side so that adding to an item
+    /// misses the cache once; a hash of 0 marks an empty slot.
+    slots: Vec<(u64, f64)>,
     /// Occupied slots.
     len: usize,
     /// The exposure of the item whose hash is 0, which no slot can hold.
@@ -492,23 +492,22 @@ impl ExposureTable {
     fn add(&mut self, item: u64, weight: f64) {
         // Grown once more than half full: a table of `2n` slots holds up to
         // `n + 1` items, so a coverage capped at `n` items never needs `4n`.
-        if item == 0 || self.keys.is_empty() || 2 * self.len > self.keys.len() {
+        if item == 0 || self.slots.is_empty() || 2 * self.len > self.slots.len() {
             self.add_rarely(item, weight);
             return;
         }
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
         // The middle bits: the top ones pick HyperLogLog registers, the low
         // ones are zero in every sampled item.
         let mut slot = (item >> 24) as usize & mask;
         loop {
-            let key = self.keys[slot];
-            if key == item {
-                self.values[slot] += weight;
+            let (key, exposure) = &mut self.slots[slot];
+            if *key == item {
+                *exposure += weight;
                 return;
             }
-            if key == 0 {
-                self.keys[slot] = item;
-                self.values[slot] = weight;
+            if *key == 0 {
+                (*key, *exposure) = (item, weight);
                 self.len += 1;
                 return;
             }
@@ -518,7 +517,7 @@ impl ExposureTable {
 
     /// Makes room for `items` items in all without growing as they come.
     fn reserve(&mut self, items: usize) {
-        if 2 * items > self.keys.len() {
+        if 2 * items > self.slots.len() {
             self.rebuild(2 * items);
         }
     }
@@ -530,17 +529,16 @@ impl ExposureTable {
             *self.zero.get_or_insert(0.0) += weight;
             return;
         }
-        self.rebuild(2 * self.keys.len());
+        self.rebuild(2 * self.slots.len());
         self.add(item, weight);
     }
 
     /// Puts every item back into `slots` slots (at least 16, and twice the items).
     fn rebuild(&mut self, slots: usize) {
         let slots = slots.max(16).max(2 * self.len).next_power_of_two();
-        let keys = std::mem::replace(&mut self.keys, vec![0; slots]);
-        let values = std::mem::replace(&mut self.values, vec![0.0; slots]);
+        let old = std::mem::replace(&mut self.slots, vec![(0, 0.0); slots]);
         self.len = 0;
-        for (item, exposure) in keys.into_iter().zip(values).filter(|(k, _)| *k != 0) {
+        for (item, exposure) in old.into_iter().filter(|(k, _)| *k != 0) {
             self.add(item, exposure);
         }
     }
@@ -548,11 +546,10 @@ impl ExposureTable {
     /// Every item and its exposure, in no particular order.
     fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
         let zero = self.zero.map(|exposure| (0, exposure));
-        self.keys
+        self.slots
             .iter()
-            .zip(&self.values)
-            .filter(|(k, _)| **k != 0)
-            .map(|(&k, &v)| (k, v))
+            .filter(|(k, _)| *k != 0)
+            .copied()
             .chain(zero)
     }
 
@@ -564,13 +561,12 @@ impl ExposureTable {
             self.zero = None;
         }
         let kept: Vec<(u64, f64)> = self
-            .keys
+            .slots
             .iter()
-            .zip(&self.values)
-            .filter(|(k, _)| **k != 0 && keep(**k))
-            .map(|(&k, &v)| (k, v))
+            .filter(|(k, _)| *k != 0 && keep(*k))
+            .copied()
             .collect();
-        self.keys.fill(0);
+        self.slots.fill((0, 0.0));
         self.len = 0;
         for (item, exposure) in kept {
             self.add(item, exposure);
@@ -579,7 +575,7 @@ impl ExposureTable {
 
     /// Empties the table, keeping its slots for the items to come.
     fn clear(&mut self) {
-        self.keys.fill(0);
+        self.slots.fill((0, 0.0));
         self.len = 0;
         self.zero = None;
     }
