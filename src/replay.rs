@@ -8,7 +8,7 @@
 use crate::engine::EngineSettings;
 use crate::event::{json::parse_line, Event, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
-use crate::join::{Batch, JoinSettings, ShardedEngine};
+use crate::join::{Batch, EventAt, JoinSettings, Parsed, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
@@ -203,9 +203,11 @@ fn read_logs(
     let mut chunk = Chunk::new(options.max_line_bytes);
     let mut next = Chunk::new(options.max_line_bytes);
     let lines = options.chunk_lines.max(1);
-    // Room kept from chunk to chunk: the batch's and the parsed runs'.
-    let mut spare = Batch::new();
-    let mut runs = Vec::new();
+    let mut batch = Batch::new();
+    // The runs of parsed lines routed into the batch, and the room kept
+    // from chunk to chunk for more.
+    let mut routed: Vec<Vec<Parsed<'_>>> = Vec::new();
+    let mut spare = Vec::new();
     let mut bytes_done = 0;
     for path in paths {
         let mut line_number = 0u64;
@@ -220,30 +222,35 @@ fn read_logs(
         chunk.begin_log();
         let mut filled = chunk.fill(&mut reader, lines);
         while !chunk.is_empty() {
-            let mut batch = spare.recycle();
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
-            chunk.parse(
-                validator,
-                threads,
-                &mut runs,
-                |offset, parsed| match parsed {
-                    None => {}
-                    Some(Ok(event)) => {
-                        engine.route(&mut batch, event);
-                        if batch.is_full() {
-                            engine.apply(&mut batch, options.threads);
+            let mut runs = crate::parallel::emptied(routed);
+            chunk.parse(validator, threads, &mut spare, |start, run| {
+                let index = runs.len();
+                runs.push(run);
+                for (line, parsed) in runs[index].iter().enumerate() {
+                    match parsed {
+                        None => {}
+                        Some(Ok(event)) => {
+                            let at = EventAt {
+                                run: index as u32,
+                                line: line as u32,
+                            };
+                            engine.route(&mut batch, event, at);
+                            if batch.is_full() {
+                                engine.apply(&mut batch, &runs, options.threads);
+                            }
+                        }
+                        Some(Err(rejection)) => {
+                            engine.reject(rejection.reason);
+                            on_bad_line(BadLine {
+                                path,
+                                line: line_number + (start + line) as u64 + 1,
+                                rejection,
+                            });
                         }
                     }
-                    Some(Err(rejection)) => {
-                        engine.reject(rejection.reason);
-                        on_bad_line(BadLine {
-                            path,
-                            line: line_number + offset as u64 + 1,
-                            rejection: &rejection,
-                        });
-                    }
-                },
-            );
+                }
+            });
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
             let read_next = || {
@@ -252,8 +259,9 @@ fn read_logs(
                     next_filled = next.fill(&mut reader, lines);
                 }
             };
-            engine.apply_beside(&mut batch, options.threads, read_next);
-            spare = batch.recycle();
+            engine.apply_beside(&mut batch, &runs, options.threads, read_next);
+            spare.extend(runs.drain(..).map(crate::parallel::emptied));
+            routed = crate::parallel::emptied(runs);
             line_number += chunk.len() as u64;
             progress(bytes_done + file_bytes.get());
             filled.map_err(|e| fail(line_number, e))?;
@@ -489,16 +497,16 @@ impl Chunk {
     }
 
     /// Parses every line, in parallel over `threads` (one: on this thread),
-    /// in runs of consecutive lines, and hands each line's outcome to
-    /// `each` on this thread, in order, as soon as its run is parsed: the
-    /// runs parsed on other threads meanwhile. `spare` keeps the runs'
-    /// room from chunk to chunk.
+    /// in runs of consecutive lines, and hands each run with the index of
+    /// its first line to `each` on this thread, in order, as soon as it is
+    /// parsed: the other threads parse the next runs meanwhile. The runs
+    /// take their room from `spare` when it has some.
     fn parse<'c>(
         &'c self,
         validator: &crate::event::Validator,
         threads: usize,
         spare: &mut Vec<Vec<Parsed<'static>>>,
-        mut each: impl FnMut(usize, Parsed<'c>),
+        each: impl FnMut(usize, Vec<Parsed<'c>>),
     ) {
         // More runs than threads, each parsed by the next thread free.
         let per_run = self.len().div_ceil(threads * RUNS_PER_THREAD).max(1);
@@ -512,17 +520,10 @@ impl Chunk {
             run.extend((start..end).map(|index| self.parse_line(index, validator)));
             (start, run)
         };
-        crate::parallel::in_order(runs, threads, parse_run, |(start, mut run)| {
-            for (offset, parsed) in run.drain(..).enumerate() {
-                each(start + offset, parsed);
-            }
-            spare.push(crate::parallel::emptied(run));
-        });
+        let mut each = each;
+        crate::parallel::in_order(runs, threads, parse_run, |(start, run)| each(start, run));
     }
 }
-
-/// A line parsed: `None` when blank, else an event or why it was rejected.
-type Parsed<'a> = Option<Result<Event<'a>, Rejection>>;
 
 /// Runs of lines a chunk is parsed in, per thread: enough for this thread
 /// to route the runs others parsed between runs of its own.

@@ -40,6 +40,8 @@ pub struct ItemTable {
     /// The deadline of the last list closed: lists close in deadline
     /// order, so every list due before it is closed.
     closed: Nanos,
+    /// Room for the numbers of the list being opened.
+    numbers: Vec<u64>,
 }
 
 /// What a number stands for.
@@ -74,6 +76,7 @@ impl ItemTable {
             free: Vec::new(),
             kept: 0,
             closed: Nanos::MIN,
+            numbers: Vec::new(),
         }
     }
 
@@ -106,6 +109,22 @@ impl ItemTable {
         }
         let number = self.slots[self.slot_of(hash)];
         (number != EMPTY).then_some(u64::from(number))
+    }
+
+    /// The numbers of the items `hashes` of a list that closes at `until`,
+    /// numbering the items that have none (the hashes themselves when
+    /// items are not numbered); the list keeps the numbers from being
+    /// freed before then.
+    pub fn numbers_of<'a>(&'a mut self, hashes: &'a [u64], until: Nanos) -> &'a [u64] {
+        if !self.numbered {
+            return hashes;
+        }
+        let mut numbers = std::mem::take(&mut self.numbers);
+        numbers.clear();
+        numbers.extend_from_slice(hashes);
+        self.hold_all(&mut numbers, until);
+        self.numbers = numbers;
+        &self.numbers
     }
 
     /// Replaces each item hash of a list that closes at `until` with the

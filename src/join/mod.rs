@@ -25,7 +25,7 @@ pub use counters::{Counters, Unattributed};
 pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
-pub use sharded::{Batch, ShardedEngine, SHARDS};
+pub use sharded::{Batch, EventAt, Parsed, ShardedEngine, SHARDS};
 
 use crate::event::hashed::IdentityHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
@@ -237,16 +237,14 @@ pub struct Placement {
     lineup: u32,
 }
 
-/// An event handed to one shard of a [`ShardedEngine`], with what the
-/// events before it, of every shard, decided.
-#[derive(Debug)]
-pub struct Routed<'a> {
+/// What the events before an event handed to one shard of a
+/// [`ShardedEngine`], of every shard, decided of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Routed {
     /// Its place in arrival order, among every shard's events.
     pub seq: u64,
     /// `T` before it: the largest time of the events applied before it.
     pub before: Option<Nanos>,
-    /// The event.
-    pub event: Event<'a>,
     /// The group of an impression that was not late when it arrived.
     pub placement: Option<Placement>,
 }
@@ -361,7 +359,7 @@ impl Engine {
             true => event.time().min(self.received_at),
             false => event.time(),
         };
-        let shed = self.apply_placed(event, None);
+        let shed = self.apply_placed(&event, None);
         self.advance_to(time);
         shed
     }
@@ -372,21 +370,21 @@ impl Engine {
     /// event: what the event's time makes final is finalized by the next
     /// event's `before`, or as the batch ends, before anything else is
     /// applied, as one engine would have. Returns the limit that shed it.
-    pub fn apply_routed(&mut self, routed: Routed<'_>) -> Option<Shed> {
+    pub fn apply_routed(&mut self, event: &Event<'_>, routed: Routed) -> Option<Shed> {
         if let Some(before) = routed.before {
             self.advance_to(before);
         }
         // Lists finalize in (deadline, seq) order: numbers rising in
         // arrival order keep the order of one engine's.
         self.next_seq = self.next_seq.max(routed.seq.saturating_sub(1));
-        self.apply_placed(routed.event, routed.placement)
+        self.apply_placed(event, routed.placement)
     }
 
     /// Applies `event`, an impression placed here unless `placed` says where.
-    fn apply_placed(&mut self, event: Event<'_>, placed: Option<Placement>) -> Option<Shed> {
+    fn apply_placed(&mut self, event: &Event<'_>, placed: Option<Placement>) -> Option<Shed> {
         match event {
             Event::Impression(impression) => self.impression(impression, placed),
-            Event::Interaction(interaction) => self.interaction(interaction),
+            Event::Interaction(interaction) => self.interaction(*interaction),
         }
     }
 
@@ -634,7 +632,7 @@ impl Engine {
     /// Opens an impression, placed here unless `placed` says where.
     fn impression(
         &mut self,
-        impression: Impression<'_>,
+        impression: &Impression<'_>,
         placed: Option<Placement>,
     ) -> Option<Shed> {
         if self.is_late(impression.time) {
@@ -643,7 +641,7 @@ impl Engine {
         }
         let placement = match placed {
             Some(placement) => placement,
-            None => self.place(&impression),
+            None => self.place(impression),
         };
         let user_id = impression.user;
         if self

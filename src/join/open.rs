@@ -123,7 +123,7 @@ impl OpenImpression {
     pub fn new(
         seq: u64,
         placement: (GroupId, u32),
-        impression: Impression<'_>,
+        impression: &Impression<'_>,
         deadline: Nanos,
         table: &mut ItemTable,
     ) -> Self {
@@ -142,10 +142,8 @@ impl OpenImpression {
                 false => lineup,
             },
         };
-        // The hashes become numbers in place: no vector of their own.
-        let mut numbers = impression.items;
-        table.hold_all(&mut numbers, deadline);
-        Self::with_numbers(header, &numbers, teams, Vec::new())
+        let numbers = table.numbers_of(&impression.items, deadline);
+        Self::with_numbers(header, numbers, teams, Vec::new())
     }
 
     /// A list of the items numbered `numbers`, with their `teams` when
@@ -439,7 +437,7 @@ mod tests {
         let list = OpenImpression::new(
             1,
             (0, 7),
-            impression(&hashes, Some(interleaving)),
+            &impression(&hashes, Some(interleaving)),
             9,
             &mut table,
         );

@@ -23,7 +23,7 @@
 use super::due::DueQueue;
 use super::finalized::{in_finalization_order, CoverageParts, FinalizedLog, ShardLog};
 use super::{Engine, JoinSettings, Routed};
-use crate::event::{Event, Nanos, Reason};
+use crate::event::{Event, Nanos, Reason, Rejection};
 use crate::metrics::CoverageMode;
 use crate::metrics::ListEvaluator;
 
@@ -68,9 +68,33 @@ enum Piece<'a> {
     Coverage(super::finalized::CoveragePart<'a>),
 }
 
-/// A batch of events handed out to the shards, each shard's in arrival order.
-pub struct Batch<'a> {
-    per_shard: Vec<Vec<Routed<'a>>>,
+/// A line of a log, parsed: `None` when blank, else an event or why it
+/// was rejected.
+pub type Parsed<'a> = Option<Result<Event<'a>, Rejection>>;
+
+/// Where a routed event lies among the runs of parsed lines a batch was
+/// routed from: the shards read it there, where it was parsed, rather than
+/// from a copy of their own.
+#[derive(Clone, Copy, Debug)]
+pub struct EventAt {
+    /// The run's index.
+    pub run: u32,
+    /// The line's index in its run.
+    pub line: u32,
+}
+
+/// The event at `at` among `runs`, if there is one.
+fn event_at<'r, 'a>(runs: &'r [Vec<Parsed<'a>>], at: EventAt) -> Option<&'r Event<'a>> {
+    match runs.get(at.run as usize)?.get(at.line as usize)? {
+        Some(Ok(event)) => Some(event),
+        _ => None,
+    }
+}
+
+/// A batch of events handed out to the shards, each shard's in arrival
+/// order; the events themselves stay in the runs they were parsed in.
+pub struct Batch {
+    per_shard: Vec<Vec<(EventAt, Routed)>>,
     /// The shard of each event, in arrival order.
     order: Vec<u8>,
     impressions: usize,
@@ -81,7 +105,7 @@ pub struct Batch<'a> {
     due: Vec<Nanos>,
 }
 
-impl Batch<'_> {
+impl Batch {
     /// An empty batch.
     pub fn new() -> Self {
         Self {
@@ -102,26 +126,7 @@ impl Batch<'_> {
     }
 }
 
-impl<'a> Batch<'a> {
-    /// This batch emptied, for events of a later chunk: the room its
-    /// vectors took is kept (fresh pages, faulted in and zeroed for every
-    /// chunk, had been a sixth of a replay's time).
-    pub fn recycle<'b>(self) -> Batch<'b> {
-        Batch {
-            per_shard: self
-                .per_shard
-                .into_iter()
-                .map(crate::parallel::emptied)
-                .collect(),
-            order: self.order,
-            impressions: 0,
-            interactions: 0,
-            due: self.due,
-        }
-    }
-}
-
-impl Default for Batch<'_> {
+impl Default for Batch {
     fn default() -> Self {
         Self::new()
     }
@@ -154,13 +159,14 @@ impl ShardedEngine {
         self.registry.reject(reason);
     }
 
-    /// Adds an accepted event to `batch`, with what arrival order decides
-    /// of it, and moves `T` past its time.
-    pub fn route<'a>(&mut self, batch: &mut Batch<'a>, event: Event<'a>) {
+    /// Adds an accepted event, found `at` in the runs the batch will be
+    /// applied with, to `batch`, with what arrival order decides of it, and
+    /// moves `T` past its time.
+    pub fn route(&mut self, batch: &mut Batch, event: &Event<'_>, at: EventAt) {
         self.seq += 1;
         let before = self.registry.max_time();
         let time = event.time();
-        let placement = match &event {
+        let placement = match event {
             Event::Impression(impression) if !self.registry.is_late(impression.time) => {
                 let window = self.registry.settings.attribution_window;
                 let deadline = impression.time.saturating_add(window);
@@ -175,12 +181,12 @@ impl ShardedEngine {
         }
         let shard = shard_of(event.user());
         batch.order.push(shard as u8);
-        batch.per_shard[shard].push(Routed {
+        let routed = Routed {
             seq: self.seq,
             before,
-            event,
             placement,
-        });
+        };
+        batch.per_shard[shard].push((at, routed));
         self.registry.advance_to(time);
         if let Some(watermark) = self.registry.watermark() {
             while let Some((deadline, _, _)) = self.deadlines.pop_due_by(watermark) {
@@ -189,14 +195,21 @@ impl ShardedEngine {
         }
     }
 
-    /// Applies the events of `batch` on up to `threads` threads, and empties it.
-    pub fn apply(&mut self, batch: &mut Batch<'_>, threads: usize) {
-        self.apply_beside(batch, threads, || {});
+    /// Applies the events of `batch`, routed from `runs`, on up to
+    /// `threads` threads, and empties it.
+    pub fn apply(&mut self, batch: &mut Batch, runs: &[Vec<Parsed<'_>>], threads: usize) {
+        self.apply_beside(batch, runs, threads, || {});
     }
 
     /// [`Self::apply`], with `beside` done on this thread while the
     /// others start on the shards (such as reading what comes next).
-    pub fn apply_beside(&mut self, batch: &mut Batch<'_>, threads: usize, beside: impl FnOnce()) {
+    pub fn apply_beside(
+        &mut self,
+        batch: &mut Batch,
+        runs: &[Vec<Parsed<'_>>],
+        threads: usize,
+        beside: impl FnOnce(),
+    ) {
         let experiments = &self.registry.experiments;
         let windows = &self.registry.settings.windows;
         if self.shards[0].experiments.lineup_count() < experiments.lineup_count() {
@@ -212,14 +225,16 @@ impl ShardedEngine {
         let within_limits = self.within_limits(batch);
         if within_limits && batch.due.len() <= FINALIZED_AT_ONCE {
             // One round: each shard does it all on its own, in one pass.
-            self.apply_and_finalize(&mut batch.per_shard, watermark, end, threads, beside);
+            let pass = (watermark, end);
+            self.apply_and_finalize(&mut batch.per_shard, runs, pass, threads, beside);
             self.add_finalized(threads);
         } else {
             beside();
             if within_limits {
-                self.apply_and_finalize(&mut batch.per_shard, Nanos::MIN, None, threads, || {});
+                let pass = (Nanos::MIN, None);
+                self.apply_and_finalize(&mut batch.per_shard, runs, pass, threads, || {});
             } else {
-                self.apply_in_order(batch);
+                self.apply_in_order(batch, runs);
             }
             self.finalize_in_rounds(&batch.due, watermark, threads);
             if let Some(end) = end {
@@ -264,7 +279,7 @@ impl ShardedEngine {
     /// Whether no event of `batch` can meet the limits on all open lists
     /// and all waiting interactions, whatever the shards finalize: then
     /// each shard may apply its events apart from the others.
-    fn within_limits(&self, batch: &Batch<'_>) -> bool {
+    fn within_limits(&self, batch: &Batch) -> bool {
         let (open, waiting) = self.held();
         let settings = &self.registry.settings;
         open + batch.impressions <= settings.max_open_impressions
@@ -278,21 +293,24 @@ impl ShardedEngine {
         (open, waiting)
     }
 
-    /// Applies each shard's events on its own, the shards spread over
-    /// `threads`; then each finalizes its lists due by `due_by` and comes
-    /// up to `T` = `end`; `beside` is done on this thread first.
+    /// Applies each shard's events, found in `runs`, on its own, the
+    /// shards spread over `threads`; then each finalizes its lists due by
+    /// `due_by` and comes up to `T` = `end`, as `(due_by, end)` says;
+    /// `beside` is done on this thread first.
     fn apply_and_finalize(
         &mut self,
-        per_shard: &mut [Vec<Routed<'_>>],
-        due_by: Nanos,
-        end: Option<Nanos>,
+        per_shard: &mut [Vec<(EventAt, Routed)>],
+        runs: &[Vec<Parsed<'_>>],
+        (due_by, end): (Nanos, Option<Nanos>),
         threads: usize,
         beside: impl FnOnce(),
     ) {
         let pieces = self.shards.iter_mut().zip(per_shard).collect();
-        let apply = |(shard, events): (&mut Engine, &mut Vec<Routed<'_>>)| {
-            for routed in events.drain(..) {
-                shard.apply_routed(routed);
+        let apply = |(shard, events): (&mut Engine, &mut Vec<(EventAt, Routed)>)| {
+            for (at, routed) in events.drain(..) {
+                if let Some(event) = event_at(runs, at) {
+                    shard.apply_routed(event, routed);
+                }
             }
             shard.finalize_due_by(due_by);
             if let Some(end) = end {
@@ -304,10 +322,13 @@ impl ShardedEngine {
 
     /// Applies `batch` one event at a time in arrival order, every shard's
     /// `T` brought up first, and each shard told what the others hold.
-    fn apply_in_order(&mut self, batch: &mut Batch<'_>) {
+    fn apply_in_order(&mut self, batch: &mut Batch, runs: &[Vec<Parsed<'_>>]) {
         let mut per_shard: Vec<_> = batch.per_shard.iter_mut().map(|e| e.drain(..)).collect();
         for &shard in &batch.order {
-            let Some(routed) = per_shard[shard as usize].next() else {
+            let Some((at, routed)) = per_shard[shard as usize].next() else {
+                continue;
+            };
+            let Some(event) = event_at(runs, at) else {
                 continue;
             };
             if let Some(before) = routed.before {
@@ -319,7 +340,7 @@ impl ShardedEngine {
             let target = &mut self.shards[shard as usize];
             target.elsewhere.open = open - target.open_impressions;
             target.elsewhere.waiting = waiting - target.waiting_interactions;
-            target.apply_routed(routed);
+            target.apply_routed(event, routed);
             target.elsewhere = Default::default();
         }
     }

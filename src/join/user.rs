@@ -610,7 +610,7 @@ mod tests {
                 };
                 let placement = (0, NOT_INTERLEAVED);
                 let deadline = time + WINDOW;
-                let mut open = OpenImpression::new(seq, placement, impression, deadline, table);
+                let mut open = OpenImpression::new(seq, placement, &impression, deadline, table);
                 let claimed = user.claim_waiting(&mut open, WINDOW, counters, table);
                 user.insert_open(open);
                 format!("claimed {claimed}")
