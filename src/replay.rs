@@ -1,9 +1,10 @@
 //! Offline evaluation of a recorded log with the same engine as `serve`.
 //!
 //! Lines are read chunk by chunk, parsed and validated in parallel, handed
-//! out in file order to the shards of a [`ShardedEngine`], and applied by
-//! the shards in parallel: the report is that of one engine, and does not
-//! depend on the thread count or the chunk size.
+//! out in file order to the shards of a [`ShardedEngine`] as each run of
+//! them is parsed, and applied by the shards in parallel while the next
+//! chunk is read: the report is that of one engine, and does not depend on
+//! the thread count or the chunk size.
 
 use crate::engine::EngineSettings;
 use crate::event::{json::parse_line, Event, Reason, Rejection, Validator};
@@ -506,7 +507,7 @@ impl Chunk {
         validator: &crate::event::Validator,
         threads: usize,
         spare: &mut Vec<Vec<Parsed<'static>>>,
-        each: impl FnMut(usize, Vec<Parsed<'c>>),
+        mut each: impl FnMut(usize, Vec<Parsed<'c>>),
     ) {
         // More runs than threads, each parsed by the next thread free.
         let per_run = self.len().div_ceil(threads * RUNS_PER_THREAD).max(1);
@@ -520,7 +521,6 @@ impl Chunk {
             run.extend((start..end).map(|index| self.parse_line(index, validator)));
             (start, run)
         };
-        let mut each = each;
         crate::parallel::in_order(runs, threads, parse_run, |(start, run)| each(start, run));
     }
 }
