@@ -226,31 +226,20 @@ fn read_logs(
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             let mut runs = crate::parallel::emptied(routed);
             chunk.parse(validator, threads, &mut spare, |start, run| {
-                let index = runs.len();
                 runs.push(run);
-                for (line, parsed) in runs[index].iter().enumerate() {
-                    match parsed {
-                        None => {}
-                        Some(Ok(event)) => {
-                            let at = EventAt {
-                                run: index as u32,
-                                line: line as u32,
-                            };
-                            engine.route(&mut batch, event, at);
-                            if batch.is_full() {
-                                engine.apply(&mut batch, &runs, options.threads);
-                            }
-                        }
-                        Some(Err(rejection)) => {
-                            engine.reject(rejection.reason);
-                            on_bad_line(BadLine {
-                                path,
-                                line: line_number + (start + line) as u64 + 1,
-                                rejection,
-                            });
-                        }
-                    }
-                }
+                route_last_run(
+                    engine,
+                    &mut batch,
+                    &runs,
+                    options.threads,
+                    |line, rejection| {
+                        on_bad_line(BadLine {
+                            path,
+                            line: line_number + (start + line) as u64 + 1,
+                            rejection,
+                        })
+                    },
+                );
             });
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
@@ -273,6 +262,40 @@ fn read_logs(
         bytes_done += file_bytes.get();
     }
     Ok(())
+}
+
+/// Routes the lines of the last of `runs` into `batch` in order, and
+/// applies the batch with `runs` whenever it is full; tells `rejected` of
+/// each bad line, by its index in the run.
+fn route_last_run(
+    engine: &mut ShardedEngine,
+    batch: &mut Batch,
+    runs: &[Vec<Parsed<'_>>],
+    threads: usize,
+    mut rejected: impl FnMut(usize, &Rejection),
+) {
+    let Some(run) = runs.last() else {
+        return;
+    };
+    for (line, parsed) in run.iter().enumerate() {
+        match parsed {
+            None => {}
+            Some(Ok(event)) => {
+                let at = EventAt {
+                    run: (runs.len() - 1) as u32,
+                    line: line as u32,
+                };
+                engine.route(batch, event, at);
+                if batch.is_full() {
+                    engine.apply(batch, runs, threads);
+                }
+            }
+            Some(Err(rejection)) => {
+                engine.reject(rejection.reason);
+                rejected(line, rejection);
+            }
+        }
+    }
 }
 
 /// Total size of the logs on disk, for a progress bar (0 for standard input).
