@@ -28,32 +28,15 @@ pub fn each_beside<T: Send, R: Send>(
         beside();
         return pieces.into_iter().map(work).collect();
     }
-    let count = pieces.len();
-    let pieces: Vec<Mutex<Option<T>>> = pieces.into_iter().map(|p| Mutex::new(Some(p))).collect();
-    let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    let take_and_work = || loop {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        let Some(piece) = pieces.get(index) else {
-            return;
-        };
-        let piece = lock(piece).take();
-        if let Some(piece) = piece {
-            let result = work(piece);
-            *lock(&results[index]) = Some(result);
-        }
-    };
+    let shared = Shared::new(pieces);
     std::thread::scope(|scope| {
         for _ in 1..threads {
-            scope.spawn(take_and_work);
+            scope.spawn(|| while shared.work_one(&work) {});
         }
         beside();
-        take_and_work();
+        while shared.work_one(&work) {}
     });
-    results
-        .into_iter()
-        .filter_map(|result| result.into_inner().unwrap_or_else(|e| e.into_inner()))
-        .collect()
+    shared.into_results()
 }
 
 /// `work` applied to every piece on up to `threads` threads (this one
@@ -73,28 +56,14 @@ pub fn in_order<T: Send, R: Send>(
         return;
     }
     let count = pieces.len();
-    let pieces: Vec<Mutex<Option<T>>> = pieces.into_iter().map(|p| Mutex::new(Some(p))).collect();
-    let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
+    let shared = Shared::new(pieces);
     let taker = std::thread::current();
-    // Works the next piece not yet taken; false once every piece is.
-    let work_one = || {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        let Some(piece) = pieces.get(index) else {
-            return false;
-        };
-        if let Some(piece) = lock(piece).take() {
-            let result = work(piece);
-            *lock(&results[index]) = Some(result);
-        }
-        true
-    };
     let failed = AtomicBool::new(false);
     std::thread::scope(|scope| {
         for _ in 1..threads {
             scope.spawn(|| {
                 let _wake = Wake(&taker, &failed);
-                while work_one() {
+                while shared.work_one(&work) {
                     taker.unpark();
                 }
             });
@@ -102,13 +71,12 @@ pub fn in_order<T: Send, R: Send>(
         let mut taken = 0;
         let mut working = true;
         while taken < count {
-            let ready = lock(&results[taken]).take();
-            match ready {
+            match shared.result(taken) {
                 Some(result) => {
                     take(result);
                     taken += 1;
                 }
-                None if working => working = work_one(),
+                None if working => working = shared.work_one(&work),
                 // A piece another thread is working on: it wakes this one when
                 // done, or if it panicked (the scope then passes the panic on).
                 None if failed.load(Ordering::Acquire) => break,
@@ -116,6 +84,51 @@ pub fn in_order<T: Send, R: Send>(
             }
         }
     });
+}
+
+/// Pieces shared among threads, each taken once, and their results.
+struct Shared<T, R> {
+    pieces: Vec<Mutex<Option<T>>>,
+    results: Vec<Mutex<Option<R>>>,
+    /// The next piece to take.
+    next: AtomicUsize,
+}
+
+impl<T, R> Shared<T, R> {
+    fn new(pieces: Vec<T>) -> Self {
+        let results = pieces.iter().map(|_| Mutex::new(None)).collect();
+        Self {
+            pieces: pieces.into_iter().map(|p| Mutex::new(Some(p))).collect(),
+            results,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Works the next piece not yet taken; false once every piece is.
+    fn work_one(&self, work: impl Fn(T) -> R) -> bool {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(piece) = self.pieces.get(index) else {
+            return false;
+        };
+        if let Some(piece) = lock(piece).take() {
+            let result = work(piece);
+            *lock(&self.results[index]) = Some(result);
+        }
+        true
+    }
+
+    /// The result of piece `index`, once done (taken out).
+    fn result(&self, index: usize) -> Option<R> {
+        lock(&self.results[index]).take()
+    }
+
+    /// The results, in the pieces' order.
+    fn into_results(self) -> Vec<R> {
+        self.results
+            .into_iter()
+            .filter_map(|result| result.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
 }
 
 /// Wakes the thread that takes results when a worker ends, noting whether
