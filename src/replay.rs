@@ -169,7 +169,7 @@ pub fn replay(
     progress: impl FnMut(u64),
     on_bad_line: impl FnMut(BadLine<'_>),
 ) -> Result<Report, ReplayError> {
-    let mut engine = ShardedEngine::new(setup.join, setup.evaluator);
+    let mut engine = ShardedEngine::new(setup.join, setup.evaluator, options.threads);
     let read = read_logs(
         paths,
         &mut engine,
@@ -178,7 +178,7 @@ pub fn replay(
         progress,
         on_bad_line,
     );
-    let engine = engine.finish(options.threads);
+    let engine = engine.finish();
     let report = Report::since_start(&engine, &setup.report);
     match read {
         Ok(()) => Ok(report),
@@ -227,19 +227,13 @@ fn read_logs(
             let mut runs = crate::parallel::emptied(routed);
             chunk.parse(validator, threads, &mut spare, |start, run| {
                 runs.push(run);
-                route_last_run(
-                    engine,
-                    &mut batch,
-                    &runs,
-                    options.threads,
-                    |line, rejection| {
-                        on_bad_line(BadLine {
-                            path,
-                            line: line_number + (start + line) as u64 + 1,
-                            rejection,
-                        })
-                    },
-                );
+                route_last_run(engine, &mut batch, &runs, |line, rejection| {
+                    on_bad_line(BadLine {
+                        path,
+                        line: line_number + (start + line) as u64 + 1,
+                        rejection,
+                    })
+                });
             });
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
@@ -249,7 +243,7 @@ fn read_logs(
                     next_filled = next.fill(&mut reader, lines);
                 }
             };
-            engine.apply_beside(&mut batch, &runs, options.threads, read_next);
+            engine.apply_beside(&mut batch, &runs, read_next);
             spare.extend(runs.drain(..).map(crate::parallel::emptied));
             routed = crate::parallel::emptied(runs);
             line_number += chunk.len() as u64;
@@ -271,7 +265,6 @@ fn route_last_run(
     engine: &mut ShardedEngine,
     batch: &mut Batch,
     runs: &[Vec<Parsed<'_>>],
-    threads: usize,
     mut rejected: impl FnMut(usize, &Rejection),
 ) {
     let Some(run) = runs.last() else {
@@ -287,7 +280,7 @@ fn route_last_run(
                 };
                 engine.route(batch, event, at);
                 if batch.is_full() {
-                    engine.apply(batch, runs, threads);
+                    engine.apply(batch, runs);
                 }
             }
             Some(Err(rejection)) => {

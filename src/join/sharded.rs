@@ -53,6 +53,8 @@ pub struct ShardedEngine {
     shards: Vec<Engine>,
     /// The coverage of the lists the shards finalize, which log them.
     coverage: CoverageParts,
+    /// The threads it is applied on.
+    threads: usize,
     /// The sequence number of the last event routed.
     seq: u64,
     /// The deadline of every impression routed that was not late and is
@@ -133,13 +135,14 @@ impl Default for Batch {
 }
 
 impl ShardedEngine {
-    /// An empty engine.
-    pub fn new(settings: JoinSettings, evaluator: ListEvaluator) -> Self {
+    /// An empty engine, applied on up to `threads` threads (at least one).
+    pub fn new(settings: JoinSettings, evaluator: ListEvaluator, threads: usize) -> Self {
         let settings = JoinSettings {
             shards: 1,
             ..settings
         };
-        let coverage = CoverageParts::new(settings.coverage);
+        let threads = threads.max(1);
+        let coverage = CoverageParts::new(settings.coverage, threads);
         let shard = || {
             let mut shard = Engine::new(settings.clone(), evaluator.clone());
             shard.finalized_log = Some(FinalizedLog::new(coverage.count()));
@@ -149,6 +152,7 @@ impl ShardedEngine {
             shards: (0..SHARDS).map(|_| shard()).collect(),
             registry: Engine::new(settings.clone(), evaluator),
             coverage,
+            threads,
             seq: 0,
             deadlines: DueQueue::default(),
         }
@@ -195,10 +199,9 @@ impl ShardedEngine {
         }
     }
 
-    /// Applies the events of `batch`, routed from `runs`, on up to
-    /// `threads` threads, and empties it.
-    pub fn apply(&mut self, batch: &mut Batch, runs: &[Vec<Parsed<'_>>], threads: usize) {
-        self.apply_beside(batch, runs, threads, || {});
+    /// Applies the events of `batch`, routed from `runs`, and empties it.
+    pub fn apply(&mut self, batch: &mut Batch, runs: &[Vec<Parsed<'_>>]) {
+        self.apply_beside(batch, runs, || {});
     }
 
     /// [`Self::apply`], with `beside` done on this thread while the
@@ -207,7 +210,6 @@ impl ShardedEngine {
         &mut self,
         batch: &mut Batch,
         runs: &[Vec<Parsed<'_>>],
-        threads: usize,
         beside: impl FnOnce(),
     ) {
         let experiments = &self.registry.experiments;
@@ -226,17 +228,17 @@ impl ShardedEngine {
         if within_limits && batch.due.len() <= FINALIZED_AT_ONCE {
             // One round: each shard does it all on its own, in one pass.
             let pass = (watermark, end);
-            self.apply_and_finalize(&mut batch.per_shard, runs, pass, threads, beside);
-            self.add_finalized(threads);
+            self.apply_and_finalize(&mut batch.per_shard, runs, pass, beside);
+            self.add_finalized();
         } else {
             beside();
             if within_limits {
                 let pass = (Nanos::MIN, None);
-                self.apply_and_finalize(&mut batch.per_shard, runs, pass, threads, || {});
+                self.apply_and_finalize(&mut batch.per_shard, runs, pass, || {});
             } else {
                 self.apply_in_order(batch, runs);
             }
-            self.finalize_in_rounds(&batch.due, watermark, threads);
+            self.finalize_in_rounds(&batch.due, watermark);
             if let Some(end) = end {
                 self.shards
                     .iter_mut()
@@ -249,9 +251,9 @@ impl ShardedEngine {
     }
 
     /// Adds the lists the shards logged, in one engine's finalization
-    /// order, to the figures (the registry's) and the coverage parts, on up
-    /// to `threads` threads; and empties the logs.
-    fn add_finalized(&mut self, threads: usize) {
+    /// order, to the figures (the registry's) and the coverage parts; and
+    /// empties the logs.
+    fn add_finalized(&mut self) {
         let logs: Vec<ShardLog<'_>> = self
             .shards
             .iter()
@@ -263,7 +265,7 @@ impl ShardedEngine {
         if coverage {
             pieces.extend(self.coverage.parts_mut().map(Piece::Coverage));
         }
-        crate::parallel::each(pieces, threads, |piece| match piece {
+        crate::parallel::each(pieces, self.threads, |piece| match piece {
             Piece::Figures(engine) => engine.add_finalized(&logs, &order),
             Piece::Coverage(mut part) => part.add(&logs, &order),
         });
@@ -294,7 +296,7 @@ impl ShardedEngine {
     }
 
     /// Applies each shard's events, found in `runs`, on its own, the
-    /// shards spread over `threads`; then each finalizes its lists due by
+    /// shards spread over the threads; then each finalizes its lists due by
     /// `due_by` and comes up to `T` = `end`, as `(due_by, end)` says;
     /// `beside` is done on this thread first.
     fn apply_and_finalize(
@@ -302,9 +304,9 @@ impl ShardedEngine {
         per_shard: &mut [Vec<(EventAt, Routed)>],
         runs: &[Vec<Parsed<'_>>],
         (due_by, end): (Nanos, Option<Nanos>),
-        threads: usize,
         beside: impl FnOnce(),
     ) {
+        let threads = self.threads;
         let pieces = self.shards.iter_mut().zip(per_shard).collect();
         let apply = |(shard, events): (&mut Engine, &mut Vec<(EventAt, Routed)>)| {
             for (at, routed) in events.drain(..) {
@@ -345,16 +347,16 @@ impl ShardedEngine {
         }
     }
 
-    /// Finalizes every open list, on up to `threads` threads, and returns
-    /// one engine holding the figures, the shards' counts added to them.
-    pub fn finish(mut self, threads: usize) -> Engine {
+    /// Finalizes every open list and returns one engine holding the
+    /// figures, the shards' counts added to them.
+    pub fn finish(mut self) -> Engine {
         let mut due = Vec::with_capacity(self.held().0);
         while let Some((deadline, _, _)) = self.deadlines.pop() {
             due.push(deadline);
         }
-        self.finalize_in_rounds(&due, Nanos::MAX, threads);
+        self.finalize_in_rounds(&due, Nanos::MAX);
         let pieces = self.shards.iter_mut().collect();
-        crate::parallel::each(pieces, threads, Engine::finish);
+        crate::parallel::each(pieces, self.threads, Engine::finish);
         let mut engine = self.registry;
         for shard in &self.shards {
             engine.absorb_shard(shard);
@@ -368,15 +370,16 @@ impl ShardedEngine {
     /// stay small: each round's lists, all due before the next round's,
     /// are added to the figures (after those the shards logged before)
     /// before the next round is finalized.
-    fn finalize_in_rounds(&mut self, due: &[Nanos], until: Nanos, threads: usize) {
+    fn finalize_in_rounds(&mut self, due: &[Nanos], until: Nanos) {
         let cutoffs = due
             .iter()
             .skip(FINALIZED_AT_ONCE)
             .step_by(FINALIZED_AT_ONCE);
         for &cutoff in cutoffs.chain([&until]) {
             let pieces = self.shards.iter_mut().collect();
-            crate::parallel::each(pieces, threads, |shard| shard.finalize_due_by(cutoff));
-            self.add_finalized(threads);
+            let finalize = |shard: &mut Engine| shard.finalize_due_by(cutoff);
+            crate::parallel::each(pieces, self.threads, finalize);
+            self.add_finalized();
         }
     }
 }
