@@ -261,10 +261,14 @@ impl ShardedEngine {
             .collect();
         let order = in_finalization_order(&logs);
         let coverage = self.registry.settings.coverage != CoverageMode::Off;
-        let mut pieces = vec![Piece::Figures(&mut self.registry)];
+        let mut pieces: Vec<Piece<'_>> = Vec::new();
         if coverage {
             pieces.extend(self.coverage.parts_mut().map(Piece::Coverage));
         }
+        // Last, to whichever thread is done with a part first: a part
+        // takes longer than the figures, and this thread takes its first
+        // piece before the others have started.
+        pieces.push(Piece::Figures(&mut self.registry));
         crate::parallel::each(pieces, self.threads, |piece| match piece {
             Piece::Figures(engine) => engine.add_finalized(&logs, &order),
             Piece::Coverage(mut part) => part.add(&logs, &order),
