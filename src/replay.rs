@@ -7,7 +7,7 @@
 //! the thread count or the chunk size.
 
 use crate::engine::EngineSettings;
-use crate::event::{json::parse_line, Event, Reason, Rejection, Validator};
+use crate::event::{json::parse_line, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
 use crate::join::{Batch, EventAt, JoinSettings, Parsed, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
@@ -492,11 +492,7 @@ impl Chunk {
     }
 
     /// Parses line `index`; a blank line gives `None`.
-    fn parse_line<'a>(
-        &'a self,
-        index: usize,
-        validator: &crate::event::Validator,
-    ) -> Option<Result<Event<'a>, Rejection>> {
+    fn parse_line<'a>(&'a self, index: usize, validator: &crate::event::Validator) -> Parsed<'a> {
         if self.too_long.binary_search(&index).is_ok() {
             return Some(Err(Rejection::new(
                 Reason::LineTooLong,
