@@ -259,7 +259,9 @@ def check_consistency(when):
         # Exact: the latest evaluation, else one of the two before it. (The
         # rule may have missed a scrape whose sample has an earlier timestamp
         # but was still being appended when the rule ran; an instant query
-        # afterwards sees it. A wrong rule would differ at every evaluation.)
+        # afterwards sees it. e2e.sh's scrape interval keeps that from
+        # happening at every evaluation. A wrong rule would differ at every
+        # evaluation.)
         tried = []
         for ts, value in reversed(values[-3:]):
             direct = by_model(query(DIRECT, repr(ts))).get(model)
