@@ -6,6 +6,7 @@
 use super::finalized::CoverageParts;
 use super::persist::{sorted_user_refs, OpenState, UsersAhead};
 use super::{Counters, Engine, GroupAggregates};
+use crate::metrics::Coverage;
 use postcard::ser_flavors::Flavor;
 
 impl Engine {
@@ -57,12 +58,13 @@ impl Engine {
     pub(super) fn absorb_coverage_parts(&mut self, parts: &CoverageParts) {
         let whole = parts.count() == 1;
         for (id, coverages) in parts.by_group() {
-            for coverage in coverages {
-                let mine = &mut self.group_aggregates(id).coverage;
-                if whole {
-                    *mine = coverage.clone();
-                } else {
-                    mine.merge(coverage, None);
+            let coverages: Vec<&Coverage> = coverages.collect();
+            let mine = &mut self.group_aggregates(id).coverage;
+            match coverages[..] {
+                [coverage] if whole => *mine = coverage.clone(),
+                _ => {
+                    mine.reserve_disjoint(&coverages);
+                    coverages.iter().for_each(|part| mine.merge(part, None));
                 }
             }
         }

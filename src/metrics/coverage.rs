@@ -264,6 +264,16 @@ impl Coverage {
         union.figures()
     }
 
+    /// Makes room for the exact exposures and engaged items of `parts`,
+    /// which share no item (the parts of a sharded engine's coverage), so
+    /// that merging them does not grow the tables on the way.
+    pub fn reserve_disjoint(&mut self, parts: &[&Coverage]) {
+        self.exposure
+            .reserve(parts.iter().map(|part| part.exposure.len()).sum());
+        self.engaged
+            .reserve(parts.iter().map(|part| part.engaged.len()).sum());
+    }
+
     /// Whether no list has gone in since new or cleared.
     fn is_empty(&self) -> bool {
         self.exposure.len() == 0
