@@ -80,6 +80,7 @@ pub mod kafka_check;
 pub mod loadgen;
 pub mod metrics;
 pub mod parallel;
+mod prefetch;
 pub mod process;
 pub mod query;
 pub mod replay;

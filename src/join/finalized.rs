@@ -360,6 +360,16 @@ impl CoveragePart<'_> {
                 .take_while(|s| s.list as usize == index)
                 .count();
             read[log] += count;
+            // This log's next list comes a few lists later (one from each
+            // shard between): its items' exposures start loading now.
+            let next = &items[count..];
+            if let Some(&Shown { list, .. }) = next.first() {
+                let group = shown.groups[list as usize] as usize;
+                if let Some(coverage) = self.groups.get(group) {
+                    let same = next.iter().take_while(|s| s.list == list);
+                    coverage.prefetch_exact(same.map(|s| s.item));
+                }
+            }
             add(
                 &mut self.groups[group],
                 shown,

@@ -19,8 +19,8 @@
 //! A table that does not number items passes their hashes through as their
 //! "numbers": lists then keep 8 bytes per item, and nothing is looked up.
 
-use super::prefetch::prefetch;
 use crate::event::Nanos;
+use crate::prefetch::prefetch;
 
 /// The numbers of the items shown by open lists.
 #[derive(Clone, Debug)]

@@ -17,7 +17,6 @@ mod items;
 mod open;
 mod packed;
 mod persist;
-mod prefetch;
 mod sharded;
 mod user;
 

@@ -4,10 +4,10 @@
 use super::items::ItemTable;
 use super::open::OpenImpression;
 use super::packed::{HeldList, SavedList};
-use super::prefetch::prefetch;
 use super::Counters;
 use crate::event::hashed::IdentityHash;
 use crate::event::{Interaction, Nanos};
+use crate::prefetch::prefetch;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 

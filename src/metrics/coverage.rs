@@ -203,6 +203,14 @@ impl Coverage {
         self.add_sketched(list, 0, limit);
     }
 
+    /// Starts loading where the exposures of `items` are kept: asked a few
+    /// lists before they are added, their cache misses overlap.
+    pub fn prefetch_exact(&self, items: impl IntoIterator<Item = u64>) {
+        for item in items {
+            self.exposure.prefetch(item);
+        }
+    }
+
     /// Adds exposures, engaged items and a total exposure exactly (a
     /// coverage with no cap): one of several that split the items of some
     /// lists between them, merged into the whole at the end, each list's
@@ -522,6 +530,15 @@ impl ExposureTable {
                 return;
             }
             slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Starts loading the slot where `item`'s search begins.
+    #[inline(always)]
+    fn prefetch(&self, item: u64) {
+        let mask = self.slots.len().wrapping_sub(1);
+        if let Some(slot) = self.slots.get((item >> 24) as usize & mask) {
+            crate::prefetch::prefetch(slot);
         }
     }
 

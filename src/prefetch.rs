@@ -5,7 +5,7 @@
 /// never faults, whatever the address.
 #[inline(always)]
 #[allow(unsafe_code)]
-pub(super) fn prefetch<T>(address: *const T) {
+pub(crate) fn prefetch<T>(address: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch instruction reads nothing into the program and
     // cannot fault, so any address is sound.
