@@ -268,10 +268,10 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     keep_freed_memory();
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let settings = EngineSettings::resolve(&args.engine, &file)?;
-    let mut options = ReplayOptions::default();
-    if let Some(threads) = args.threads {
-        options.threads = threads.max(1);
-    }
+    // Threads asked for: the machine's load is not looked at.
+    let mut options = args
+        .threads
+        .map_or_else(ReplayOptions::default, ReplayOptions::on_threads);
     options.max_line_bytes = args.log.max_line_bytes(&file)?;
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(replay::total_bytes(&args.files));

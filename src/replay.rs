@@ -103,10 +103,11 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-impl Default for ReplayOptions {
-    fn default() -> Self {
+impl ReplayOptions {
+    /// The defaults, on `threads` threads (at least 1).
+    pub fn on_threads(threads: usize) -> Self {
         Self {
-            threads: idle_cores(),
+            threads: threads.max(1),
             // About 3 MB of log: each chunk starts threads to parse and
             // apply it, and its events are handed from one to another.
             chunk_lines: 16_384,
@@ -115,15 +116,22 @@ impl Default for ReplayOptions {
     }
 }
 
+impl Default for ReplayOptions {
+    /// On the cores no other process is running on ([`idle_cores`]).
+    fn default() -> Self {
+        Self::on_threads(idle_cores())
+    }
+}
+
 /// The cores no other process is running on, at least 1: how many
 /// threads a replay takes by default. On a machine whose cores are all
 /// busy, more threads than one only add the cost of handing events between
 /// them (measured: two threads took 18% longer than one with a busy loop on
 /// each of 2 cores). Counted from the kernel's running processes, this one
-/// among them, the least of a few looks 1 ms apart.
+/// among them, the least of three looks 1 ms apart.
 pub fn idle_cores() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let running = (0..5)
+    let running = (0..3)
         .filter_map(|look| {
             if look > 0 {
                 std::thread::sleep(std::time::Duration::from_millis(1));
