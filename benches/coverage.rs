@@ -95,7 +95,7 @@ fn scrape(scrapes: usize) {
         let user = rng.u64(..);
         let items = list(&mut rng);
         let clicked = items[rng.usize(0..LIST_LEN)];
-        engine.apply(Event::Impression(Impression {
+        engine.apply(Event::Impression(Box::new(Impression {
             request,
             user,
             items,
@@ -104,7 +104,7 @@ fn scrape(scrapes: usize) {
             surface: Cow::Borrowed(&surfaces[rng.usize(0..SURFACES)]),
             segments: Vec::new(),
             interleaving: None,
-        }));
+        })));
         if rng.u8(0..10) < 3 {
             engine.apply(Event::Interaction(Interaction {
                 event: Some(rng.u64(..)),

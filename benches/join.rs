@@ -74,7 +74,7 @@ impl Stream {
             let request = rng.u64(..);
             let items = list(rng);
             self.latest[index] = Some((request, items.clone()));
-            return Event::Impression(Impression {
+            return Event::Impression(Box::new(Impression {
                 request,
                 user,
                 items,
@@ -83,7 +83,7 @@ impl Stream {
                 surface: Cow::Borrowed("home"),
                 segments: Vec::new(),
                 interleaving: None,
-            });
+            }));
         }
         let (request, item) = match &self.latest[index] {
             Some((request, items)) if rng.u8(0..10) < 7 => {

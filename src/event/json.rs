@@ -223,7 +223,9 @@ fn event<'a>(parsed: &Line<'a>, validator: &Validator) -> Result<Event<'a>, Reje
                 labels: m.labels.as_ref().map_or(&[], |labels| &labels.0),
                 interleaving: m.interleaving.as_ref().map(JsonInterleaving::raw),
             };
-            validator.impression(raw, None).map(Event::Impression)
+            validator
+                .impression(raw, None)
+                .map(|m| Event::Impression(Box::new(m)))
         }
         (None, Some(x)) => validator
             .interaction(

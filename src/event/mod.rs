@@ -95,8 +95,9 @@ pub struct Interaction {
 /// A validated event.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event<'a> {
-    /// A ranked list.
-    Impression(Impression<'a>),
+    /// A ranked list, boxed: a line of a log is parsed into room for the
+    /// larger of the two, and most lines are interactions.
+    Impression(Box<Impression<'a>>),
     /// A feedback event.
     Interaction(Interaction),
 }

@@ -125,7 +125,7 @@ impl Validator {
                     },
                     Some(now),
                 )
-                .map(Event::Impression),
+                .map(|m| Event::Impression(Box::new(m))),
             EventView::Interaction(x) => self.interaction(*x, Some(now)).map(Event::Interaction),
         }
     }

@@ -333,7 +333,7 @@ mod tests {
                 rankers: vec!["b".into(), "a".into()],
                 teams: vec![0, 1, 0],
             });
-            engine.apply(Event::Impression(Impression {
+            engine.apply(Event::Impression(Box::new(Impression {
                 request: user,
                 user,
                 items: vec![10, 11, 12],
@@ -342,7 +342,7 @@ mod tests {
                 surface: "home".into(),
                 segments: vec![],
                 interleaving,
-            }));
+            })));
             engine.apply(Event::Interaction(Interaction {
                 event: None,
                 user,

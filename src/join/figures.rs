@@ -150,7 +150,7 @@ mod tests {
     }
 
     fn impression(user: &str, request: &str, model: &'static str, time: i64) -> Event<'static> {
-        Event::Impression(Impression {
+        Event::Impression(Box::new(Impression {
             request: id_hash(request),
             user: id_hash(user),
             items: vec![id_hash("a"), id_hash("b")],
@@ -159,7 +159,7 @@ mod tests {
             surface: Cow::Borrowed("home"),
             segments: Vec::new(),
             interleaving: None,
-        })
+        }))
     }
 
     fn click(user: &str, time: i64) -> Event<'static> {

@@ -917,7 +917,7 @@ mod tests {
     }
 
     fn impression(user: &str, request: &str, items: &[&str], time: Nanos) -> Event<'static> {
-        Event::Impression(Impression {
+        Event::Impression(Box::new(Impression {
             request: id_hash(request),
             user: id_hash(user),
             items: items.iter().map(|i| id_hash(i)).collect(),
@@ -926,7 +926,7 @@ mod tests {
             surface: Cow::Borrowed("s"),
             segments: Vec::new(),
             interleaving: None,
-        })
+        }))
     }
 
     #[test]
