@@ -3,13 +3,11 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A hasher of `u64` keys that are already well mixed: the key, rotated
-/// left by `ROTATE` bits. A map picks its slot by the low bits, so a
-/// sample that keeps only hashes whose low bits are zero rotates them away.
+/// A hasher of `u64` keys that are already well mixed: the key itself.
 #[derive(Default)]
-pub struct PassThrough<const ROTATE: u32>(u64);
+pub struct PassThrough(u64);
 
-impl<const ROTATE: u32> Hasher for PassThrough<ROTATE> {
+impl Hasher for PassThrough {
     fn finish(&self) -> u64 {
         self.0
     }
@@ -21,12 +19,9 @@ impl<const ROTATE: u32> Hasher for PassThrough<ROTATE> {
     }
 
     fn write_u64(&mut self, value: u64) {
-        self.0 = value.rotate_left(ROTATE);
+        self.0 = value;
     }
 }
 
 /// For maps keyed by id hashes: the hash as it is.
-pub type IdentityHash = BuildHasherDefault<PassThrough<0>>;
-
-/// For maps keyed by id hashes whose low bits are all alike: the halves swapped.
-pub type SwappedHash = BuildHasherDefault<PassThrough<32>>;
+pub type IdentityHash = BuildHasherDefault<PassThrough>;

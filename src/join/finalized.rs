@@ -367,7 +367,9 @@ impl CoveragePart<'_> {
                 let group = shown.groups[list as usize] as usize;
                 if let Some(coverage) = self.groups.get(group) {
                     let same = next.iter().take_while(|s| s.list == list);
-                    coverage.prefetch_exact(same.map(|s| s.item));
+                    let engaged = shown.engaged(list as usize).iter().copied();
+                    let engaged = engaged.filter(|&item| part_of(item, self.parts) == self.part);
+                    coverage.prefetch_exact(same.map(|s| s.item), engaged);
                 }
             }
             add(

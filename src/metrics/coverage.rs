@@ -15,9 +15,7 @@
 //! Counts only: it knows nothing of events, time or transport.
 
 use super::hyperloglog::{HyperLogLog, Slot};
-use crate::event::hashed::SwappedHash;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::sync::Mutex;
 
 /// How coverage is kept.
@@ -98,7 +96,7 @@ pub struct Coverage {
     /// Exposure by item hash: every item while exact, the sampled ones once sketched.
     exposure: ExposureTable,
     /// Items engaged, while exact.
-    engaged: HashSet<u64, ItemHash>,
+    engaged: ItemSet,
     /// The counts once past the cap.
     sketches: Option<Box<Sketches>>,
     /// The sample keeps items whose hash ends in this many zero bits.
@@ -182,7 +180,7 @@ impl Coverage {
         let items = list.items;
         let weights = &list.weights[..items.len()];
         if self.sketches.is_none() {
-            self.engaged.extend(list.engaged);
+            self.engaged.extend(list.engaged.iter().copied());
             let mut start = 0;
             while start < items.len() {
                 self.exposure.add(items[start], weights[start]);
@@ -203,12 +201,20 @@ impl Coverage {
         self.add_sketched(list, 0, limit);
     }
 
-    /// Starts loading where the exposures of `items` are kept: asked a few
-    /// lists before they are added, their cache misses overlap.
-    pub fn prefetch_exact(&self, items: impl IntoIterator<Item = u64>) {
-        for item in items {
-            self.exposure.prefetch(item);
-        }
+    /// Starts loading where the exposures of `items` and the marks of
+    /// `engaged` are kept: asked a few lists before they are added, their
+    /// cache misses overlap.
+    pub fn prefetch_exact(
+        &self,
+        items: impl IntoIterator<Item = u64>,
+        engaged: impl IntoIterator<Item = u64>,
+    ) {
+        items
+            .into_iter()
+            .for_each(|item| self.exposure.prefetch(item));
+        engaged
+            .into_iter()
+            .for_each(|item| self.engaged.prefetch(item));
     }
 
     /// Adds exposures, engaged items and a total exposure exactly (a
@@ -285,7 +291,7 @@ impl Coverage {
     /// Whether no list has gone in since new or cleared.
     fn is_empty(&self) -> bool {
         self.exposure.len() == 0
-            && self.engaged.is_empty()
+            && self.engaged.len() == 0
             && self.sketches.is_none()
             && self.level == 0
             && self.total_exposure == 0.0
@@ -311,12 +317,12 @@ impl Coverage {
                         .for_each(|(item, _)| sketches.shown.insert(item));
                     other
                         .engaged
-                        .iter()
-                        .for_each(|&i| sketches.engaged.insert(i));
+                        .items()
+                        .for_each(|i| sketches.engaged.insert(i));
                 }
             }
         } else {
-            self.engaged.extend(other.engaged.iter().copied());
+            self.engaged.extend(other.engaged.items());
         }
         self.raise_level(self.level.max(other.level));
         let mask = (1u64 << self.level) - 1;
@@ -353,9 +359,9 @@ impl Coverage {
             .iter()
             .for_each(|(item, _)| sketches.shown.insert(item));
         self.engaged
-            .iter()
-            .for_each(|&i| sketches.engaged.insert(i));
-        self.engaged = HashSet::default();
+            .items()
+            .for_each(|i| sketches.engaged.insert(i));
+        self.engaged = ItemSet::default();
         self.sketches = Some(sketches);
     }
 
@@ -485,55 +491,59 @@ fn entropy_from_sums(total: f64, x_ln_x: f64, items: f64) -> f64 {
     (entropy / items.ln()).clamp(0.0, 1.0)
 }
 
-/// Exposure by item hash, in one open-addressed table (linear probing, about
-/// half full at most): adding to an item is a few instructions, which every
+/// A value per item hash, in one open-addressed table (linear probing, about
+/// half full at most): reaching an item is a few instructions, which every
 /// sampled item of every list pays in each coverage it goes into.
 #[derive(Clone, Debug, Default)]
-struct ExposureTable {
-    /// Item hash and exposure, side by side so that adding to an item
-    /// misses the cache once; a hash of 0 marks an empty slot.
-    slots: Vec<(u64, f64)>,
+struct ItemSlots<V> {
+    /// Item hash and value, side by side so that reaching an item misses
+    /// the cache once; a hash of 0 marks an empty slot.
+    slots: Vec<(u64, V)>,
     /// Occupied slots.
     len: usize,
-    /// The exposure of the item whose hash is 0, which no slot can hold.
-    zero: Option<f64>,
+    /// The value of the item whose hash is 0, which no slot can hold.
+    zero: Option<V>,
 }
 
-impl ExposureTable {
+/// Exposure by item hash.
+type ExposureTable = ItemSlots<f64>;
+
+/// Items engaged: a set of item hashes.
+type ItemSet = ItemSlots<()>;
+
+impl<V: Copy + Default> ItemSlots<V> {
     /// Items held.
     fn len(&self) -> usize {
         self.len + usize::from(self.zero.is_some())
     }
 
-    /// Adds `weight` to the exposure of `item`.
+    /// The value of `item`, the default put in first if it has none.
     #[inline(always)]
-    fn add(&mut self, item: u64, weight: f64) {
+    fn entry(&mut self, item: u64) -> &mut V {
         // Grown once more than half full: a table of `2n` slots holds up to
         // `n + 1` items, so a coverage capped at `n` items never needs `4n`.
         if item == 0 || self.slots.is_empty() || 2 * self.len > self.slots.len() {
-            self.add_rarely(item, weight);
-            return;
+            return self.entry_rarely(item);
         }
         let mask = self.slots.len() - 1;
         // The middle bits: the top ones pick HyperLogLog registers, the low
         // ones are zero in every sampled item.
         let mut slot = (item >> 24) as usize & mask;
         loop {
-            let (key, exposure) = &mut self.slots[slot];
-            if *key == item {
-                *exposure += weight;
-                return;
+            let key = self.slots[slot].0;
+            if key == item {
+                return &mut self.slots[slot].1;
             }
-            if *key == 0 {
-                (*key, *exposure) = (item, weight);
+            if key == 0 {
+                self.slots[slot] = (item, V::default());
                 self.len += 1;
-                return;
+                return &mut self.slots[slot].1;
             }
             slot = (slot + 1) & mask;
         }
     }
 
-    /// Starts loading the slot where `item`'s search begins.
+    /// Starts loading the slot where the search for `item` begins.
     #[inline(always)]
     fn prefetch(&self, item: u64) {
         let mask = self.slots.len().wrapping_sub(1);
@@ -549,35 +559,39 @@ impl ExposureTable {
         }
     }
 
-    /// Adds to the item whose hash is 0, or grows the table first.
+    /// The value of the item whose hash is 0, or of `item` once the table has grown.
     #[cold]
-    fn add_rarely(&mut self, item: u64, weight: f64) {
+    fn entry_rarely(&mut self, item: u64) -> &mut V {
         if item == 0 {
-            *self.zero.get_or_insert(0.0) += weight;
-            return;
+            return self.zero.get_or_insert_with(V::default);
         }
         self.rebuild(2 * self.slots.len());
-        self.add(item, weight);
+        self.entry(item)
     }
 
     /// Puts every item back into `slots` slots (at least 16, and twice the items).
     fn rebuild(&mut self, slots: usize) {
         let slots = slots.max(16).max(2 * self.len).next_power_of_two();
-        let old = std::mem::replace(&mut self.slots, vec![(0, 0.0); slots]);
+        let old = std::mem::replace(&mut self.slots, vec![(0, V::default()); slots]);
         self.len = 0;
-        for (item, exposure) in old.into_iter().filter(|(k, _)| *k != 0) {
-            self.add(item, exposure);
+        for (item, value) in old.into_iter().filter(|(k, _)| *k != 0) {
+            *self.entry(item) = value;
         }
     }
 
-    /// Every item and its exposure, in no particular order.
-    fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
-        let zero = self.zero.map(|exposure| (0, exposure));
+    /// Every item and its value, in no particular order.
+    fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
+        let zero = self.zero.map(|value| (0, value));
         self.slots
             .iter()
             .filter(|(k, _)| *k != 0)
             .copied()
             .chain(zero)
+    }
+
+    /// Every item, in no particular order.
+    fn items(&self) -> impl Iterator<Item = u64> + '_ {
+        self.iter().map(|(item, _)| item)
     }
 
     /// Keeps the items that `keep` accepts. Emptied slots would break the
@@ -587,43 +601,55 @@ impl ExposureTable {
         if self.zero.is_some() && !keep(0) {
             self.zero = None;
         }
-        let kept: Vec<(u64, f64)> = self
+        let kept: Vec<(u64, V)> = self
             .slots
             .iter()
             .filter(|(k, _)| *k != 0 && keep(*k))
             .copied()
             .collect();
-        self.slots.fill((0, 0.0));
+        self.slots.fill((0, V::default()));
         self.len = 0;
-        for (item, exposure) in kept {
-            self.add(item, exposure);
+        for (item, value) in kept {
+            *self.entry(item) = value;
         }
     }
 
     /// Empties the table, keeping its slots for the items to come.
     fn clear(&mut self) {
-        self.slots.fill((0, 0.0));
+        self.slots.fill((0, V::default()));
         self.len = 0;
         self.zero = None;
     }
 }
 
-/// Two tables are equal when they hold the same exposures, wherever their slots.
-impl PartialEq for ExposureTable {
+impl ExposureTable {
+    /// Adds `weight` to the exposure of `item`.
+    #[inline(always)]
+    fn add(&mut self, item: u64, weight: f64) {
+        *self.entry(item) += weight;
+    }
+}
+
+impl ItemSet {
+    /// Puts `items` in the set.
+    fn extend(&mut self, items: impl IntoIterator<Item = u64>) {
+        for item in items {
+            self.entry(item);
+        }
+    }
+}
+
+/// Two tables are equal when they hold the same values, wherever their slots.
+impl<V: Copy + Default + PartialEq> PartialEq for ItemSlots<V> {
     fn eq(&self, other: &Self) -> bool {
-        let sorted = |table: &ExposureTable| {
-            let mut items: Vec<(u64, f64)> = table.iter().collect();
+        let sorted = |table: &ItemSlots<V>| {
+            let mut items: Vec<(u64, V)> = table.iter().collect();
             items.sort_unstable_by_key(|(item, _)| *item);
             items
         };
         self.len() == other.len() && sorted(self) == sorted(other)
     }
 }
-
-/// Item hashes are well mixed, but the sample keeps only those whose low
-/// bits are zero, which are the bits a map picks its slot by: the map takes
-/// the hash's two halves swapped.
-type ItemHash = SwappedHash;
 
 /// The saved form of a [`Coverage`]: maps as sorted lists, so that the same
 /// coverage always saves as the same bytes.
@@ -640,7 +666,7 @@ impl From<Coverage> for CoverageState {
     fn from(coverage: Coverage) -> Self {
         let mut exposure: Vec<(u64, f64)> = coverage.exposure.iter().collect();
         exposure.sort_unstable_by_key(|(item, _)| *item);
-        let mut engaged: Vec<u64> = coverage.engaged.into_iter().collect();
+        let mut engaged: Vec<u64> = coverage.engaged.items().collect();
         engaged.sort_unstable();
         Self {
             exposure,
@@ -662,7 +688,13 @@ impl From<CoverageState> for Coverage {
                     table
                 },
             ),
-            engaged: state.engaged.into_iter().collect(),
+            engaged: state
+                .engaged
+                .into_iter()
+                .fold(ItemSet::default(), |mut set, item| {
+                    set.extend([item]);
+                    set
+                }),
             sketches: state.sketches,
             level: state.level.min(63),
             total_exposure: state.total_exposure,
