@@ -6,7 +6,7 @@
 # interleaved rounds (default 3) of: replay with its default threads, replay
 # with --threads 1, and the DuckDB query from Python (the duckdb package on
 # every core, interpreter start and import included), each under
-# /usr/bin/time. Prints one table of medians (wall, CPU = user + sys, max RSS)
+# /usr/bin/time, each round starting with the next of the three. Prints one table of medians (wall, CPU = user + sys, max RSS)
 # and both tools' nDCG@10 per group; exits 1 if they differ by over 1e-12.
 # LOAD=1 runs one busy loop per core beside them, as on a busy machine.
 # DuckDB comes from PyPI, pinned, into a venv made once under the target dir.
@@ -77,10 +77,16 @@ status=0
 for n in $SIZES; do
   log=$LOG_DIR/$n.jsonl
   cat "$log" >/dev/null  # into the page cache, for the first round's sake
-  for _ in $(seq "$RUNS"); do
-    measure "replay-$n" "replay-$n" "$BIN" replay "$log" --format json
-    measure "replay1-$n" "replay1-$n" "$BIN" replay "$log" --format json --threads 1
-    measure "duckdb-$n" "duckdb-$n" "$VENV/bin/python" benches/duckdb/run.py benches/duckdb/ndcg_at_10.sql "$log"
+  for round in $(seq "$RUNS"); do
+    # Each round starts with the next tool: the run after DuckDB's meets
+    # the memory it just freed, and no tool should always be that one.
+    for turn in 0 1 2; do
+      case $(( (round + turn) % 3 )) in
+        0) measure "replay-$n" "replay-$n" "$BIN" replay "$log" --format json ;;
+        1) measure "replay1-$n" "replay1-$n" "$BIN" replay "$log" --format json --threads 1 ;;
+        2) measure "duckdb-$n" "duckdb-$n" "$VENV/bin/python" benches/duckdb/run.py benches/duckdb/ndcg_at_10.sql "$log" ;;
+      esac
+    done
   done
   for tool in replay replay1 duckdb; do
     case $tool in
