@@ -175,6 +175,16 @@ impl FinalizedLog {
         (start != u32::MAX).then(|| &self.values[start as usize..][..width])
     }
 
+    /// The engaged items of list `index` that lie in part `part` of `parts`.
+    fn engaged_in(
+        &self,
+        index: usize,
+        (part, parts): (usize, usize),
+    ) -> impl Iterator<Item = u64> + '_ {
+        let engaged = self.engaged(index).iter().copied();
+        engaged.filter(move |&item| part_of(item, parts) == part)
+    }
+
     /// The engaged items of list `index`.
     fn engaged(&self, index: usize) -> &[u64] {
         let start = index
@@ -331,8 +341,7 @@ impl CoveragePart<'_> {
         }
         self.each_list(logs, order, |coverage, log, index, shown, weights| {
             let exposures = shown.iter().map(|s| (s.item, weights[s.rank as usize]));
-            let engaged = log.engaged(index).iter().copied();
-            let engaged = engaged.filter(|&item| part_of(item, parts) == part);
+            let engaged = log.engaged_in(index, (part, parts));
             let total = if part == 0 { log.exposures[index] } else { 0.0 };
             coverage.add_exact(exposures, engaged, total);
         });
@@ -361,14 +370,14 @@ impl CoveragePart<'_> {
                 .count();
             read[log] += count;
             // This log's next list comes a few lists later (one from each
-            // shard between): its items' exposures start loading now.
+            // shard between): its items' exposures start loading now (the
+            // exact tables only: a capped part adds whole lists by sample).
             let next = &items[count..];
-            if let Some(&Shown { list, .. }) = next.first() {
+            if let (Some(&Shown { list, .. }), None) = (next.first(), self.cap) {
                 let group = shown.groups[list as usize] as usize;
                 if let Some(coverage) = self.groups.get(group) {
                     let same = next.iter().take_while(|s| s.list == list);
-                    let engaged = shown.engaged(list as usize).iter().copied();
-                    let engaged = engaged.filter(|&item| part_of(item, self.parts) == self.part);
+                    let engaged = shown.engaged_in(list as usize, (self.part, self.parts));
                     coverage.prefetch_exact(same.map(|s| s.item), engaged);
                 }
             }

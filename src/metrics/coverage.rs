@@ -639,6 +639,14 @@ impl ItemSet {
     }
 }
 
+impl FromIterator<u64> for ItemSet {
+    fn from_iter<I: IntoIterator<Item = u64>>(items: I) -> Self {
+        let mut set = Self::default();
+        set.extend(items);
+        set
+    }
+}
+
 /// Two tables are equal when they hold the same values, wherever their slots.
 impl<V: Copy + Default + PartialEq> PartialEq for ItemSlots<V> {
     fn eq(&self, other: &Self) -> bool {
@@ -688,13 +696,7 @@ impl From<CoverageState> for Coverage {
                     table
                 },
             ),
-            engaged: state
-                .engaged
-                .into_iter()
-                .fold(ItemSet::default(), |mut set, item| {
-                    set.extend([item]);
-                    set
-                }),
+            engaged: state.engaged.into_iter().collect(),
             sketches: state.sketches,
             level: state.level.min(63),
             total_exposure: state.total_exposure,
