@@ -20,6 +20,8 @@
 use super::{Engine, SHARDS};
 use crate::event::Nanos;
 use crate::metrics::{Coverage, CoverageMode, ShownList};
+use std::cmp::Reverse;
+use std::collections::binary_heap::{BinaryHeap, PeekMut};
 
 /// Most parts the items are split in for exact coverage: one per thread,
 /// up to as many threads as the shards can keep busy. Each part walks
@@ -198,18 +200,21 @@ impl FinalizedLog {
 pub type ShardLog<'a> = (&'a FinalizedLog, &'a [f64]);
 
 /// The lists of `logs`, each given as `(log, index)`, in finalization
-/// order: the logs merged by key.
+/// order: the logs merged by key, the earliest next list of each log kept
+/// on top of a heap (a scan of every log's next list for each list took a
+/// tenth of the additions with 16 shards).
 pub fn in_finalization_order(logs: &[ShardLog<'_>]) -> Vec<(usize, usize)> {
-    let mut next = vec![0; logs.len()];
     let total = logs.iter().map(|(log, _)| log.keys.len()).sum();
     let mut order = Vec::with_capacity(total);
-    for _ in 0..total {
-        let earliest = (0..logs.len())
-            .filter_map(|log| Some((*logs[log].0.keys.get(next[log])?, log)))
-            .min();
-        if let Some((_, log)) = earliest {
-            order.push((log, next[log]));
-            next[log] += 1;
+    let mut next: BinaryHeap<Reverse<(ListKey, usize, usize)>> = (logs.iter().enumerate())
+        .filter_map(|(log, (shard, _))| Some(Reverse((*shard.keys.first()?, log, 0))))
+        .collect();
+    while let Some(mut earliest) = next.peek_mut() {
+        let Reverse((_, log, index)) = *earliest;
+        order.push((log, index));
+        match logs[log].0.keys.get(index + 1) {
+            Some(&key) => *earliest = Reverse((key, log, index + 1)),
+            None => drop(PeekMut::pop(earliest)),
         }
     }
     order
