@@ -50,26 +50,35 @@ pub fn each_beside<T: Send, R: Send>(
 /// among them), each result handed to `take` on this thread in the pieces'
 /// order as soon as it and those before it are done: this thread takes
 /// results between pieces of its own, so what it does with them overlaps
-/// the other threads' work.
-pub fn in_order<T: Send, R: Send>(
+/// the other threads' work. The jobs `side`, which give no result, are
+/// done first by the other threads (by this one when it works alone, or
+/// is left with nothing else to do).
+pub fn in_order<T: Send, R: Send, S: FnOnce() + Send>(
     pieces: Vec<T>,
     threads: usize,
     work: impl Fn(T) -> R + Sync,
     mut take: impl FnMut(R),
+    side: Vec<S>,
 ) {
     let threads = threads.clamp(1, pieces.len().max(1));
     if threads == 1 {
+        side.into_iter().for_each(|job| job());
         pieces.into_iter().map(work).for_each(take);
         return;
     }
     let count = pieces.len();
     let shared = Shared::new(pieces);
+    let side = Mutex::new(side);
+    let side_job = || lock(&side).pop();
     let taker = std::thread::current();
     let failed = AtomicBool::new(false);
     std::thread::scope(|scope| {
         for _ in 1..threads {
             scope.spawn(|| {
                 let _wake = Wake(&taker, &failed);
+                while let Some(job) = side_job() {
+                    job();
+                }
                 while shared.work_one(&work) {
                     taker.unpark();
                 }
@@ -87,8 +96,14 @@ pub fn in_order<T: Send, R: Send>(
                 // A piece another thread is working on: it wakes this one when
                 // done, or if it panicked (the scope then passes the panic on).
                 None if failed.load(Ordering::Acquire) => break,
-                None => std::thread::park(),
+                None => match side_job() {
+                    Some(job) => job(),
+                    None => std::thread::park(),
+                },
             }
+        }
+        while let Some(job) = side_job() {
+            job();
         }
     });
 }
@@ -190,6 +205,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    /// No side jobs.
+    const NO_JOBS: Vec<fn()> = Vec::new();
+
     #[test]
     fn every_piece_is_worked_once_and_the_results_keep_their_order() {
         for threads in [1, 2, 3, 8] {
@@ -219,8 +237,38 @@ mod tests {
             for count in [0, 1, 2, 50] {
                 let pieces: Vec<u64> = (0..count).collect();
                 let mut taken = Vec::new();
-                super::in_order(pieces, threads, |x| x * x, |square| taken.push(square));
+                super::in_order(
+                    pieces,
+                    threads,
+                    |x| x * x,
+                    |square| taken.push(square),
+                    NO_JOBS,
+                );
                 assert_eq!(taken, (0..count).map(|x| x * x).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn side_jobs_are_done_once_each_whatever_the_threads_and_pieces() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        for threads in [1, 2, 3] {
+            for count in [0, 1, 50] {
+                let done: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+                let jobs = (0..3)
+                    .map(|job| {
+                        let done = &done;
+                        move || {
+                            done[job].fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                    .collect();
+                let mut taken = Vec::new();
+                let pieces: Vec<u64> = (0..count).collect();
+                super::in_order(pieces, threads, |x| x + 1, |x| taken.push(x), jobs);
+                assert_eq!(taken, (1..=count).collect::<Vec<_>>());
+                let done: Vec<usize> = done.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+                assert_eq!(done, [1, 1, 1], "threads {threads}, pieces {count}");
             }
         }
     }
@@ -240,6 +288,7 @@ mod tests {
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 },
                 |_| {},
+                NO_JOBS,
             );
         });
         assert!(outcome.is_err());

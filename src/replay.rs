@@ -9,7 +9,7 @@
 use crate::engine::EngineSettings;
 use crate::event::{json::parse_line, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
-use crate::join::{Batch, EventAt, JoinSettings, Parsed, ShardedEngine};
+use crate::join::{Batch, EventAt, JoinSettings, Parsed, Router, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
@@ -237,16 +237,32 @@ fn read_logs(
         while !chunk.is_empty() {
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             let mut runs = crate::parallel::emptied(routed);
-            chunk.parse(validator, threads, &mut spare, |start, run| {
+            let mut rejected = |line, rejection: &Rejection| {
+                on_bad_line(BadLine {
+                    path,
+                    line: line_number + line as u64 + 1,
+                    rejection,
+                })
+            };
+            // The coverage of the lists the last batch finalized is added
+            // while this chunk is parsed and routed; a batch that fills up
+            // stops the routing, which goes on once it is applied.
+            let (mut router, coverage) = engine.routing();
+            let mut stop = None;
+            chunk.parse(validator, threads, &mut spare, coverage, |run| {
                 runs.push(run);
-                route_last_run(engine, &mut batch, &runs, |line, rejection| {
-                    on_bad_line(BadLine {
-                        path,
-                        line: line_number + (start + line) as u64 + 1,
-                        rejection,
-                    })
-                });
+                if stop.is_none() {
+                    let from = (runs.len() - 1, 0);
+                    stop = route(&mut router, &mut batch, &runs, from, &mut rejected);
+                }
             });
+            drop(router);
+            while let Some(from) = stop {
+                engine.apply(&mut batch, &runs);
+                let (mut router, coverage) = engine.routing();
+                coverage.into_iter().for_each(|job| job());
+                stop = route(&mut router, &mut batch, &runs, from, &mut rejected);
+            }
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
             let read_next = || {
@@ -270,37 +286,42 @@ fn read_logs(
     Ok(())
 }
 
-/// Routes the lines of the last of `runs` into `batch` in order, and
-/// applies the batch with `runs` whenever it is full; tells `rejected` of
-/// each bad line, by its index in the run.
-fn route_last_run(
-    engine: &mut ShardedEngine,
+/// Routes the lines of `runs` from `(run, line)` on into `batch` in
+/// order, up to one that fills the batch: then what comes after it, for
+/// routing once the batch is applied. Tells `rejected` of each bad line,
+/// by its index in the chunk.
+fn route(
+    router: &mut Router<'_>,
     batch: &mut Batch,
     runs: &[Vec<Parsed<'_>>],
+    (first_run, first_line): (usize, usize),
     mut rejected: impl FnMut(usize, &Rejection),
-) {
-    let Some(run) = runs.last() else {
-        return;
-    };
-    for (line, parsed) in run.iter().enumerate() {
-        match parsed {
-            None => {}
-            Some(Ok(event)) => {
-                let at = EventAt {
-                    run: (runs.len() - 1) as u32,
-                    line: line as u32,
-                };
-                engine.route(batch, event, at);
-                if batch.is_full() {
-                    engine.apply(batch, runs);
+) -> Option<(usize, usize)> {
+    let mut run_start: usize = runs[..first_run].iter().map(Vec::len).sum();
+    for (run, lines) in runs.iter().enumerate().skip(first_run) {
+        let from = if run == first_run { first_line } else { 0 };
+        for (line, parsed) in lines.iter().enumerate().skip(from) {
+            match parsed {
+                None => {}
+                Some(Ok(event)) => {
+                    let at = EventAt {
+                        run: run as u32,
+                        line: line as u32,
+                    };
+                    router.route(batch, event, at);
+                    if batch.is_full() {
+                        return Some((run, line + 1));
+                    }
+                }
+                Some(Err(rejection)) => {
+                    router.reject(rejection.reason);
+                    rejected(run_start + line, rejection);
                 }
             }
-            Some(Err(rejection)) => {
-                engine.reject(rejection.reason);
-                rejected(line, rejection);
-            }
         }
+        run_start += lines.len();
     }
+    None
 }
 
 /// Total size of the logs on disk, for a progress bar (0 for standard input).
@@ -522,16 +543,17 @@ impl Chunk {
     }
 
     /// Parses every line, in parallel over `threads` (one: on this thread),
-    /// in runs of consecutive lines, and hands each run with the index of
-    /// its first line to `each` on this thread, in order, as soon as it is
-    /// parsed: the other threads parse the next runs meanwhile. The runs
-    /// take their room from `spare` when it has some.
+    /// in runs of consecutive lines, and hands each run to `each` on this
+    /// thread, in order, as soon as it is parsed: the other threads parse
+    /// the next runs meanwhile, after doing the jobs `side`. The runs take
+    /// their room from `spare` when it has some.
     fn parse<'c>(
         &'c self,
         validator: &crate::event::Validator,
         threads: usize,
         spare: &mut Vec<Vec<Parsed<'static>>>,
-        mut each: impl FnMut(usize, Vec<Parsed<'c>>),
+        side: Vec<impl FnOnce() + Send>,
+        each: impl FnMut(Vec<Parsed<'c>>),
     ) {
         // More runs than threads, each parsed by the next thread free.
         let per_run = self.len().div_ceil(threads * RUNS_PER_THREAD).max(1);
@@ -543,9 +565,9 @@ impl Chunk {
             let end = (start + per_run).min(self.len());
             let mut run: Vec<Parsed<'c>> = crate::parallel::emptied(room);
             run.extend((start..end).map(|index| self.parse_line(index, validator)));
-            (start, run)
+            run
         };
-        crate::parallel::in_order(runs, threads, parse_run, |(start, run)| each(start, run));
+        crate::parallel::in_order(runs, threads, parse_run, each, side);
     }
 }
 

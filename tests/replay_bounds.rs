@@ -484,3 +484,70 @@ fn a_gap_in_time_that_makes_every_open_list_final_holds_little_more_memory() {
         "{a_day_later} KiB at the peak after a day's gap, {within_the_window} KiB without"
     );
 }
+
+/// A line that makes so many lists final that the batch is applied before
+/// the next line is routed: the lines after it, in the same chunk, are
+/// routed once it is applied, each counted and each bad one reported at
+/// its own line, whatever the threads.
+#[test]
+fn lines_after_one_that_makes_many_lists_final_are_routed_and_numbered() {
+    let impression = |id: &str, time: &str| {
+        format!(
+            r#"{{"impression":{{"requestId":"{id}","userId":"u-{id}","itemIds":["a","b","c"],"time":"{time}","model":"m"}}}}"#
+        )
+    };
+    let click = |id: &str, time: &str| {
+        format!(
+            r#"{{"interaction":{{"eventId":"e-{id}","userId":"u-{id}","itemId":"b","requestId":"{id}","type":"click","time":"{time}"}}}}"#
+        )
+    };
+    // 20,000 lists within a minute, then an hour later one that makes them all final.
+    let mut lines: Vec<String> = (0..20_000)
+        .map(|i| {
+            impression(
+                &format!("r{i}"),
+                &format!("2026-11-01T10:00:{:02}.{:03}Z", i / 1000, i % 1000),
+            )
+        })
+        .collect();
+    lines.push(impression("late", "2026-11-01T11:00:00.000Z"));
+    lines.push("{not json".to_owned()); // line 20,002
+    lines.extend((0..48).map(|i| impression(&format!("s{i}"), "2026-11-01T11:00:01.000Z")));
+    lines.extend((0..48).map(|i| click(&format!("s{i}"), "2026-11-01T11:00:02.000Z")));
+    lines.push(r#"{"interaction":{"eventId":"x","userId":"u","itemId":"b","requestId":"s1","type":"click"}}"#.to_owned()); // line 20,099
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gap.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let mut reports = Vec::new();
+    for threads in ["1", "2"] {
+        let output = replay(
+            &[
+                path.to_str().unwrap(),
+                "--format",
+                "json",
+                "--threads",
+                threads,
+            ],
+            None,
+        );
+        assert!(output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let at = |line: u64, reason: &str| format!("{}:{line}: {reason}: ", path.display());
+        for (line, reason) in [(20_002, "invalid_json"), (20_099, "missing_time")] {
+            assert!(
+                stderr.lines().any(|l| l.starts_with(&at(line, reason))),
+                "{threads} threads: no {reason} at line {line} in {stderr:.1000}"
+            );
+        }
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let counters = &report["counters"];
+        assert_eq!(counters["impressions"], 20_049, "{threads} threads");
+        assert_eq!(counters["interactions"], 48, "{threads} threads");
+        assert_eq!(counters["credited"], 48, "{threads} threads");
+        reports.push(report);
+    }
+    assert_eq!(
+        reports[0], reports[1],
+        "one engine's report on 1 and 2 threads"
+    );
+}

@@ -24,7 +24,7 @@ pub use counters::{Counters, Unattributed};
 pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
-pub use sharded::{Batch, EventAt, Parsed, ShardedEngine, SHARDS};
+pub use sharded::{Batch, EventAt, Parsed, Router, ShardedEngine, SHARDS};
 
 use crate::event::hashed::IdentityHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};

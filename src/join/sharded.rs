@@ -15,8 +15,9 @@
 //!
 //! The shards log the outcome of each list they finalize, and the logs are
 //! added to one set of figures in one engine's finalization order after
-//! each batch ([`super::finalized`]): the report is one engine's to the
-//! last digit, on one thread as on many. There are always [`SHARDS`]
+//! each batch ([`super::finalized`]), while the next events are routed
+//! ([`ShardedEngine::routing`]): the report is one engine's to the last
+//! digit, on one thread as on many. There are always [`SHARDS`]
 //! shards, whatever the thread count; each keeps only counts of its own
 //! (outcome counters and position curves), added at the end.
 
@@ -64,6 +65,39 @@ pub struct ShardedEngine {
     /// The deadline of every impression routed that was not late and is
     /// not yet due: what tells how many lists a rise of `T` makes final.
     deadlines: DueQueue,
+    /// The lists the shards logged whose figures or coverage are not yet added.
+    pending: Pending,
+}
+
+/// The lists in the shards' logs whose figures or coverage are not yet
+/// added: after a batch is applied they are added while the next events
+/// are parsed and routed ([`ShardedEngine::routing`]), and the logs are
+/// emptied before the shards log more.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The lists of the logs, in finalization order.
+    order: Vec<(usize, usize)>,
+    /// Their metric values and interleaving outcomes are not yet added.
+    figures: bool,
+    /// Their coverage is not yet added.
+    coverage: bool,
+}
+
+/// Routes events to the shards' batches in arrival order: what decides
+/// `T`, sequence numbers and placements, apart from the shards.
+pub struct Router<'e> {
+    registry: &'e mut Engine,
+    deadlines: &'e mut DueQueue,
+    seq: &'e mut u64,
+    /// The lists whose figures are pending, added before the first event
+    /// is routed (or when the router is dropped).
+    figures: Option<Logged<'e>>,
+}
+
+/// The lists of the shards' logs, in finalization order.
+struct Logged<'e> {
+    logs: Vec<ShardLog<'e>>,
+    order: &'e [(usize, usize)],
 }
 
 /// Work on the lists finalized in a batch, shared among threads.
@@ -159,48 +193,39 @@ impl ShardedEngine {
             threads,
             seq: 0,
             deadlines: DueQueue::default(),
+            pending: Pending::default(),
         }
     }
 
-    /// Counts a rejected event; it does not move `T`.
-    pub fn reject(&mut self, reason: Reason) {
-        self.registry.reject(reason);
-    }
-
-    /// Adds an accepted event, found `at` in the runs the batch will be
-    /// applied with, to `batch`, with what arrival order decides of it, and
-    /// moves `T` past its time.
-    pub fn route(&mut self, batch: &mut Batch, event: &Event<'_>, at: EventAt) {
-        self.seq += 1;
-        let before = self.registry.max_time();
-        let time = event.time();
-        let placement = match event {
-            Event::Impression(impression) if !self.registry.is_late(impression.time) => {
-                let window = self.registry.settings.attribution_window;
-                let deadline = impression.time.saturating_add(window);
-                self.deadlines.push((deadline, self.seq, 0));
-                Some(self.registry.place(impression))
-            }
-            _ => None,
+    /// What routes events in arrival order, and the work of adding the
+    /// coverage of the lists the shards logged in the batch applied last,
+    /// for other threads to do meanwhile (each job must be run: the
+    /// coverage is taken as added). Their figures are added by the router
+    /// before the first event it routes.
+    pub fn routing(&mut self) -> (Router<'_>, Vec<impl FnOnce() + Send + '_>) {
+        let logs: Vec<ShardLog<'_>> = self.shards.iter().filter_map(Engine::shard_log).collect();
+        let order = &self.pending.order[..];
+        let figures = std::mem::take(&mut self.pending.figures).then(|| Logged {
+            logs: logs.clone(),
+            order,
+        });
+        let coverage = std::mem::take(&mut self.pending.coverage);
+        let jobs = coverage
+            .then(|| self.coverage.parts_mut())
+            .into_iter()
+            .flatten()
+            .map(move |mut part| {
+                let logs = logs.clone();
+                move || part.add(&logs, order)
+            })
+            .collect();
+        let router = Router {
+            registry: &mut self.registry,
+            deadlines: &mut self.deadlines,
+            seq: &mut self.seq,
+            figures,
         };
-        match event {
-            Event::Impression(_) => batch.impressions += 1,
-            Event::Interaction(_) => batch.interactions += 1,
-        }
-        let shard = shard_of(event.user());
-        batch.order.push(shard as u8);
-        let routed = Routed {
-            seq: self.seq,
-            before,
-            placement,
-        };
-        batch.per_shard[shard].push((at, routed));
-        self.registry.advance_to(time);
-        if let Some(watermark) = self.registry.watermark() {
-            while let Some((deadline, _, _)) = self.deadlines.pop_due_by(watermark) {
-                batch.due.push(deadline);
-            }
-        }
+        (router, jobs)
     }
 
     /// Applies the events of `batch`, routed from `runs`, and empties it.
@@ -216,6 +241,7 @@ impl ShardedEngine {
         runs: &[Vec<Parsed<'_>>],
         beside: impl FnOnce(),
     ) {
+        self.add_pending();
         let experiments = &self.registry.experiments;
         let windows = &self.registry.settings.windows;
         if self.shards[0].experiments.lineup_count() < experiments.lineup_count() {
@@ -233,7 +259,7 @@ impl ShardedEngine {
             // One round: each shard does it all on its own, in one pass.
             let pass = (watermark, end);
             self.apply_and_finalize(&mut batch.per_shard, runs, pass, beside);
-            self.add_finalized();
+            self.log_pending();
         } else {
             beside();
             if within_limits {
@@ -258,25 +284,41 @@ impl ShardedEngine {
     /// order, to the figures (the registry's) and the coverage parts; and
     /// empties the logs.
     fn add_finalized(&mut self) {
-        let logs: Vec<ShardLog<'_>> = self
-            .shards
-            .iter()
-            .filter_map(|shard| Some((shard.finalized_log.as_ref()?, &shard.exposure_weights[..])))
-            .collect();
-        let order = in_finalization_order(&logs);
-        let coverage = self.registry.settings.coverage != CoverageMode::Off;
+        self.log_pending();
+        self.add_pending();
+    }
+
+    /// Takes the lists the shards logged as pending, in one engine's
+    /// finalization order. The logs hold none added before: they are
+    /// emptied ([`Self::add_pending`]) before the shards apply or finalize.
+    fn log_pending(&mut self) {
+        let logs: Vec<ShardLog<'_>> = self.shards.iter().filter_map(Engine::shard_log).collect();
+        self.pending.order = in_finalization_order(&logs);
+        self.pending.figures = true;
+        self.pending.coverage = self.registry.settings.coverage != CoverageMode::Off;
+    }
+
+    /// Adds what is still pending of the lists the shards logged, the
+    /// coverage parts and the figures on several threads, and empties the
+    /// logs.
+    fn add_pending(&mut self) {
+        let logs: Vec<ShardLog<'_>> = self.shards.iter().filter_map(Engine::shard_log).collect();
+        let order = &self.pending.order[..];
         let mut pieces: Vec<Piece<'_>> = Vec::new();
-        if coverage {
+        if std::mem::take(&mut self.pending.coverage) {
             pieces.extend(self.coverage.parts_mut().map(Piece::Coverage));
         }
         // Last, to whichever thread is done with a part first: a part
         // takes longer than the figures, and this thread takes its first
         // piece before the others have started.
-        pieces.push(Piece::Figures(&mut self.registry));
+        if std::mem::take(&mut self.pending.figures) {
+            pieces.push(Piece::Figures(&mut self.registry));
+        }
         crate::parallel::each(pieces, self.threads, |piece| match piece {
-            Piece::Figures(engine) => engine.add_finalized(&logs, &order),
-            Piece::Coverage(mut part) => part.add(&logs, &order),
+            Piece::Figures(engine) => engine.add_finalized(&logs, order),
+            Piece::Coverage(mut part) => part.add(&logs, order),
         });
+        self.pending.order.clear();
         for log in self
             .shards
             .iter_mut()
@@ -358,6 +400,7 @@ impl ShardedEngine {
     /// Finalizes every open list and returns one engine holding the
     /// figures, the shards' counts added to them.
     pub fn finish(mut self) -> Engine {
+        self.add_pending();
         let mut due = Vec::with_capacity(self.held().0);
         while let Some((deadline, _, _)) = self.deadlines.pop() {
             due.push(deadline);
@@ -389,5 +432,62 @@ impl ShardedEngine {
             crate::parallel::each(pieces, self.threads, finalize);
             self.add_finalized();
         }
+    }
+}
+
+impl Router<'_> {
+    /// Counts a rejected event; it does not move `T`.
+    pub fn reject(&mut self, reason: Reason) {
+        self.registry.reject(reason);
+    }
+
+    /// Adds the figures of the lists pending to the registry's, once.
+    fn add_figures(&mut self) {
+        if let Some(lists) = self.figures.take() {
+            self.registry.add_finalized(&lists.logs, lists.order);
+        }
+    }
+
+    /// Adds an accepted event, found `at` in the runs the batch will be
+    /// applied with, to `batch`, with what arrival order decides of it, and
+    /// moves `T` past its time.
+    pub fn route(&mut self, batch: &mut Batch, event: &Event<'_>, at: EventAt) {
+        self.add_figures();
+        *self.seq += 1;
+        let before = self.registry.max_time();
+        let time = event.time();
+        let placement = match event {
+            Event::Impression(impression) if !self.registry.is_late(impression.time) => {
+                let window = self.registry.settings.attribution_window;
+                let deadline = impression.time.saturating_add(window);
+                self.deadlines.push((deadline, *self.seq, 0));
+                Some(self.registry.place(impression))
+            }
+            _ => None,
+        };
+        match event {
+            Event::Impression(_) => batch.impressions += 1,
+            Event::Interaction(_) => batch.interactions += 1,
+        }
+        let shard = shard_of(event.user());
+        batch.order.push(shard as u8);
+        let routed = Routed {
+            seq: *self.seq,
+            before,
+            placement,
+        };
+        batch.per_shard[shard].push((at, routed));
+        self.registry.advance_to(time);
+        if let Some(watermark) = self.registry.watermark() {
+            while let Some((deadline, _, _)) = self.deadlines.pop_due_by(watermark) {
+                batch.due.push(deadline);
+            }
+        }
+    }
+}
+
+impl Drop for Router<'_> {
+    fn drop(&mut self) {
+        self.add_figures();
     }
 }
