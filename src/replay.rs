@@ -237,32 +237,17 @@ fn read_logs(
         while !chunk.is_empty() {
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             let mut runs = crate::parallel::emptied(routed);
-            let mut rejected = |line, rejection: &Rejection| {
+            let rejected = |line, rejection: &Rejection| {
                 on_bad_line(BadLine {
                     path,
                     line: line_number + line as u64 + 1,
                     rejection,
                 })
             };
-            // The coverage of the lists the last batch finalized is added
-            // while this chunk is parsed and routed; a batch that fills up
-            // stops the routing, which goes on once it is applied.
-            let (mut router, coverage) = engine.routing();
-            let mut stop = None;
-            chunk.parse(validator, threads, &mut spare, coverage, |run| {
-                runs.push(run);
-                if stop.is_none() {
-                    let from = (runs.len() - 1, 0);
-                    stop = route(&mut router, &mut batch, &runs, from, &mut rejected);
-                }
-            });
-            drop(router);
-            while let Some(from) = stop {
-                engine.apply(&mut batch, &runs);
-                let (mut router, coverage) = engine.routing();
-                coverage.into_iter().for_each(|job| job());
-                stop = route(&mut router, &mut batch, &runs, from, &mut rejected);
-            }
+            let parsing = (validator, threads);
+            parse_and_route(
+                engine, &mut batch, &chunk, parsing, &mut spare, &mut runs, rejected,
+            );
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
             let read_next = || {
@@ -284,6 +269,39 @@ fn read_logs(
         bytes_done += file_bytes.get();
     }
     Ok(())
+}
+
+/// Parses `chunk` into `runs` with `validator` on `threads` threads, and
+/// routes its events into `batch` in order as each run is parsed; the
+/// other threads meanwhile add the coverage of the lists the batch before
+/// finalized. A batch that fills up stops the routing, which goes on once
+/// it is applied. Tells `rejected` of each bad line, by its index in the
+/// chunk.
+fn parse_and_route<'c>(
+    engine: &mut ShardedEngine,
+    batch: &mut Batch,
+    chunk: &'c Chunk,
+    (validator, threads): (&Validator, usize),
+    spare: &mut Vec<Vec<Parsed<'static>>>,
+    runs: &mut Vec<Vec<Parsed<'c>>>,
+    mut rejected: impl FnMut(usize, &Rejection),
+) {
+    let (mut router, coverage) = engine.routing();
+    let mut stop = None;
+    chunk.parse(validator, threads, spare, coverage, |run| {
+        runs.push(run);
+        if stop.is_none() {
+            let from = (runs.len() - 1, 0);
+            stop = route(&mut router, batch, runs, from, &mut rejected);
+        }
+    });
+    drop(router);
+    while let Some(from) = stop {
+        engine.apply(batch, runs);
+        let (mut router, coverage) = engine.routing();
+        coverage.into_iter().for_each(|job| job());
+        stop = route(&mut router, batch, runs, from, &mut rejected);
+    }
 }
 
 /// Routes the lines of `runs` from `(run, line)` on into `batch` in

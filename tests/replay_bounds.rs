@@ -31,21 +31,7 @@ fn a_line_longer_than_max_line_bytes_is_rejected_skipped_and_the_rest_replayed()
     .unwrap();
     let expected = replay_json(&[clean.to_str().unwrap(), "--format", "json"], None);
     for threads in ["1", "2"] {
-        let output = replay(
-            &[
-                path.to_str().unwrap(),
-                "--format",
-                "json",
-                "--threads",
-                threads,
-            ],
-            None,
-        );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let output = replay_json_on(&path, threads);
         let stderr = String::from_utf8_lossy(&output.stderr);
         let line = head.len() + 1;
         let prefix = format!("{}:{line}: line_too_long: ", path.display());
@@ -83,6 +69,18 @@ fn a_line_longer_than_max_line_bytes_is_rejected_skipped_and_the_rest_replayed()
     let bad = replay(&[path.to_str().unwrap(), "--max-line-bytes", "0"], None);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("max_line_bytes"));
+}
+
+/// The output of a replay of `path` on `threads` threads, as JSON, which succeeded.
+fn replay_json_on(path: &std::path::Path, threads: &str) -> std::process::Output {
+    let path = path.to_str().unwrap();
+    let output = replay(&[path, "--format", "json", "--threads", threads], None);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
 /// A memory figure of process `pid` (`VmRSS` resident now, `VmHWM` at the
@@ -520,17 +518,7 @@ fn lines_after_one_that_makes_many_lists_final_are_routed_and_numbered() {
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     let mut reports = Vec::new();
     for threads in ["1", "2"] {
-        let output = replay(
-            &[
-                path.to_str().unwrap(),
-                "--format",
-                "json",
-                "--threads",
-                threads,
-            ],
-            None,
-        );
-        assert!(output.status.success());
+        let output = replay_json_on(&path, threads);
         let stderr = String::from_utf8_lossy(&output.stderr);
         let at = |line: u64, reason: &str| format!("{}:{line}: {reason}: ", path.display());
         for (line, reason) in [(20_002, "invalid_json"), (20_099, "missing_time")] {
