@@ -1,6 +1,9 @@
 //! Work shared among a few threads: each takes another piece as it
 //! finishes one, so a thread the machine keeps waiting holds up one piece,
-//! not a fixed share of the work.
+//! not a fixed share of the work. The threads besides the caller's are
+//! kept from one step to the next ([`helpers`]).
+
+mod helpers;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -35,11 +38,8 @@ pub fn each_beside<T: Send, R: Send>(
         return pieces.into_iter().map(work).collect();
     }
     let shared = Shared::new(pieces);
-    std::thread::scope(|scope| {
-        for thread in 1..threads {
-            let (shared, work) = (&shared, &work);
-            scope.spawn(move || shared.work_own_then_any(thread, threads, work));
-        }
+    let helper = |thread| shared.work_own_then_any(thread, threads, &work);
+    helpers::scoped(threads, &helper, || {
         beside();
         shared.work_own_then_any(0, threads, &work);
     });
@@ -72,18 +72,16 @@ pub fn in_order<T: Send, R: Send, S: FnOnce() + Send>(
     let side_job = || lock(&side).pop();
     let taker = std::thread::current();
     let failed = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        for _ in 1..threads {
-            scope.spawn(|| {
-                let _wake = Wake(&taker, &failed);
-                while let Some(job) = side_job() {
-                    job();
-                }
-                while shared.work_one(&work) {
-                    taker.unpark();
-                }
-            });
+    let helper = |_| {
+        let _wake = Wake(&taker, &failed);
+        while let Some(job) = side_job() {
+            job();
         }
+        while shared.work_one(&work) {
+            taker.unpark();
+        }
+    };
+    helpers::scoped(threads, &helper, || {
         let mut taken = 0;
         let mut working = true;
         while taken < count {
@@ -94,7 +92,7 @@ pub fn in_order<T: Send, R: Send, S: FnOnce() + Send>(
                 }
                 None if working => working = shared.work_one(&work),
                 // A piece another thread is working on: it wakes this one when
-                // done, or if it panicked (the scope then passes the panic on).
+                // done, or if it panicked (the helpers pass the panic on).
                 None if failed.load(Ordering::Acquire) => break,
                 None => match side_job() {
                     Some(job) => job(),
