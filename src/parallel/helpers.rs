@@ -11,7 +11,7 @@ use super::lock;
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,10 @@ struct Step {
     giver: Thread,
     /// The first panic of a helper, passed on to the giver.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// How long the giver, then the helpers, look before they sleep: none
+    /// when the step has more threads than the machine has cores, which
+    /// would take the cores from each other by looking.
+    awake: Duration,
 }
 
 /// Runs `task(i)` for `i` in `1..threads` on kept threads (fewer if
@@ -58,6 +62,11 @@ pub(super) fn scoped(threads: usize, task: &(dyn Fn(usize) + Sync), own: impl Fn
         working: AtomicUsize::new(helpers.len()),
         giver: std::thread::current(),
         panic: Mutex::new(None),
+        awake: if threads <= cores() {
+            STAY_AWAKE
+        } else {
+            Duration::ZERO
+        },
     });
     // SAFETY: `task` borrows from the caller, and lives past this call only
     // as the helpers hold it. `Done` waits for every helper to finish its
@@ -85,15 +94,31 @@ struct Done<'a>(&'a Step);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
-        let start = Instant::now();
-        while self.0.working.load(Ordering::Acquire) != 0 {
-            if start.elapsed() < STAY_AWAKE {
-                std::hint::spin_loop();
-            } else {
-                std::thread::park_timeout(Duration::from_millis(1));
-            }
+        let done = || self.0.working.load(Ordering::Acquire) == 0;
+        let sleep = || std::thread::park_timeout(Duration::from_millis(1));
+        wait_until(self.0.awake, done, sleep);
+    }
+}
+
+/// Returns once `ready`: looks for `awake`, giving way to any other thread
+/// that can run between looks (a busy machine loses little to the
+/// looking), then sleeps by `sleep` between looks (the thread that makes
+/// it ready wakes this one).
+fn wait_until(awake: Duration, ready: impl Fn() -> bool, sleep: impl Fn()) {
+    let start = Instant::now();
+    while !ready() {
+        if start.elapsed() < awake {
+            std::thread::yield_now();
+        } else {
+            sleep();
         }
     }
+}
+
+/// The machine's cores (1 if it does not tell).
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Up to `count` idle helpers, started as needed.
@@ -132,15 +157,10 @@ fn start_helper() -> Option<Arc<Helper>> {
 
 /// A helper's life: each step it is given, worked as it comes.
 fn serve(helper: &Helper) -> ! {
+    let mut awake = Duration::ZERO;
     loop {
-        let start = Instant::now();
-        while !helper.has_step.load(Ordering::Acquire) {
-            if start.elapsed() < STAY_AWAKE {
-                std::hint::spin_loop();
-            } else {
-                std::thread::park();
-            }
-        }
+        let given = || helper.has_step.load(Ordering::Acquire);
+        wait_until(awake, given, std::thread::park);
         helper.has_step.store(false, Ordering::Relaxed);
         let Some(Given { task, index, step }) = lock(&helper.given).take() else {
             continue;
@@ -148,6 +168,7 @@ fn serve(helper: &Helper) -> ! {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| task(index))) {
             lock(&step.panic).get_or_insert(panic);
         }
+        awake = step.awake;
         if step.working.fetch_sub(1, Ordering::AcqRel) == 1 {
             step.giver.unpark();
         }
