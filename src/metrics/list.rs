@@ -310,17 +310,21 @@ fn r_precision(grades: &[f64], relevant_total: usize) -> f64 {
 
 /// ERR's chance that a user who reaches an item of grade `g` stops there:
 /// `(2^min(g, g_max) − 1) / 2^g_max` (Chapelle et al. 2009). Clamping at
-/// `g_max` keeps it a probability when a grade exceeds the configured maximum.
+/// `g_max` keeps it a probability when a grade exceeds the configured
+/// maximum. It is computed as `2^(min(g, g_max) − g_max) − 2^−g_max`, the
+/// same for a `g_max` of a few, and finite for any: `2^1024` alone
+/// overflows a double (`g_max = 1024` had made ERR NaN).
 struct StopProbability {
     max_grade: f64,
-    scale: f64,
+    /// `2^−g_max`.
+    floor: f64,
 }
 
 impl StopProbability {
     fn new(max_grade: f64) -> Self {
         Self {
             max_grade,
-            scale: (-max_grade).exp2(),
+            floor: (-max_grade).exp2(),
         }
     }
 
@@ -328,7 +332,7 @@ impl StopProbability {
         if grade <= 0.0 {
             return 0.0;
         }
-        (grade.min(self.max_grade).exp2() - 1.0) * self.scale
+        (grade.min(self.max_grade) - self.max_grade).exp2() - self.floor
     }
 }
 
@@ -440,6 +444,27 @@ mod tests {
             values[Metric::Err as usize],
             0.875 + 0.125 * 0.875 / 2.0
         ));
+    }
+
+    #[test]
+    fn err_stays_finite_whatever_g_max() {
+        // 2^1024 overflows a double: the chance must not be computed through it.
+        for g_max in [1023.0, 1024.0, 1e6, f64::MAX] {
+            let settings = MetricSettings {
+                err_max_grade: g_max,
+                ..MetricSettings::default()
+            };
+            let (values, _) = row(settings, 3, &[1024.0, 2.0, 1e300]);
+            let err = values[Metric::Err as usize];
+            assert!(err.is_finite() && (0.0..=1.0).contains(&err), "g_max {g_max}: {err}");
+        }
+        // At g_max = 1024 the top grade stops the user all but surely.
+        let settings = MetricSettings {
+            err_max_grade: 1024.0,
+            ..MetricSettings::default()
+        };
+        let (values, _) = row(settings, 1, &[1024.0]);
+        assert!(close(values[Metric::Err as usize], 1.0));
     }
 
     #[test]
