@@ -4,7 +4,7 @@
 use super::choices::{DiscountName, GainName};
 use super::{
     at_least_one, bounded, defaults, help, invalid, parse_duration, pick, resolved, shown_choice,
-    shown_duration, shown_grades, shown_list, ConfigError, FileSettings,
+    shown_duration, shown_grades, shown_list, ConfigError, FileSettings, MAX_LIMIT,
 };
 use crate::engine::EngineSettings;
 use crate::event::GradeTable;
@@ -51,7 +51,7 @@ pub struct EngineArgs {
     pub allowed_lateness: Option<Duration>,
     /// Cutoffs K.
     #[arg(long, env = "RANKWATCH_K", value_delimiter = ',',
-        help = help("Cutoffs K, comma-separated", shown_list(defaults::K)))]
+        help = help("Cutoffs K, comma-separated: 1 to 10000, at most 16", shown_list(defaults::K)))]
     pub k: Option<Vec<usize>>,
     /// Gain of DCG, nDCG and half-life utility.
     #[arg(long, env = "RANKWATCH_GAIN",
@@ -201,6 +201,12 @@ fn grades(
             .cloned()
             .chain(args.grades.iter().flatten().cloned()),
     );
+    if grades.pairs().is_empty() || grades.pairs().iter().any(|(name, _)| name.is_empty()) {
+        return Err(invalid(
+            "grades",
+            "configure at least one interaction type, each with a name, e.g. click = 1.0",
+        ));
+    }
     if grades.pairs().len() > MAX_INTERACTION_TYPES {
         return Err(invalid(
             "grades",
@@ -217,13 +223,13 @@ fn grades(
     {
         return Err(invalid(
             "grades",
-            format!("grade of {name:?} is {grade}; grades are finite numbers >= 0"),
+            format!("grade of {name:?} is {grade:?}; grades are finite numbers >= 0"),
         ));
     }
     if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| *g > max_grade) {
         return Err(invalid(
             "grades",
-            format!("grade of {name:?} is {grade}, more than max_grade = {max_grade}; raise max_grade or lower the grade"),
+            format!("grade of {name:?} is {grade:?}, more than max_grade = {max_grade:?}; raise max_grade or lower the grade"),
         ));
     }
     Ok(grades)
@@ -361,13 +367,22 @@ fn expected_split(
     Ok(split)
 }
 
-/// The cutoffs K: at least one, each at least 1.
+/// The largest cutoff K: each group keeps weights up to it per metric
+/// and window, and no list is longer than a few thousand items.
+const MAX_K: usize = 10_000;
+
+/// Most distinct cutoffs: each multiplies the figures of every group.
+const MAX_CUTOFFS: usize = 16;
+
+/// The cutoffs K: at least one, each from 1 to [`MAX_K`], at most
+/// [`MAX_CUTOFFS`] distinct ones.
 fn cutoffs(args: &EngineArgs, file: &FileSettings) -> Result<Vec<usize>, ConfigError> {
     let k = resolved(args.k.clone(), file.k.clone(), defaults::K.to_vec());
-    if k.is_empty() || k.contains(&0) {
+    let distinct: std::collections::BTreeSet<_> = k.iter().collect();
+    if k.is_empty() || !k.iter().all(|k| (1..=MAX_K).contains(k)) || distinct.len() > MAX_CUTOFFS {
         return Err(invalid(
             "k",
-            "cutoffs must be whole numbers of at least 1, e.g. 1,5,10,20",
+            format!("cutoffs must be whole numbers from 1 to {MAX_K}, at most {MAX_CUTOFFS} of them, e.g. 1,5,10,20"),
         ));
     }
     Ok(k)
@@ -438,11 +453,15 @@ impl EngineSettings {
                 ),
                 MAX_POSITION_CURVE_DEPTH,
             )?,
-            max_exposure_items: resolved(
-                args.max_exposure_items,
-                file.max_exposure_items,
-                defaults::MAX_EXPOSURE_ITEMS,
-            ),
+            max_exposure_items: at_most(
+                "max_exposure_items",
+                resolved(
+                    args.max_exposure_items,
+                    file.max_exposure_items,
+                    defaults::MAX_EXPOSURE_ITEMS,
+                ),
+                MAX_LIMIT,
+            )?,
             number_items: resolved(args.number_items, file.number_items, defaults::NUMBER_ITEMS),
             max_items: limit!(max_items, MAX_ITEMS)?,
             max_label_bytes: limit!(max_label_bytes, MAX_LABEL_BYTES)?,
@@ -492,7 +511,7 @@ fn max_grade(args: &EngineArgs, file: &FileSettings, gain: Gain) -> Result<f64, 
     if !(max_grade.is_finite() && max_grade > 0.0 && gained <= MAX_GAIN) {
         return Err(invalid(
             "max_grade",
-            format!("{max_grade} is out of range: give a number greater than 0 whose gain is at most 1e30 (with exponential gain, at most 99)"),
+            format!("{max_grade:?} is out of range: give a number greater than 0 whose gain is at most 1e30 (with exponential gain, at most 99)"),
         ));
     }
     Ok(max_grade)
@@ -503,7 +522,7 @@ fn greater_than(key: &'static str, value: f64, min: f64) -> Result<f64, ConfigEr
     if !(value.is_finite() && value > min) {
         return Err(invalid(
             key,
-            format!("{value} must be a number greater than {min}"),
+            format!("{value:?} must be a number greater than {min:?}"),
         ));
     }
     Ok(value)

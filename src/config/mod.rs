@@ -80,7 +80,7 @@ pub(crate) fn resolved<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
 /// The largest value of a limit: far past any machine's memory for the
 /// limits that count things, and within what a queue, a semaphore or a
 /// gRPC frame (32-bit lengths) can hold.
-const MAX_LIMIT: usize = 1 << 32;
+pub(crate) const MAX_LIMIT: usize = 1 << 32;
 
 /// The longest duration a setting may have: a year, so that every
 /// deadline and interval built from one stays far from overflowing.
@@ -321,6 +321,52 @@ mod tests {
                 .k,
             vec![1, 5, 10, 20]
         );
+    }
+
+    /// Settings that would exhaust memory, flood the exposition or make
+    /// every event invalid are refused at start, naming the setting.
+    #[test]
+    fn settings_that_would_exhaust_or_mislead_are_refused() {
+        let refused = |args: EngineArgs, file: &str, key: &str| {
+            let file: FileSettings = toml::from_str(file).unwrap();
+            let error = EngineSettings::resolve(&args, &file).unwrap_err().to_string();
+            assert!(error.contains(key), "{key}: {error}");
+        };
+        let k = |k: Vec<usize>| EngineArgs {
+            k: Some(k),
+            ..Default::default()
+        };
+        refused(k(vec![usize::MAX]), "", "k");
+        refused(k(vec![4_294_967_296]), "", "k");
+        refused(k((1..=17).collect()), "", "k");
+        let exposure = EngineArgs {
+            max_exposure_items: Some(usize::MAX),
+            ..Default::default()
+        };
+        refused(exposure, "", "max_exposure_items");
+        refused(EngineArgs::default(), "[grades]\n", "grades");
+        refused(EngineArgs::default(), "[grades]\n\"\" = 1.0\n", "grades");
+        assert_eq!(
+            EngineSettings::resolve(&k(vec![10_000, 1, 1]), &FileSettings::default())
+                .unwrap()
+                .k,
+            vec![10_000, 1, 1]
+        );
+
+        let server = |args: ServerArgs| ServerSettings::resolve(&args, &FileSettings::default());
+        let windows = |windows: &[u64]| ServerArgs {
+            windows: Some(windows.iter().map(|&s| Duration::from_secs(s)).collect()),
+            ..Default::default()
+        };
+        let resolved = server(windows(&[60, 60, 300, 60])).unwrap();
+        assert_eq!(resolved.windows, [60, 300].map(Duration::from_secs));
+        let many: Vec<u64> = (1..=9).collect();
+        assert!(server(windows(&many)).unwrap_err().to_string().contains("windows"));
+        let drain = ServerArgs {
+            drain_timeout: Some(Duration::ZERO),
+            ..Default::default()
+        };
+        assert!(server(drain).unwrap_err().to_string().contains("drain_timeout"));
     }
 }
 

@@ -37,7 +37,7 @@ pub struct ServerArgs {
     pub max_future_skew: Option<Duration>,
     /// Rolling windows of the exported gauges.
     #[arg(long, env = "RANKWATCH_WINDOWS", value_delimiter = ',', value_parser = parse_duration,
-        help = help("Rolling windows of the exported gauges, comma-separated", shown_list(defaults::WINDOWS.map(shown_duration))))]
+        help = help("Rolling windows of the exported gauges, comma-separated: 1 to 8, each 1s or more", shown_list(defaults::WINDOWS.map(shown_duration))))]
     pub windows: Option<Vec<Duration>>,
     /// Directory for saved state; none means no persistence.
     #[arg(long, env = "RANKWATCH_STATE_DIR")]
@@ -120,14 +120,24 @@ pub struct ServerArgs {
     pub fleet: FleetArgs,
 }
 
+/// Most rolling windows: each keeps its panes of every group's figures,
+/// and multiplies the series `/metrics` exports.
+const MAX_WINDOWS: usize = 8;
+
 impl ServerSettings {
     /// Resolves flags and environment over `file` over defaults, each in its range.
     pub fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Self, ConfigError> {
-        let windows = pick!(args, file, windows, defaults::WINDOWS.to_vec());
-        if windows.is_empty() || windows.iter().any(|w| *w < Duration::from_secs(1)) {
+        let mut windows = pick!(args, file, windows, defaults::WINDOWS.to_vec());
+        // A window given twice (`1m,60s`) is one window, exported once.
+        let mut seen = std::collections::HashSet::new();
+        windows.retain(|window| seen.insert(*window));
+        if windows.is_empty()
+            || windows.len() > MAX_WINDOWS
+            || windows.iter().any(|w| *w < Duration::from_secs(1))
+        {
             return Err(invalid(
                 "windows",
-                "give at least one window of 1s or more, e.g. 1m,5m,1h",
+                format!("give 1 to {MAX_WINDOWS} windows of 1s or more, e.g. 1m,5m,1h"),
             ));
         }
         for window in &windows {
@@ -176,7 +186,7 @@ impl ServerSettings {
             windows,
             state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
             snapshot_interval: positive("snapshot_interval", snapshot)?,
-            drain_timeout: bounded("drain_timeout", drain)?,
+            drain_timeout: positive("drain_timeout", drain)?,
             max_message_size: at_least_one("max_message_size", message)?,
             max_streams: at_least_one("max_streams", streams)?,
             max_inflight_batches: at_least_one("max_inflight_batches", inflight)?,
