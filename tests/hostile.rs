@@ -270,6 +270,101 @@ async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
     assert_eq!(metrics["rankwatch_streams_refused_total"], refused as f64);
 }
 
+/// A report whose client does not read it holds one of
+/// `max_concurrent_reports` until the client goes (the memory of unread
+/// answers stays bounded); past it, reports are refused at once, counted,
+/// and the client told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
+    let k = (1..=16)
+        .map(|k| k.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let server = Server::exact(&["--max-concurrent-reports", "1", "--k", &k]);
+    // 200 groups of 16 cutoffs, their lists final once an event an hour
+    // later moves `T` on: a report of some megabytes, more than HTTP/2
+    // buffers for a stream whatever its reader's window (400 KiB).
+    let mut events: Vec<_> = (0..200)
+        .map(|i| {
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b"],"model":"model-{i}",{T}}}}}"#
+            ))
+        })
+        .collect();
+    events.push(event(
+        r#"{"impression":{"requestId":"later","userId":"u","itemIds":["a"],"model":"model-0","time":"2026-11-01T11:00:00Z"}}"#,
+    ));
+    let batch = EventBatch {
+        sequence: 1,
+        events,
+    };
+    server.collector().await.ingest_batch(batch).await.unwrap();
+
+    // A reader with a window of 1 KiB that never reads the answer's body:
+    // the server is left holding the rest of the report.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .initial_stream_window_size(Some(1024))
+        .initial_connection_window_size(Some(1024))
+        .connect()
+        .await
+        .unwrap();
+    let mut reader = tonic::client::Grpc::new(channel);
+    reader.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<proto::GetMetricsRequest, proto::Report>::default();
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static("/rankwatch.v1.Evaluation/GetMetrics");
+    let request = tonic::Request::new(proto::GetMetricsRequest::default());
+    let unread = reader.server_streaming(request, path, codec).await.unwrap();
+
+    let answer = server
+        .evaluation()
+        .await
+        .get_metrics(proto::GetMetricsRequest::default())
+        .await;
+    let Err(refused) = answer else {
+        panic!("a second report was answered while the first is held");
+    };
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("max_concurrent_reports"),
+        "{refused:?}"
+    );
+    let (status, body) = server.get("/metrics");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("max_concurrent_reports"), "{body}");
+    assert_eq!(server.get("/healthz").0, 200, "probes are never refused");
+
+    // Once the reader is gone, its permit is free again.
+    drop((unread, reader));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let metrics = loop {
+        let (status, body) = server.get("/metrics");
+        if status == 200 {
+            break parse_metrics(&body);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still refused: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(server.report().await.groups.len(), 200);
+    let refused = |endpoint: &str| {
+        metrics[&format!(r#"rankwatch_reports_refused_total{{endpoint="{endpoint}"}}"#)]
+    };
+    assert_eq!(refused("GetMetrics"), 1.0);
+    assert!(refused("metrics") >= 1.0);
+    assert_eq!(
+        metrics[r#"rankwatch_limit{limit="max_concurrent_reports"}"#],
+        1.0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_http_connections_are_capped_and_timed_out() {
     use std::io::Read;

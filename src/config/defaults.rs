@@ -98,6 +98,8 @@ pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// `max_http_connections`.
 pub const MAX_HTTP_CONNECTIONS: usize = 128;
+/// `max_concurrent_reports`.
+pub const MAX_CONCURRENT_REPORTS: usize = 8;
 /// `max_grpc_connections`.
 pub const MAX_GRPC_CONNECTIONS: usize = 1024;
 /// `grpc_handshake_timeout`.

@@ -253,6 +253,7 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "duration_serde::one")]
     http_idle_timeout: Option<Duration>,
     max_http_connections: Option<usize>,
+    max_concurrent_reports: Option<usize>,
     max_grpc_connections: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     grpc_handshake_timeout: Option<Duration>,
@@ -329,7 +330,9 @@ mod tests {
     fn settings_that_would_exhaust_or_mislead_are_refused() {
         let refused = |args: EngineArgs, file: &str, key: &str| {
             let file: FileSettings = toml::from_str(file).unwrap();
-            let error = EngineSettings::resolve(&args, &file).unwrap_err().to_string();
+            let error = EngineSettings::resolve(&args, &file)
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(key), "{key}: {error}");
         };
         let k = |k: Vec<usize>| EngineArgs {
@@ -361,12 +364,18 @@ mod tests {
         let resolved = server(windows(&[60, 60, 300, 60])).unwrap();
         assert_eq!(resolved.windows, [60, 300].map(Duration::from_secs));
         let many: Vec<u64> = (1..=9).collect();
-        assert!(server(windows(&many)).unwrap_err().to_string().contains("windows"));
+        assert!(server(windows(&many))
+            .unwrap_err()
+            .to_string()
+            .contains("windows"));
         let drain = ServerArgs {
             drain_timeout: Some(Duration::ZERO),
             ..Default::default()
         };
-        assert!(server(drain).unwrap_err().to_string().contains("drain_timeout"));
+        assert!(server(drain)
+            .unwrap_err()
+            .to_string()
+            .contains("drain_timeout"));
     }
 }
 

@@ -90,6 +90,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
         help = help("Limit: most open HTTP connections; more are closed at once", defaults::MAX_HTTP_CONNECTIONS))]
     pub max_http_connections: Option<usize>,
+    /// Limit: most reports held for their readers at once.
+    #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_REPORTS",
+        help = help("Limit: most reports (/metrics, /api/status, /api/history, GetMetrics) rendered or held for their readers at once; more are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted", defaults::MAX_CONCURRENT_REPORTS))]
+    pub max_concurrent_reports: Option<usize>,
     /// Limit: most open gRPC connections.
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
         help = help("Limit: most open gRPC connections; more are closed at once and counted", defaults::MAX_GRPC_CONNECTIONS))]
@@ -175,6 +179,12 @@ impl ServerSettings {
             max_http_connections,
             defaults::MAX_HTTP_CONNECTIONS
         );
+        let reports = pick!(
+            args,
+            file,
+            max_concurrent_reports,
+            defaults::MAX_CONCURRENT_REPORTS
+        );
         let history = status_history(args, file)?;
         Ok(Self {
             tls: TlsSettings::resolve(args, file)?,
@@ -195,6 +205,7 @@ impl ServerSettings {
             http_header_timeout: positive("http_header_timeout", header)?,
             http_idle_timeout: positive("http_idle_timeout", http_idle)?,
             max_http_connections: at_least_one("max_http_connections", http)?,
+            max_concurrent_reports: at_least_one("max_concurrent_reports", reports)?,
             max_grpc_connections: grpc.max_connections,
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,

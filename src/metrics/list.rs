@@ -456,7 +456,10 @@ mod tests {
             };
             let (values, _) = row(settings, 3, &[1024.0, 2.0, 1e300]);
             let err = values[Metric::Err as usize];
-            assert!(err.is_finite() && (0.0..=1.0).contains(&err), "g_max {g_max}: {err}");
+            assert!(
+                err.is_finite() && (0.0..=1.0).contains(&err),
+                "g_max {g_max}: {err}"
+            );
         }
         // At g_max = 1024 the top grade stops the user all but surely.
         let settings = MetricSettings {

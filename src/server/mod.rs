@@ -14,6 +14,7 @@ mod history;
 mod http;
 mod http_limits;
 mod message_limit;
+mod reports;
 mod settings;
 mod status;
 mod tasks;
@@ -116,9 +117,10 @@ pub async fn run(
         status,
     } = served;
     let (drain, tasks) = Drain::new();
+    let permits = reports::ReportPermits::new(settings.max_concurrent_reports);
     let grpc = grpc_server(
         settings,
-        engine.clone(),
+        (engine.clone(), permits.clone()),
         collector,
         shutdown.clone(),
         tasks.clone(),
@@ -151,7 +153,11 @@ pub async fn run(
         shutdown.clone(),
         readiness,
     )
-    .merge(status::router(engine, report, status));
+    .merge(status::router(engine, report, status))
+    .layer(axum::middleware::from_fn_with_state(
+        permits,
+        reports::hold_http,
+    ));
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
         .with_graceful_shutdown(serving.clone().cancelled_owned());
     tasks.spawn(telemetry::keep_up(recorder, shutdown));
@@ -170,7 +176,7 @@ pub async fn run(
 /// `engine`, over TLS when the settings ask for it.
 async fn grpc_server(
     settings: &ServerSettings,
-    engine: EngineHandle,
+    (engine, permits): (EngineHandle, reports::ReportPermits),
     serves_collector: bool,
     shutdown: CancellationToken,
     tasks: Tasks,
@@ -209,7 +215,11 @@ async fn grpc_server(
                 settings.max_message_size,
             ))
         }))
-        .add_service(GrpcOnly(EvaluationServer::new(
-            evaluation::EvaluationService::new(engine, settings.windows.clone()),
+        .add_service(GrpcOnly(reports::HeldReports::new(
+            EvaluationServer::new(evaluation::EvaluationService::new(
+                engine,
+                settings.windows.clone(),
+            )),
+            permits,
         ))))
 }

@@ -57,6 +57,8 @@ pub struct ServerSettings {
     pub http_idle_timeout: Duration,
     /// Most open HTTP connections.
     pub max_http_connections: usize,
+    /// Most reports rendered or held for their readers at once.
+    pub max_concurrent_reports: usize,
     /// Most open gRPC connections.
     pub max_grpc_connections: usize,
     /// How long a new gRPC connection may take to send its first bytes.

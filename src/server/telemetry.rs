@@ -29,6 +29,8 @@ pub const GRPC_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_grpc_connections_t
 pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
 /// Counter: HTTP connections closed by `http_header_timeout` or `http_idle_timeout`.
 pub const HTTP_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_http_connections_timed_out_total";
+/// Counter: reports refused past `max_concurrent_reports`, by the label `endpoint`.
+pub const REPORTS_REFUSED_TOTAL: &str = "rankwatch_reports_refused_total";
 /// Gauge: configured limits, by the label `limit`.
 pub const LIMIT: &str = "rankwatch_limit";
 
@@ -91,6 +93,10 @@ fn describe_health_series() {
         HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
         "HTTP connections closed by http_header_timeout or http_idle_timeout."
     );
+    metrics::describe_counter!(
+        REPORTS_REFUSED_TOTAL,
+        "Reports refused past max_concurrent_reports (rendered or held for slow readers at once), by endpoint."
+    );
     metrics::describe_gauge!(LIMIT, "Configured limits, by name.");
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!(STREAMS_REFUSED_TOTAL).absolute(0);
@@ -100,6 +106,9 @@ fn describe_health_series() {
     metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
+    for endpoint in ["metrics", "api_status", "api_history", "GetMetrics"] {
+        metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).absolute(0);
+    }
     metrics::gauge!(INGEST_STREAMS).set(0.0);
 }
 
@@ -129,6 +138,7 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_streams", server.max_streams),
         ("max_inflight_batches", server.max_inflight_batches),
         ("max_http_connections", server.max_http_connections),
+        ("max_concurrent_reports", server.max_concurrent_reports),
         ("max_grpc_connections", server.max_grpc_connections),
         (
             "max_concurrent_streams",

@@ -239,3 +239,19 @@ def test_a_batch_over_the_servers_limit_is_split_and_an_event_too_large_given_up
             assert_report_matches(evaluation.get_metrics(), replay(str(tmp_path / "log.jsonl")))
     finally:
         server.kill()
+
+
+def test_a_report_past_grpcs_usual_4_mib_is_read_whole() -> None:
+    # 1,000 groups of 16 cutoffs, each compared with a control: some 20 MB.
+    server = Server(["--k", ",".join(str(k) for k in range(1, 17)), "--control-model", "model-0000"])
+    try:
+        log = [events.impression(user_id=f"u{i}", items=["a", "b"], model=f"model-{i:04d}", time=START)
+               for i in range(1000)]
+        with Collector(server.grpc_addr) as client:
+            for event in log + [closing_event(log)]:
+                client.send(event)
+        with Evaluation(server.grpc_addr) as evaluation:
+            report = evaluation.get_metrics()
+        assert len(report["groups"]) == 1000
+    finally:
+        server.kill()

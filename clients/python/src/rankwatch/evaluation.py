@@ -25,10 +25,13 @@ class Evaluation:
         credentials: Optional[grpc.ChannelCredentials] = None,
     ) -> None:
         """A client of the server at `target` (`host:port`), TLS when `credentials` are given."""
+        # A report has no size limit (1,000 groups compared with a control
+        # are tens of megabytes): past gRPC's usual 4 MiB it is read whole.
+        options = [("grpc.max_receive_message_length", -1)]
         if credentials is None:
-            self._channel = grpc.insecure_channel(target)
+            self._channel = grpc.insecure_channel(target, options=options)
         else:
-            self._channel = grpc.secure_channel(target, credentials)
+            self._channel = grpc.secure_channel(target, credentials, options=options)
         self._stub = pb_grpc.EvaluationStub(self._channel)
 
     def get_metrics(self, window: str = "", timeout: Optional[float] = 30.0) -> Dict[str, Any]:
