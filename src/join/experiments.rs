@@ -103,8 +103,14 @@ impl Experiments {
         max: usize,
         windows: &[Nanos],
     ) -> Option<LineupId> {
+        if self.lineups.len() >= max {
+            return None;
+        }
         let mut pairs = Vec::with_capacity(rankers.len() * (rankers.len() - 1) / 2);
-        let mut names = Vec::new();
+        // The experiments this lineup would add: the work stops once they
+        // are too many (255 rankers make 32,385 pairs; a list had taken
+        // seconds when each new pair was looked for among the others).
+        let mut names = std::collections::HashSet::new();
         for i in 0..rankers.len() {
             for j in i + 1..rankers.len() {
                 let (a, b) = match rankers[i] <= rankers[j] {
@@ -117,14 +123,14 @@ impl Experiments {
                     a: rankers[a].to_string(),
                     b: rankers[b].to_string(),
                 };
-                pairs.push((name.clone(), a as u8, b as u8));
-                if !self.ids.contains_key(&name) && !names.contains(&name) {
-                    names.push(name);
+                if !self.ids.contains_key(&name) {
+                    names.insert(name.clone());
+                    if self.names.len() + names.len() > max {
+                        return None;
+                    }
                 }
+                pairs.push((name, a as u8, b as u8));
             }
-        }
-        if self.lineups.len() >= max || self.names.len() + names.len() > max {
-            return None;
         }
         let pairs = pairs
             .into_iter()
