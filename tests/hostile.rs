@@ -73,6 +73,28 @@ fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
     assert!(lines.iter().all(|line| line.len() < 600), "{stderr:.2000}");
 }
 
+#[test]
+fn replay_tables_escape_what_a_terminal_acts_on_in_names() {
+    // A model name that sets the terminal's title and starts a row of its
+    // own, a surface that turns the text's direction.
+    let line = format!(
+        "{}\n",
+        r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"model":"m\u001b]0;owned\u0007\nfake row","surface":"s\u202e","time":"2026-11-01T10:00:00Z"}}"#
+    );
+    let output = replay(&["-"], Some(line.as_bytes()));
+    assert!(output.status.success());
+    let table = String::from_utf8(output.stdout).unwrap();
+    for c in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(!table.contains(c), "{c:?} printed raw:\n{table}");
+    }
+    assert!(
+        table.contains(r"m\u{1b}]0;owned\u{7}\u{a}fake row"),
+        "{table}"
+    );
+    assert!(table.contains(r"s\u{202e}"), "{table}");
+    assert!(!table.lines().any(|l| l.starts_with("fake row")), "{table}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cannot_forge_the_overflow_group() {
     let server = Server::exact(&[]);

@@ -5,6 +5,7 @@
 //! of lists per model against `expected_split`.
 
 use super::comparison::NamedTotals;
+use super::printable::printable;
 use super::series::{Kind, LabelSet, SeriesWriter, SINCE_START};
 use super::Snapshot;
 use crate::join::ExperimentName;
@@ -368,7 +369,10 @@ fn render_splits(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot) {
 
 /// Segment values as `label=value,…`.
 fn segment_text(segments: &BTreeMap<String, String>) -> String {
-    let pairs: Vec<String> = segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
+    let pairs: Vec<String> = segments
+        .iter()
+        .map(|(l, v)| format!("{l}={}", printable(v)))
+        .collect();
     pairs.join(",")
 }
 
@@ -406,10 +410,10 @@ fn write_experiments(out: &mut String, experiments: &[ExperimentReport]) {
             let _ = writeln!(
                 out,
                 "{:<14} {:<15} {:<14} {:<14} {:>8} {:>8} {:>8} {:>8} {:>9.4} {:>21} {:>21} {:>11.4}",
-                e.surface,
+                printable(&e.surface),
                 segments(&e.segments),
-                e.a,
-                e.b,
+                printable(&e.a),
+                printable(&e.b),
                 e.lists,
                 e.wins_a,
                 e.wins_b,
@@ -438,7 +442,8 @@ fn write_splits(out: &mut String, splits: &[SplitReport]) {
                 .iter()
                 .map(|(model, n)| {
                     format!(
-                        "{model} {n} ({:.2})",
+                        "{} {n} ({:.2})",
+                        printable(model),
                         check.expected.get(model).copied().unwrap_or(0.0)
                     )
                 })
@@ -451,7 +456,7 @@ fn write_splits(out: &mut String, splits: &[SplitReport]) {
             let _ = writeln!(
                 out,
                 "{:<14} {:<15} {:<40} {:>10.4}  {verdict}",
-                check.surface,
+                printable(&check.surface),
                 segments(&check.segments),
                 lists.join(", "),
                 check.p_value

@@ -5,6 +5,7 @@ mod comparison;
 pub mod coverage;
 mod interleaving;
 pub mod positions;
+mod printable;
 pub mod prometheus;
 mod report;
 mod series;

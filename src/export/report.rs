@@ -3,6 +3,7 @@
 
 use super::comparison::{compare, Comparison, NamedTotals};
 use super::interleaving::{experiment_reports, split_reports, ExperimentReport, SplitReport};
+use super::printable::printable;
 use super::Snapshot;
 use crate::join::{Counters, Engine, ExperimentName, GroupAggregates, Unattributed};
 use crate::metrics::{
@@ -464,9 +465,10 @@ fn write_name_header(out: &mut String, segment_labels: &[&String]) {
 
 /// A group's name columns, under [`write_name_header`]'s.
 fn write_name(out: &mut String, group: &GroupReport, segment_labels: &[&String]) {
-    let _ = write!(out, "{:<14} {:<14}", group.model, group.surface);
+    let (model, surface) = (printable(&group.model), printable(&group.surface));
+    let _ = write!(out, "{model:<14} {surface:<14}");
     for label in segment_labels {
-        let value = group.segments.get(*label).map_or("", String::as_str);
+        let value = printable(group.segments.get(*label).map_or("", String::as_str));
         let _ = write!(out, " {value:<14}");
     }
 }
@@ -503,7 +505,11 @@ fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
     let segments: Vec<String> = comparisons
         .iter()
         .map(|c| {
-            let pairs: Vec<String> = c.segments.iter().map(|(l, v)| format!("{l}={v}")).collect();
+            let pairs: Vec<String> = c
+                .segments
+                .iter()
+                .map(|(l, v)| format!("{l}={}", printable(v)))
+                .collect();
             pairs.join(",")
         })
         .collect();
@@ -532,10 +538,10 @@ fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
         let _ = writeln!(
             out,
             "{:<14} {:<width$}{:<14} {:<14} {:<24} {:>9.4} {:>9.4} {:>21} {:>21}",
-            c.surface,
+            printable(&c.surface),
             segments,
-            c.model,
-            c.control,
+            printable(&c.model),
+            printable(&c.control),
             c.metric,
             c.diff,
             c.se,
