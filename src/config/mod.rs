@@ -265,16 +265,37 @@ pub struct FileSettings {
     pub fleet: FleetFile,
 }
 
+/// The longest config file read: a few kilobytes is a long one, and a
+/// device such as /dev/zero never ends.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of `path`, an error past `max` bytes.
+fn read_at_most(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("longer than {max} bytes; is it a config file?"),
+        ));
+    }
+    Ok(text)
+}
+
 impl FileSettings {
     /// Reads `path`, or nothing when no file is given.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let Some(path) = path else {
             return Ok(Self::default());
         };
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read = |source| ConfigError::Read {
             path: path.into(),
             source,
-        })?;
+        };
+        let text = read_at_most(path, MAX_CONFIG_BYTES).map_err(read)?;
         let parse_error = |source| ConfigError::Parse {
             path: path.into(),
             source,
@@ -322,6 +343,12 @@ mod tests {
                 .k,
             vec![1, 5, 10, 20]
         );
+    }
+
+    #[test]
+    fn a_config_file_that_does_not_end_is_refused() {
+        let error = FileSettings::load(Some(Path::new("/dev/zero"))).unwrap_err();
+        assert!(matches!(error, ConfigError::Read { .. }), "{error}");
     }
 
     /// Settings that would exhaust memory, flood the exposition or make
