@@ -74,6 +74,26 @@ fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
 }
 
 #[test]
+fn a_positive_grade_too_small_to_sum_is_rejected_and_a_small_one_evaluated() {
+    let log = [
+        r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#,
+        r#"{"interaction":{"userId":"u","itemId":"b","requestId":"r","type":"click","grade":5e-324,"time":"2026-11-01T10:00:01Z"}}"#,
+        r#"{"interaction":{"userId":"u","itemId":"b","requestId":"r","type":"click","grade":1e-6,"time":"2026-11-01T10:00:02Z"}}"#,
+    ]
+    .join("\n");
+    let output = replay(&["-", "--format", "json"], Some(log.as_bytes()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("-:2: invalid_grade"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["counters"]["rejected"]["invalid_grade"], 1);
+    // The hit at rank 2: nDCG 1 / log2(3), whatever the grade's size.
+    let ndcg = report["groups"][0]["metrics"]["ndcg@10"]["all"]
+        .as_f64()
+        .unwrap();
+    assert!((ndcg - 1.0 / 3f64.log2()).abs() < 1e-9, "{ndcg}");
+}
+
+#[test]
 fn replay_tables_escape_what_a_terminal_acts_on_in_names() {
     // A model name that sets the terminal's title and starts a row of its
     // own, a surface that turns the text's direction.

@@ -219,11 +219,14 @@ fn grades(
     if let Some((name, grade)) = grades
         .pairs()
         .iter()
-        .find(|(_, g)| !(g.is_finite() && *g >= 0.0))
+        .find(|(_, g)| !crate::event::is_grade(*g))
     {
         return Err(invalid(
             "grades",
-            format!("grade of {name:?} is {grade:?}; grades are finite numbers >= 0"),
+            format!(
+                "grade of {name:?} is {grade:?}; a grade is 0 or a number of at least {:?}",
+                crate::event::MIN_POSITIVE_GRADE
+            ),
         ));
     }
     if let Some((name, grade)) = grades.pairs().iter().find(|(_, g)| *g > max_grade) {

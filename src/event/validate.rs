@@ -90,6 +90,16 @@ pub struct Validator {
     pub segment_labels: Vec<String>,
 }
 
+/// The smallest positive grade: a smaller one is lost in the sums (a grade
+/// of 5e-324 had made nDCG 1 for a hit at rank 2).
+pub const MIN_POSITIVE_GRADE: f64 = 1e-6;
+
+/// Whether `grade` is one a list can be evaluated with: 0, or finite and
+/// at least [`MIN_POSITIVE_GRADE`] (the upper bound is a setting's).
+pub fn is_grade(grade: f64) -> bool {
+    grade == 0.0 || (grade.is_finite() && grade >= MIN_POSITIVE_GRADE)
+}
+
 impl Validator {
     /// Validates an event read from the wire; `batch` holds its item ids and
     /// labels, and `now` is the wall clock for the future check.
@@ -242,12 +252,12 @@ impl Validator {
         };
         let grade = match raw.grade {
             None => type_grade,
-            Some(grade) if grade.is_finite() && grade >= 0.0 && grade <= self.max_grade => grade,
+            Some(grade) if is_grade(grade) && grade <= self.max_grade => grade,
             Some(grade) => {
                 return Err(Rejection::new(
                     Reason::InvalidGrade,
                     format!(
-                        "grade {grade} is invalid; an explicit grade is a number from 0 to max_grade = {}",
+                        "grade {grade:?} is invalid; an explicit grade is 0 or a number from {MIN_POSITIVE_GRADE:?} to max_grade = {:?}",
                         self.max_grade
                     ),
                 ))
