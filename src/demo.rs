@@ -21,7 +21,7 @@ const DEMO_LABEL: &str = "country=de,fr,us";
 #[derive(clap::Args, Clone, Debug)]
 pub struct DemoArgs {
     /// Events per second of built-in traffic.
-    #[arg(long, env = "RANKWATCH_DEMO_RATE", default_value_t = 2_000.0)]
+    #[arg(long, env = "RANKWATCH_DEMO_RATE", default_value_t = 2_000.0, value_parser = parse_rate)]
     pub rate: f64,
     /// Models and their ranking quality in [0, 1], as NAME=QUALITY.
     #[arg(long, env = "RANKWATCH_DEMO_MODELS", value_delimiter = ',', default_value = DEFAULT_MODELS)]
@@ -34,6 +34,24 @@ pub struct DemoArgs {
     /// beside the A/B comparison.
     #[arg(long, env = "RANKWATCH_DEMO_INTERLEAVE", num_args = 0..=1, default_missing_value = "0.2")]
     pub interleave: Option<f64>,
+}
+
+/// The most events per second the demo sends.
+const MAX_RATE: f64 = 1_000_000.0;
+
+/// A rate of demo traffic: more than 0 and at most [`MAX_RATE`] (0 or
+/// NaN had sent as fast as the cores allowed).
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !(rate > 0.0 && rate <= MAX_RATE) {
+        return Err(format!(
+            "{rate:?} is out of range: give events per second above 0 and at most {MAX_RATE:?}"
+        ));
+    }
+    Ok(rate)
 }
 
 fn parse_degrade(text: &str) -> Result<(ModelSpec, Duration), String> {
@@ -113,4 +131,17 @@ pub async fn run(
     shutdown.cancel();
     feeding.await.context("the traffic task failed")??;
     served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rate;
+
+    #[test]
+    fn a_rate_is_a_positive_number_of_events_per_second() {
+        assert_eq!(parse_rate("2000"), Ok(2000.0));
+        for bad in ["0", "-1", "NaN", "inf", "1e9", "fast"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 }
