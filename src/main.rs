@@ -82,7 +82,8 @@ struct ReplayArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// Threads that parse and evaluate [default: the cores no other process is running on].
-    #[arg(long, env = "RANKWATCH_THREADS")]
+    #[arg(long, env = "RANKWATCH_THREADS",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: Option<usize>,
     #[command(flatten)]
     log: LogArgs,

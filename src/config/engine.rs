@@ -3,8 +3,8 @@
 
 use super::choices::{DiscountName, GainName};
 use super::{
-    at_least_one, bounded, defaults, help, invalid, parse_duration, pick, resolved, shown_choice,
-    shown_duration, shown_grades, shown_list, ConfigError, FileSettings, MAX_LIMIT,
+    at_least_one, bounded, defaults, help, invalid, parse_duration, pick, positive, resolved,
+    shown_choice, shown_duration, shown_grades, shown_list, ConfigError, FileSettings, MAX_LIMIT,
 };
 use crate::engine::EngineSettings;
 use crate::event::GradeTable;
@@ -327,6 +327,12 @@ fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String
             "the control model's name is empty",
         ));
     }
+    if name.starts_with(crate::event::RESERVED_PREFIX) {
+        return Err(invalid(
+            "control_model",
+            format!("{name:?} starts with {RESERVED}, which only rankwatch's own groups do (such as the overflow group)", RESERVED = crate::event::RESERVED_PREFIX),
+        ));
+    }
     Ok(Some(name))
 }
 
@@ -422,7 +428,7 @@ impl EngineSettings {
             };
         }
         Ok(Self {
-            attribution_window: bounded(
+            attribution_window: positive(
                 "attribution_window",
                 pick!(args, file, attribution_window, defaults::ATTRIBUTION_WINDOW),
             )?,

@@ -375,6 +375,16 @@ mod tests {
         };
         refused(exposure, "", "max_exposure_items");
         refused(EngineArgs::default(), "[grades]\n", "grades");
+        refused(
+            EngineArgs::default(),
+            "control_model = \"__overflow__\"\n",
+            "control_model",
+        );
+        refused(
+            EngineArgs::default(),
+            "attribution_window = \"0s\"\n",
+            "attribution_window",
+        );
         refused(EngineArgs::default(), "[grades]\n\"\" = 1.0\n", "grades");
         assert_eq!(
             EngineSettings::resolve(&k(vec![10_000, 1, 1]), &FileSettings::default())
