@@ -128,25 +128,32 @@ pub struct ServerArgs {
 /// and multiplies the series `/metrics` exports.
 const MAX_WINDOWS: usize = 8;
 
+/// The rolling windows: 1 to [`MAX_WINDOWS`] distinct ones, each of 1s
+/// or more and each at most a year.
+fn windows(args: &ServerArgs, file: &FileSettings) -> Result<Vec<Duration>, ConfigError> {
+    let mut windows = pick!(args, file, windows, defaults::WINDOWS.to_vec());
+    // A window given twice (`1m,60s`) is one window, exported once.
+    let mut seen = std::collections::HashSet::new();
+    windows.retain(|window| seen.insert(*window));
+    if windows.is_empty()
+        || windows.len() > MAX_WINDOWS
+        || windows.iter().any(|w| *w < Duration::from_secs(1))
+    {
+        return Err(invalid(
+            "windows",
+            format!("give 1 to {MAX_WINDOWS} windows of 1s or more, e.g. 1m,5m,1h"),
+        ));
+    }
+    for window in &windows {
+        bounded("windows", *window)?;
+    }
+    Ok(windows)
+}
+
 impl ServerSettings {
     /// Resolves flags and environment over `file` over defaults, each in its range.
     pub fn resolve(args: &ServerArgs, file: &FileSettings) -> Result<Self, ConfigError> {
-        let mut windows = pick!(args, file, windows, defaults::WINDOWS.to_vec());
-        // A window given twice (`1m,60s`) is one window, exported once.
-        let mut seen = std::collections::HashSet::new();
-        windows.retain(|window| seen.insert(*window));
-        if windows.is_empty()
-            || windows.len() > MAX_WINDOWS
-            || windows.iter().any(|w| *w < Duration::from_secs(1))
-        {
-            return Err(invalid(
-                "windows",
-                format!("give 1 to {MAX_WINDOWS} windows of 1s or more, e.g. 1m,5m,1h"),
-            ));
-        }
-        for window in &windows {
-            bounded("windows", *window)?;
-        }
+        let windows = windows(args, file)?;
         let grpc = GrpcLimits::resolve(args, file)?;
         let skew = pick!(args, file, max_future_skew, defaults::MAX_FUTURE_SKEW);
         let snapshot = pick!(args, file, snapshot_interval, defaults::SNAPSHOT_INTERVAL);

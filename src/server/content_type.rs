@@ -3,16 +3,38 @@
 //! the gRPC protocol asks, so that a plain HTTP/2 client cannot mistake the
 //! answer for a success, and no service reads a body it cannot decode.
 
-use std::future::Future;
-use std::pin::Pin;
+use super::reports::{self, Answer, ReportPermits};
 use std::task::{Context, Poll};
 use tonic::codegen::{http, Service};
 use tonic::server::NamedService;
 use tonic::Status;
 
-/// A gRPC service that answers requests of another content type with 415.
+/// A gRPC service that answers requests of another content type with 415;
+/// one that answers with reports holds each by a permit
+/// ([`super::reports`]).
 #[derive(Clone, Debug)]
-pub struct GrpcOnly<S>(pub S);
+pub struct GrpcOnly<S> {
+    service: S,
+    reports: Option<ReportPermits>,
+}
+
+impl<S> GrpcOnly<S> {
+    /// `service`, for requests of a gRPC content type.
+    pub fn new(service: S) -> Self {
+        Self {
+            service,
+            reports: None,
+        }
+    }
+
+    /// `service`, whose every answer is a report held by a permit of `permits`.
+    pub fn holding_reports(service: S, permits: ReportPermits) -> Self {
+        Self {
+            service,
+            reports: Some(permits),
+        }
+    }
+}
 
 impl<S: NamedService> NamedService for GrpcOnly<S> {
     const NAME: &'static str = S::NAME;
@@ -43,8 +65,6 @@ fn unsupported(content_type: Option<&http::HeaderValue>) -> http::Response<tonic
     response
 }
 
-type Answer<F> = Pin<Box<dyn Future<Output = F> + Send>>;
-
 impl<S, B> Service<http::Request<B>> for GrpcOnly<S>
 where
     S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
@@ -53,10 +73,10 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Answer<Result<S::Response, S::Error>>;
+    type Future = Answer<S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
+        self.service.poll_ready(cx)
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
@@ -65,7 +85,10 @@ where
             let response = unsupported(content_type);
             return Box::pin(std::future::ready(Ok(response)));
         }
-        Box::pin(self.0.call(request))
+        match &self.reports {
+            None => Box::pin(self.service.call(request)),
+            Some(permits) => reports::held(permits, || self.service.call(request)),
+        }
     }
 }
 

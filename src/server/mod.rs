@@ -206,20 +206,20 @@ async fn grpc_server(
         builder = builder.tls_config(tls::config(tls)?)?;
     }
     Ok(builder
-        .add_service(GrpcOnly(health_service))
-        .add_service(GrpcOnly(reflection))
+        .add_service(GrpcOnly::new(health_service))
+        .add_service(GrpcOnly::new(reflection))
         .add_optional_service(serves_collector.then(|| {
-            GrpcOnly(message_limit::MessageLimit::new(
+            GrpcOnly::new(message_limit::MessageLimit::new(
                 CollectorServer::new(collector)
                     .max_decoding_message_size(settings.max_message_size),
                 settings.max_message_size,
             ))
         }))
-        .add_service(GrpcOnly(reports::HeldReports::new(
+        .add_service(GrpcOnly::holding_reports(
             EvaluationServer::new(evaluation::EvaluationService::new(
                 engine,
                 settings.windows.clone(),
             )),
             permits,
-        ))))
+        )))
 }

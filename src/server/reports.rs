@@ -20,8 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::codegen::{http, Service};
-use tonic::server::NamedService;
+use tonic::codegen::http;
 use tonic::Status;
 
 /// Bytes of a report handed to its connection at a time.
@@ -161,53 +160,28 @@ pub async fn hold_http(
         .map(|body| axum::body::Body::new(Sliced::new(body, permit)))
 }
 
-/// A gRPC service whose every answer is a report held by a permit of
-/// [`ReportPermits`].
-#[derive(Clone, Debug)]
-pub struct HeldReports<S> {
-    inner: S,
-    permits: ReportPermits,
-}
-
-impl<S> HeldReports<S> {
-    /// `inner`, its answers bounded by `permits`.
-    pub fn new(inner: S, permits: ReportPermits) -> Self {
-        Self { inner, permits }
-    }
-}
-
-impl<S: NamedService> NamedService for HeldReports<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-type Answer<F> = Pin<Box<dyn Future<Output = F> + Send>>;
-
-impl<S, B> Service<http::Request<B>> for HeldReports<S>
+/// The answer of a gRPC `call` that renders a report, held by a permit of
+/// `permits` until its reader has taken it; refused at once when all are
+/// held.
+pub fn held<F, E>(permits: &ReportPermits, call: impl FnOnce() -> F) -> Answer<E>
 where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    F: Future<Output = Result<http::Response<tonic::body::Body>, E>> + Send + 'static,
+    E: Send + 'static,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Answer<Result<S::Response, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let Some(permit) = self.permits.try_hold("GetMetrics") else {
-            let refused = Status::resource_exhausted(REFUSED).into_http();
-            return Box::pin(std::future::ready(Ok(refused)));
-        };
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(response.map(|body| tonic::body::Body::new(Sliced::new(body, permit))))
-        })
-    }
+    let Some(permit) = permits.try_hold("GetMetrics") else {
+        let refused = Status::resource_exhausted(REFUSED).into_http();
+        return Box::pin(std::future::ready(Ok(refused)));
+    };
+    let answer = call();
+    Box::pin(async move {
+        let response = answer.await?;
+        Ok(response.map(|body| tonic::body::Body::new(Sliced::new(body, permit))))
+    })
 }
+
+/// A gRPC answer to come.
+pub type Answer<E> =
+    Pin<Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, E>> + Send>>;
 
 #[cfg(test)]
 mod tests {
