@@ -367,8 +367,8 @@ fn render_splits(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot) {
     }
 }
 
-/// Segment values as `label=value,…`.
-fn segment_text(segments: &BTreeMap<String, String>) -> String {
+/// Segment values as `label=value,…`, as the tables print them.
+pub(super) fn segment_text(segments: &BTreeMap<String, String>) -> String {
     let pairs: Vec<String> = segments
         .iter()
         .map(|(l, v)| format!("{l}={}", printable(v)))

@@ -2,7 +2,9 @@
 //! of every metric at every K in both scopes.
 
 use super::comparison::{compare, Comparison, NamedTotals};
-use super::interleaving::{experiment_reports, split_reports, ExperimentReport, SplitReport};
+use super::interleaving::{
+    experiment_reports, segment_text, split_reports, ExperimentReport, SplitReport,
+};
 use super::printable::printable;
 use super::Snapshot;
 use crate::join::{Counters, Engine, ExperimentName, GroupAggregates, Unattributed};
@@ -504,14 +506,7 @@ fn write_coverage(out: &mut String, groups: &[GroupReport], segment_labels: &[&S
 fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
     let segments: Vec<String> = comparisons
         .iter()
-        .map(|c| {
-            let pairs: Vec<String> = c
-                .segments
-                .iter()
-                .map(|(l, v)| format!("{l}={}", printable(v)))
-                .collect();
-            pairs.join(",")
-        })
+        .map(|c| segment_text(&c.segments))
         .collect();
     // A column of segment values only when there are some.
     let width = segments
