@@ -23,6 +23,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::http;
 use tonic::Status;
 
+/// The HTTP routes that answer with a report, and their `endpoint` label.
+const HTTP_REPORTS: [(&str, &str); 3] = [
+    ("/metrics", "metrics"),
+    ("/api/status", "api_status"),
+    ("/api/history", "api_history"),
+];
+
+/// The `endpoint` label of `GetMetrics`.
+const GRPC_REPORT: &str = "GetMetrics";
+
 /// Bytes of a report handed to its connection at a time.
 const SLICE: usize = 64 * 1024;
 
@@ -31,8 +41,12 @@ const SLICE: usize = 64 * 1024;
 pub struct ReportPermits(Arc<Semaphore>);
 
 impl ReportPermits {
-    /// Room for `max` reports at once.
+    /// Room for `max` reports at once; the refusals are counted from 0.
     pub fn new(max: usize) -> Self {
+        for (_, endpoint) in HTTP_REPORTS {
+            metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).absolute(0);
+        }
+        metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => GRPC_REPORT).absolute(0);
         Self(Arc::new(Semaphore::new(max)))
     }
 
@@ -133,12 +147,10 @@ pub async fn hold_http(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let endpoint = match request.uri().path() {
-        "/metrics" => "metrics",
-        "/api/status" => "api_status",
-        "/api/history" => "api_history",
+    let path = request.uri().path();
+    let Some(&(_, endpoint)) = HTTP_REPORTS.iter().find(|(route, _)| *route == path) else {
         // Probes and the page's files: small, and never refused.
-        _ => return next.run(request).await,
+        return next.run(request).await;
     };
     let Some(permit) = permits.try_hold(endpoint) else {
         let mut refused =
@@ -168,7 +180,7 @@ where
     F: Future<Output = Result<http::Response<tonic::body::Body>, E>> + Send + 'static,
     E: Send + 'static,
 {
-    let Some(permit) = permits.try_hold("GetMetrics") else {
+    let Some(permit) = permits.try_hold(GRPC_REPORT) else {
         let refused = Status::resource_exhausted(REFUSED).into_http();
         return Box::pin(std::future::ready(Ok(refused)));
     };

@@ -106,9 +106,6 @@ fn describe_health_series() {
     metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
-    for endpoint in ["metrics", "api_status", "api_history", "GetMetrics"] {
-        metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).absolute(0);
-    }
     metrics::gauge!(INGEST_STREAMS).set(0.0);
 }
 
