@@ -51,6 +51,11 @@ fn shard_of(user: u64) -> usize {
     ((user >> 40) % SHARDS as u64) as usize
 }
 
+/// The logs of the lists `shards` finalized, one per shard.
+fn shard_logs(shards: &[Engine]) -> Vec<ShardLog<'_>> {
+    shards.iter().filter_map(Engine::shard_log).collect()
+}
+
 /// An engine in [`SHARDS`] shards by user, fed a batch of events at a time.
 pub struct ShardedEngine {
     /// Places impressions in groups and counts rejected events; holds `T`.
@@ -203,7 +208,7 @@ impl ShardedEngine {
     /// coverage is taken as added). Their figures are added by the router
     /// before the first event it routes.
     pub fn routing(&mut self) -> (Router<'_>, Vec<impl FnOnce() + Send + '_>) {
-        let logs: Vec<ShardLog<'_>> = self.shards.iter().filter_map(Engine::shard_log).collect();
+        let logs = shard_logs(&self.shards);
         let order = &self.pending.order[..];
         let figures = std::mem::take(&mut self.pending.figures).then(|| Logged {
             logs: logs.clone(),
@@ -292,7 +297,7 @@ impl ShardedEngine {
     /// finalization order. The logs hold none added before: they are
     /// emptied ([`Self::add_pending`]) before the shards apply or finalize.
     fn log_pending(&mut self) {
-        let logs: Vec<ShardLog<'_>> = self.shards.iter().filter_map(Engine::shard_log).collect();
+        let logs = shard_logs(&self.shards);
         self.pending.order = in_finalization_order(&logs);
         self.pending.figures = true;
         self.pending.coverage = self.registry.settings.coverage != CoverageMode::Off;
@@ -302,7 +307,7 @@ impl ShardedEngine {
     /// coverage parts and the figures on several threads, and empties the
     /// logs.
     fn add_pending(&mut self) {
-        let logs: Vec<ShardLog<'_>> = self.shards.iter().filter_map(Engine::shard_log).collect();
+        let logs = shard_logs(&self.shards);
         let order = &self.pending.order[..];
         let mut pieces: Vec<Piece<'_>> = Vec::new();
         if std::mem::take(&mut self.pending.coverage) {
