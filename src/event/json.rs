@@ -63,11 +63,39 @@ impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
     }
 }
 
+/// Reads a `T` from a JSON object only, and `null` as `None`. serde's
+/// derived structs also read an array of their fields in order, which the
+/// proto3 JSON mapping does not allow: `{"impression": ["r", "u", …]}` had
+/// been taken for an impression.
+fn object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Object<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Object<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    deserializer.deserialize_any(Object(std::marker::PhantomData))
+}
+
 #[derive(Default, Deserialize)]
 struct Line<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "object")]
     impression: Option<JsonImpression<'a>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "object")]
     interaction: Option<JsonInteraction<'a>>,
 }
 
@@ -87,7 +115,7 @@ struct JsonImpression<'a> {
     surface: Option<Text<'a>>,
     #[serde(borrow, default)]
     labels: Option<Labels<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "object")]
     interleaving: Option<JsonInterleaving<'a>>,
 }
 
@@ -190,15 +218,18 @@ where
 }
 
 fn read_with_serde(line: &str) -> Result<Line<'_>, Rejection> {
-    serde_json::from_str(line).map_err(|e| {
-        Rejection::new(
-            Reason::InvalidJson,
-            format!(
-                "not an Event in the proto3 JSON mapping: {}",
-                super::cut_message(&e.to_string())
-            ),
-        )
-    })
+    let mut reader = serde_json::Deserializer::from_str(line);
+    let read = object(&mut reader).and_then(|read| reader.end().map(|()| read));
+    read.and_then(|read| read.ok_or_else(|| serde::de::Error::custom("null is not an Event")))
+        .map_err(|e: serde_json::Error| {
+            Rejection::new(
+                Reason::InvalidJson,
+                format!(
+                    "not an Event in the proto3 JSON mapping: {}",
+                    super::cut_message(&e.to_string())
+                ),
+            )
+        })
 }
 
 /// Validates a line that was read.
@@ -312,6 +343,30 @@ mod tests {
             parse_line(bad_time, &v).unwrap_err().reason,
             Reason::InvalidTime
         );
+    }
+
+    #[test]
+    fn an_event_is_an_object_not_an_array_of_its_fields() {
+        // serde reads a struct from an array of its fields in order; the
+        // proto3 JSON mapping has objects only.
+        let v = validator();
+        for line in [
+            r#"[{"requestId":"r","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}]"#,
+            r#"{"impression":["r","u",["a","b"],"2026-11-01T10:00:00Z","m","s"]}"#,
+            r#"{"interaction":["e","u","a","r","click","2026-11-01T10:00:00Z"]}"#,
+            r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z","interleaving":[["x","y"],[0,1]]}}"#,
+        ] {
+            let rejection = parse_line(line, &v).unwrap_err();
+            assert_eq!(rejection.reason, Reason::InvalidJson, "{line}");
+            assert!(
+                rejection.message.contains("expected a JSON object"),
+                "{line}: {}",
+                rejection.message
+            );
+        }
+        // null stays "not set", as the mapping reads it.
+        let unset = r#"{"impression":null,"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#;
+        assert!(matches!(parse_line(unset, &v), Ok(Event::Interaction(_))));
     }
 
     /// Whether the fast reader takes `line`.
