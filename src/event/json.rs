@@ -192,10 +192,14 @@ fn group_name<'a>(field: &Option<Text<'a>>) -> Cow<'a, str> {
     field.as_ref().map_or(Cow::Borrowed(""), |t| t.0.clone())
 }
 
+/// Why a line's `time` was not taken.
+const INVALID_TIME: &str = "time is not an RFC 3339 timestamp between the years 1678 and 2262, \
+     such as \"2026-11-01T10:00:04.250Z\" or \"2026-11-01T11:00:04+01:00\"";
+
 fn raw_time(field: &Option<Text<'_>>) -> RawTime {
     match field {
         None => RawTime::Missing,
-        Some(text) => parse_rfc3339(&text.0).map_or(RawTime::Invalid, RawTime::At),
+        Some(text) => parse_rfc3339(&text.0).map_or(RawTime::Invalid(INVALID_TIME), RawTime::At),
     }
 }
 
@@ -339,9 +343,12 @@ mod tests {
         assert_eq!(parse_line("{}", &v).unwrap_err().reason, Reason::EmptyEvent);
         let bad_time =
             r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"yesterday"}}"#;
-        assert_eq!(
-            parse_line(bad_time, &v).unwrap_err().reason,
-            Reason::InvalidTime
+        let rejection = parse_line(bad_time, &v).unwrap_err();
+        assert_eq!(rejection.reason, Reason::InvalidTime);
+        assert!(
+            rejection.message.contains("RFC 3339") && rejection.message.contains("2026-11-01T"),
+            "{}",
+            rejection.message
         );
     }
 

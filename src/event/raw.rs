@@ -12,8 +12,9 @@ pub enum RawTime {
     /// Not set.
     #[default]
     Missing,
-    /// Set, but not a valid timestamp in the supported range.
-    Invalid,
+    /// Set, but not a valid timestamp in the supported range: what its
+    /// reader says a valid one is, for the rejection's message.
+    Invalid(&'static str),
     /// A valid time.
     At(Nanos),
 }

@@ -284,12 +284,7 @@ impl Validator {
                     "event has no time; set the event time",
                 ))
             }
-            RawTime::Invalid => {
-                return Err(Rejection::new(
-                    Reason::InvalidTime,
-                    "time is not a valid timestamp between the years 1678 and 2262",
-                ))
-            }
+            RawTime::Invalid(message) => return Err(Rejection::new(Reason::InvalidTime, message)),
             RawTime::At(time) => time,
         };
         if let (Some(now), Some(skew)) = (now, self.max_future_skew) {

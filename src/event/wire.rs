@@ -224,8 +224,12 @@ fn parse_timestamp(bytes: &[u8]) -> Result<RawTime, WireError> {
             _ => {}
         }
     }
-    Ok(from_timestamp(seconds, nanos).map_or(RawTime::Invalid, RawTime::At))
+    Ok(from_timestamp(seconds, nanos).map_or(RawTime::Invalid(INVALID_TIMESTAMP), RawTime::At))
 }
+
+/// Why an event's `time` was not taken.
+const INVALID_TIMESTAMP: &str = "time is not a Timestamp between the years 1678 and 2262 \
+     (seconds since 1970-01-01T00:00:00Z, nanos from 0 to 999,999,999)";
 
 /// What each field of a message must be, by field number.
 const BATCH_FIELDS: [&str; 3] = [
@@ -425,6 +429,21 @@ mod tests {
             ("e1", "b", "click", Some(2.5))
         );
         assert_eq!(x.time, RawTime::At(-1_000_000_000));
+        let out_of_range = EventBatch {
+            sequence: 1,
+            events: vec![Event {
+                kind: Some(Kind::Interaction(Interaction {
+                    time: timestamp(0, 1_000_000_000),
+                    ..Interaction::default()
+                })),
+            }],
+        };
+        let bytes = out_of_range.encode_to_vec();
+        let view = parse_batch(&bytes).unwrap();
+        let EventView::Interaction(x) = &view.events[0] else {
+            panic!("interaction expected")
+        };
+        assert!(matches!(x.time, RawTime::Invalid(why) if why.contains("nanos from 0")));
         let encoded: Vec<Vec<u8>> = batch.events.iter().map(Message::encode_to_vec).collect();
         assert_eq!(passed_on, encoded, "each event's bytes as they came");
     }
@@ -552,7 +571,7 @@ mod tests {
             proptest::prop_assert_eq!(view.sequence, sequence);
             proptest::prop_assert_eq!(view.events.len(), events.len());
             let raw_time = |t: &Option<prost_types::Timestamp>| {
-                t.as_ref().map(|t| from_timestamp(t.seconds, t.nanos).map_or(RawTime::Invalid, RawTime::At))
+                t.as_ref().map(|t| from_timestamp(t.seconds, t.nanos).map_or(RawTime::Invalid(INVALID_TIMESTAMP), RawTime::At))
             };
             for (read, written) in view.events.iter().zip(&events) {
                 match (read, &written.kind) {
