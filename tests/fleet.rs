@@ -487,6 +487,46 @@ fn wait_until_committed(broker: &Broker) {
     panic!("the group did not commit every partition to its end");
 }
 
+/// Asserts that each group's list counts in `fleet`, less the lists it
+/// counted again (`rankwatch_lists_recounted_total`), equal `expected`'s;
+/// returns the lists counted again (those of nDCG@10's series).
+fn assert_counts_less_recounted_match(
+    fleet: &BTreeMap<String, f64>,
+    expected: &BTreeMap<String, f64>,
+) -> f64 {
+    let mut recounted_total = 0.0;
+    let mut compared = 0;
+    for (key, want) in expected {
+        let Some(rest) = key.strip_prefix("rankwatch_list_") else {
+            continue;
+        };
+        let Some((_, labels)) = rest.split_once("_count{") else {
+            continue;
+        };
+        let group = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|l| !l.starts_with("k="))
+            .collect::<Vec<_>>()
+            .join(",");
+        let recounted = value(
+            fleet,
+            &format!("rankwatch_lists_recounted_total{{{group}}}"),
+        );
+        assert_eq!(
+            value(fleet, key) - recounted,
+            *want,
+            "{key}: every list once, after the recounted ones"
+        );
+        compared += 1;
+        if key.starts_with("rankwatch_list_ndcg_count{k=\"10\"") {
+            recounted_total += recounted;
+        }
+    }
+    assert!(compared > 10);
+    recounted_total
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_exported() {
     let broker = Broker::in_memory();
@@ -544,36 +584,7 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
         f64::from(PARTITIONS),
         "only the closing lists are open: none was lost"
     );
-    let mut recounted_total = 0.0;
-    let mut compared = 0;
-    for (key, want) in &expected {
-        let Some(rest) = key.strip_prefix("rankwatch_list_") else {
-            continue;
-        };
-        let Some((_, labels)) = rest.split_once("_count{") else {
-            continue;
-        };
-        let group = labels
-            .trim_end_matches('}')
-            .split(',')
-            .filter(|l| !l.starts_with("k="))
-            .collect::<Vec<_>>()
-            .join(",");
-        let recounted = value(
-            &fleet,
-            &format!("rankwatch_lists_recounted_total{{{group}}}"),
-        );
-        assert_eq!(
-            value(&fleet, key) - recounted,
-            *want,
-            "{key}: every list once, after the recounted ones"
-        );
-        compared += 1;
-        if key.starts_with("rankwatch_list_ndcg_count{k=\"10\"") {
-            recounted_total += recounted;
-        }
-    }
-    assert!(compared > 10);
+    let recounted_total = assert_counts_less_recounted_match(&fleet, &expected);
     assert!(
         recounted_total > 0.0,
         "the dead instance's lists were counted again"
@@ -587,6 +598,83 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
         0.0,
         "an owner that died is not waited for"
     );
+}
+
+/// Sends `signal` (`STOP`, `KILL`, …) to `server`'s process.
+fn signal(server: &Server, signal: &str) {
+    let pid = server.child.id().to_string();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status();
+    assert!(sent.unwrap().success(), "kill -{signal} {pid}");
+}
+
+/// Waits until `server` logs a line containing `text`.
+fn wait_for_line(server: &Server, text: &str) {
+    let deadline = std::time::Instant::now() + POLL * POLLS;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match server.log.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("the instance did not log {text:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_restart_while_a_partition_is_taken_loses_no_open_list() {
+    let mut broker = Broker::on_disk();
+    broker.create_topic(TOPIC).await;
+    let log = log_records();
+    let (first, second) = log.split_at(log.len() / 2);
+    let mut second = second.to_vec();
+    second.extend(closing_records());
+    let producer = broker.producer();
+
+    // The first owner checkpoints every partition at the end of the first
+    // half, then stops answering: still a member of the group, it is
+    // waited for by the next owner, which is assigned every partition.
+    let mut a = instance(&broker, &[]);
+    produce(&producer, first).await;
+    let received = "rankwatch_events_received_total";
+    wait_for(&[&a], "the first half", |m| {
+        total(m, received) == first.len() as f64
+    });
+    wait_until_committed(&broker);
+    let a_last = scrape(&a).expect("the first owner answers");
+    signal(&a, "STOP");
+    let b = instance_waiting(&broker, "20s", &[]);
+    wait_for_line(&b, "partitions assigned");
+    // The broker goes away while the new owner waits for the handover, and
+    // comes back: reading the state topic fails meanwhile.
+    broker.kill();
+    std::thread::sleep(Duration::from_secs(5));
+    broker.run();
+    signal(&a, "KILL");
+    a.child.wait().unwrap();
+
+    wait_for(&[&b], "every partition to be taken", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    produce(&producer, &second).await;
+    wait_until_committed(&broker);
+    let live = wait_for(&[&b], "the figures", |_| true);
+    assert_eq!(
+        value(&live[0], "rankwatch_kafka_restore_failures_total"),
+        0.0,
+        "every partition's state was restored"
+    );
+    assert_eq!(
+        value(&live[0], "rankwatch_open_impressions"),
+        f64::from(PARTITIONS),
+        "only the closing lists are open: none was lost"
+    );
+    let all: Vec<Produced> = first.iter().chain(&second).cloned().collect();
+    let expected = replayed(&broker, &lines_by_value(&all));
+    let mut fleet = a_last;
+    add(&mut fleet, &live[0]);
+    assert_counts_less_recounted_match(&fleet, &expected);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -62,7 +62,7 @@ pub struct FleetArgs {
     /// Relay: how long a batch waits for the broker before its stream fails with UNAVAILABLE [default: 30s].
     #[arg(long, env = "RANKWATCH_KAFKA_DELIVERY_TIMEOUT", value_parser = parse_duration)]
     pub kafka_delivery_timeout: Option<Duration>,
-    /// Consume: how long a newly assigned partition waits for its previous owner, still in the group, to hand it over [default: 30s].
+    /// Consume: how long a newly assigned partition waits for its previous owner, still in the group, to hand it over, and for a broker that cannot be reached to answer [default: 30s].
     #[arg(long, env = "RANKWATCH_KAFKA_HANDOVER_TIMEOUT", value_parser = parse_duration)]
     pub kafka_handover_timeout: Option<Duration>,
     /// Consume: how long a departing instance keeps serving /metrics and GetMetrics after its last commit [default: 30s].

@@ -12,12 +12,15 @@
 //! record the snapshot has not seen. When that snapshot was not a handover
 //! (its owner died), the lists finalized from records up to the partition's
 //! end at assignment may have been counted by the dead owner, and are
-//! counted in `rankwatch_lists_recounted_total`.
+//! counted in `rankwatch_lists_recounted_total`. Reads of the topics while
+//! partitions are taken are retried while the broker cannot be reached
+//! ([`super::retry`]).
 
 use super::feed::Feed;
 use super::generation;
 use super::partition::{self, Checkpoint, Partition, PartitionSettings, Start, Work};
-use super::snapshot::{LastManifest, Manifest, Pending, StateTopic};
+use super::retry::Retries;
+use super::snapshot::{LastManifest, Manifest, Pending, SnapshotError, StateTopic};
 use super::FleetSettings;
 use crate::engine::EngineSettings;
 use crate::join::{Engine, EngineState};
@@ -48,8 +51,6 @@ const FETCH_WAIT_MS: &str = "10";
 const POLL: Duration = Duration::from_millis(100);
 /// How long a request to the broker may take before it is retried or given up.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many times reading a partition's last snapshot is tried.
-const RESTORE_ATTEMPTS: u32 = 3;
 /// How long a departing instance polls for its revocation to complete.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a new owner looks again for its predecessor's handover.
@@ -75,6 +76,8 @@ struct Assignment {
     state_ends: BTreeMap<i32, i64>,
     /// When a previous owner still in the group stops being waited for.
     deadline: Instant,
+    /// Reads of the topics retried while the broker cannot be reached.
+    retries: Retries,
 }
 
 impl Assignment {
@@ -267,6 +270,7 @@ impl Rebalancer {
                 .filter_map(|&id| self.state.end(id).ok().map(|end| (id, end)))
                 .collect(),
             deadline: Instant::now() + self.fleet.settings.handover_timeout,
+            retries: Retries::new(self.fleet.settings.handover_timeout),
         };
         tracing::info!(generation = assignment.generation, partitions = ?ids, "partitions assigned");
         let mut taken = TopicPartitionList::new();
@@ -314,15 +318,18 @@ impl Rebalancer {
         if self.await_handover(consumer, id, assignment) == Handover::Superseded {
             return None;
         }
-        let (low, high) = match consumer.fetch_watermarks(&fleet.settings.topic, id, BROKER_TIMEOUT)
-        {
-            Ok(marks) => marks,
-            Err(error) => {
-                tracing::error!(%error, partition = id, "cannot read the partition's offsets");
-                (0, 0)
-            }
-        };
-        let Some((engine, manifest, recount_until)) = self.restore_one(id, low, high) else {
+        let marks = assignment.retries.read(
+            id,
+            "the partition's offsets",
+            |_| true,
+            || consumer.fetch_watermarks(&fleet.settings.topic, id, BROKER_TIMEOUT),
+        );
+        let (low, high) = marks.unwrap_or_else(|error| {
+            tracing::error!(%error, partition = id, "cannot read the partition's offsets");
+            (0, 0)
+        });
+        let Some((engine, manifest, recount_until)) = self.restore_one(id, (low, high), assignment)
+        else {
             restore_failed(id, "the state topic cannot be read");
             let start = Start {
                 engine: fleet.empty_engine(),
@@ -365,20 +372,24 @@ impl Rebalancer {
 
     /// Partition `id`'s engine, manifest and the offset up to which its
     /// lists may be counted again, from its last snapshot; `None` when the
-    /// state topic cannot be read. `low` and `high` are the partition's
-    /// first and next offsets.
-    fn restore_one(&self, id: i32, low: i64, high: i64) -> Option<(Engine, Manifest, i64)> {
+    /// state topic cannot be read, within the assignment's retries. `low`
+    /// and `high` are the partition's first and next offsets.
+    fn restore_one(
+        &self,
+        id: i32,
+        (low, high): (i64, i64),
+        assignment: &Assignment,
+    ) -> Option<(Engine, Manifest, i64)> {
         let fleet = &self.fleet;
         // Read again, not taken from the wait: an owner hands over (a last
         // manifest) and then leaves the group, so the manifest the wait read
         // before it saw the owner gone may be the periodic one before the handover.
-        let restored = (1..=RESTORE_ATTEMPTS)
-            .map(|attempt| {
-                self.state.read_last(id).inspect_err(|error| {
-                    tracing::warn!(error = %error, partition = id, attempt, "reading the partition's snapshot failed");
-                })
+        let restored = assignment
+            .retries
+            .read(id, "the partition's snapshot", SnapshotError::is_transient, || {
+                self.state.read_last(id)
             })
-            .find(Result::is_ok)?
+            .inspect_err(|error| tracing::error!(%error, partition = id, "cannot read the partition's snapshot"))
             .ok()?;
         Some(match restored {
             Some(restored) if restored.manifest.fingerprint == fleet.fingerprint => {
@@ -461,7 +472,13 @@ impl Rebalancer {
     ) -> Handover {
         let started = Instant::now();
         loop {
-            let last = match self.state.last_manifest(id) {
+            let last = assignment.retries.read(
+                id,
+                "the partition's last manifest",
+                SnapshotError::is_transient,
+                || self.state.last_manifest(id),
+            );
+            let last = match last {
                 Ok(Some(last))
                     if !last.manifest.handed_over
                         && !last.manifest.owner.is_empty()

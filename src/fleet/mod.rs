@@ -23,6 +23,8 @@ pub mod relay;
 #[cfg(feature = "kafka")]
 mod reports;
 #[cfg(feature = "kafka")]
+mod retry;
+#[cfg(feature = "kafka")]
 mod run;
 pub mod settings;
 #[cfg(feature = "kafka")]

@@ -35,7 +35,8 @@ pub struct FleetSettings {
     pub commit_interval: Duration,
     /// Relay: how long a batch waits for the broker.
     pub delivery_timeout: Duration,
-    /// How long a new owner waits for a live previous owner's handover.
+    /// How long a new owner waits for a live previous owner's handover,
+    /// and retries the state topic while the broker cannot be reached.
     pub handover_timeout: Duration,
     /// How long a departing instance keeps serving its last figures.
     pub shutdown_linger: Duration,

@@ -148,6 +148,14 @@ pub enum SnapshotError {
     },
 }
 
+impl SnapshotError {
+    /// Whether reading again may succeed: the broker did not answer, where
+    /// a corrupt record stays corrupt.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SnapshotError::Kafka { .. })
+    }
+}
+
 /// An encoded open state, written straight into the values of its
 /// snapshot's chunk records: each is [`CHUNK_HEADER`] bytes (the snapshot's
 /// id is filled in by [`Pending::new`]) and up to [`CHUNK_BYTES`] of the
