@@ -769,6 +769,20 @@ async fn a_relay_acknowledges_only_what_the_broker_stored() {
     assert!(accepted.len() > log.len() / 2);
     let sent = lines_by_value(&log);
 
+    // The relay counts what it takes, as `serve` does: every acknowledged
+    // event at least once (twice when its batch was sent again).
+    let relayed = scrape(&relay).expect("the relay answers");
+    let taken = value(&relayed, "rankwatch_events_accepted_total");
+    assert!(
+        taken >= accepted.len() as f64,
+        "{taken} accepted, {} acknowledged",
+        accepted.len()
+    );
+    assert_eq!(
+        value(&relayed, "rankwatch_events_received_total"),
+        taken + prefixed(&relayed, "rankwatch_events_rejected_total")
+    );
+
     // The fleet's figures of what was stored are those of replay by partition.
     produce(&broker.producer(), &closing_records()).await;
     let consumer = instance(&broker, &[]);

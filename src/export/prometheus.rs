@@ -31,7 +31,7 @@ pub const LISTS_FINALIZED: &str = "rankwatch_lists_finalized_total";
 pub const LISTS_ENGAGED: &str = "rankwatch_lists_engaged_total";
 /// Events received, valid or not.
 pub const EVENTS_RECEIVED: &str = "rankwatch_events_received_total";
-/// Valid events applied to the join.
+/// Valid events applied to the join (by a relay: produced to the topic).
 pub const EVENTS_ACCEPTED: &str = "rankwatch_events_accepted_total";
 /// Invalid events, by reason.
 pub const EVENTS_REJECTED: &str = "rankwatch_events_rejected_total";
@@ -325,7 +325,7 @@ fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nano
     let none = &LabelSet::default();
     let help = "Events received in batches, valid or not: accepted + rejected + shed.";
     writer.single(EVENTS_RECEIVED, Kind::Counter, help, c.received());
-    let help = "Valid events applied to the join.";
+    let help = "Valid events applied to the join (by a relay: produced to the topic).";
     writer.single(EVENTS_ACCEPTED, Kind::Counter, help, c.accepted());
     let help = "Invalid events, by reason.";
     let mut family = writer.family(EVENTS_REJECTED, Kind::Counter, help);

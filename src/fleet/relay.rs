@@ -6,7 +6,8 @@
 //! unreachable acks wait; past `kafka_delivery_timeout` the stream fails with
 //! UNAVAILABLE, and the client resends what was not acknowledged.
 //!
-//! It evaluates nothing: its engine only counts rejections for `/metrics`.
+//! It evaluates nothing: its engine only counts the events it takes and
+//! rejects, for `/metrics`.
 
 use super::reports::{self, ReportQueue};
 use super::FleetSettings;
@@ -255,6 +256,7 @@ impl Relay {
                 }
             }
         }
+        self.engine.count_relayed(accepted.len() as u64);
         Ok((ack.finish(), accepted))
     }
 

@@ -61,12 +61,17 @@ pub struct Counters {
     pub shed_interactions_per_impression: u64,
     /// Rejected events by reason.
     pub rejected: BTreeMap<Reason, u64>,
+    /// Valid events a relay produced to the topic rather than applied
+    /// (fleet mode). Not saved: a relay keeps no state.
+    #[serde(skip)]
+    pub relayed: u64,
 }
 
 impl Counters {
-    /// Valid events applied to the join: opened, credited or not, late, duplicates.
+    /// Valid events applied to the join: opened, credited or not, late, duplicates; by a relay, produced to the topic.
     pub fn accepted(&self) -> u64 {
-        self.impressions
+        self.relayed
+            + self.impressions
             + self.interactions
             + self.late_impressions
             + self.duplicate_impressions
@@ -116,6 +121,7 @@ impl Counters {
         for (reason, count) in &other.rejected {
             *self.rejected.entry(*reason).or_default() += count;
         }
+        self.relayed += other.relayed;
     }
 
     /// Counts one rejected event.

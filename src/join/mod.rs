@@ -421,6 +421,11 @@ impl Engine {
         self.counters.reject(reason);
     }
 
+    /// Counts `events` valid events that a relay produced to the topic.
+    pub fn count_relayed(&mut self, events: u64) {
+        self.counters.relayed += events;
+    }
+
     /// Raises `T` to `time` if it is later, finalizing what the new watermark closes.
     pub fn advance_to(&mut self, time: Nanos) {
         if self.max_time.is_some_and(|t| t >= time) {
