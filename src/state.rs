@@ -23,6 +23,8 @@ const MAGIC: &[u8; 8] = b"RNKWATCH";
 const FORMAT_VERSION: u32 = 8;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
+/// The file a server holds locked while the directory is its, holding its pid.
+const LOCK_NAME: &str = "rankwatch.lock";
 
 /// A state file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -61,11 +63,31 @@ pub struct UnusableDir {
     problem: String,
 }
 
+/// Checks that `dir` is a directory, creating it if missing.
+fn ensure_dir(dir: &Path) -> Result<(), UnusableDir> {
+    let unusable = |problem: String| UnusableDir {
+        dir: dir.to_owned(),
+        problem,
+    };
+    match fs::metadata(dir) {
+        Ok(metadata) if !metadata.is_dir() => Err(unusable(
+            "is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away".to_owned(),
+        )),
+        Ok(_) => Ok(()),
+        Err(_) => fs::create_dir_all(dir).map_err(|error| {
+            unusable(format!("cannot be created ({error}): create it, or point state_dir at a writable directory"))
+        }),
+    }
+}
+
 /// The state file of one state directory.
 #[derive(Clone, Debug)]
 pub struct StateFile {
     path: PathBuf,
     fingerprint: String,
+    /// The directory's lock, once [`Self::lock`] took it: released as the
+    /// last clone is dropped (or the process ends).
+    lock: Option<std::sync::Arc<File>>,
 }
 
 impl StateFile {
@@ -74,7 +96,55 @@ impl StateFile {
         Self {
             path: dir.join(FILE_NAME),
             fingerprint,
+            lock: None,
         }
+    }
+
+    /// Takes the directory for this process alone, for as long as this
+    /// file lives: two servers saving to one directory would each overwrite
+    /// the other's figures. Creates the directory if missing; call before
+    /// [`Self::prepare`], which may remove a temporary file.
+    pub fn lock(mut self) -> Result<Self, UnusableDir> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let unusable = |problem: String| UnusableDir {
+            dir: dir.to_owned(),
+            problem,
+        };
+        ensure_dir(dir)?;
+        let path = dir.join(LOCK_NAME);
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|error| unusable(format!("cannot hold its lock file ({error}): fix its permissions, or point state_dir at a writable directory")))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let holder = fs::read_to_string(&path).unwrap_or_default();
+                let holder = holder.trim();
+                let holder = if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {holder})")
+                };
+                return Err(unusable(format!(
+                    "is in use by another rankwatch server{holder}: two servers saving to one state directory overwrite each other's figures; give each its own state_dir, or stop the other first (a Deployment whose state_dir is a persistent volume: use strategy Recreate)"
+                )));
+            }
+            Err(fs::TryLockError::Error(error)) => {
+                return Err(unusable(format!(
+                    "cannot be locked ({error}): point state_dir at a local directory"
+                )))
+            }
+        }
+        // The pid is for the message above; the lock alone decides.
+        let _ = file
+            .set_len(0)
+            .and_then(|()| write!(file, "{}", std::process::id()));
+        self.lock = Some(std::sync::Arc::new(file));
+        Ok(self)
     }
 
     /// Where the state lives.
@@ -96,17 +166,7 @@ impl StateFile {
             dir: dir.to_owned(),
             problem,
         };
-        match fs::metadata(dir) {
-            Ok(metadata) if !metadata.is_dir() => {
-                return Err(unusable(
-                    "is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away".to_owned(),
-                ))
-            }
-            Ok(_) => {}
-            Err(_) => fs::create_dir_all(dir).map_err(|error| {
-                unusable(format!("cannot be created ({error}): create it, or point state_dir at a writable directory"))
-            })?,
-        }
+        ensure_dir(dir)?;
         let temporary = self.temporary();
         let stale = temporary.exists();
         File::create(&temporary)

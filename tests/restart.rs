@@ -305,3 +305,32 @@ async fn an_inconsistent_state_file_is_set_aside_and_counted() {
         "{names:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_state_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let mut first = Server::start(&args);
+    // Both saving to one file, each would overwrite the other's figures.
+    let (code, log) = common::server::exit_of(&mut common::server::serve_command(&args));
+    assert_ne!(code, Some(0), "{log}");
+    assert!(code.is_some(), "the second server did not exit: {log}");
+    assert!(log.contains("in use by another rankwatch server"), "{log}");
+    assert!(log.contains(&format!("pid {}", first.child.id())), "{log}");
+    assert_eq!(
+        tokio::task::spawn_blocking(move || first.terminate())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+    // Once the first has gone, the directory is free.
+    let mut second = Server::start(&args);
+    assert_eq!(second.get("/healthz").0, 200);
+    assert_eq!(
+        tokio::task::spawn_blocking(move || second.terminate())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+}
