@@ -53,16 +53,20 @@ pub async fn check(
         "needs          retention.ms of the event topic at least {} (attribution window + lateness + commit interval)",
         retention.as_millis()
     );
-    let _ = writeln!(
-        text,
-        "consumer group {}  {}",
-        settings.group,
-        group(settings)
-    );
+    let group = group(settings);
+    let described = group.as_deref().unwrap_or_else(|error| error);
+    let _ = writeln!(text, "consumer group {}  {described}", settings.group);
     write_verdict(&mut text, &found, &problems, settings);
+    if let Err(error) = &group {
+        let _ = writeln!(
+            text,
+            "PROBLEM: the consumer group {} {error}: its coordinator must answer for instances to join it and to tell a live previous owner from a dead one; check the broker's logs, and that the client may describe the group (ACL Describe on the group)",
+            settings.group
+        );
+    }
     Ok(Checked {
         text,
-        ok: problems.is_empty(),
+        ok: problems.is_empty() && group.is_ok(),
     })
 }
 
@@ -78,23 +82,24 @@ fn facts(topic: Option<&TopicFacts>, config: &str) -> String {
     format!("{} partitions, {config} {value}", topic.partitions)
 }
 
-/// The consumer group's state and members, as the broker reports them.
-fn group(settings: &FleetSettings) -> String {
+/// The consumer group's state and members, as the broker reports them, or
+/// why it cannot be asked.
+fn group(settings: &FleetSettings) -> Result<String, String> {
     let consumer: BaseConsumer = match settings.client().create() {
         Ok(consumer) => consumer,
-        Err(error) => return format!("cannot be asked: {error}"),
+        Err(error) => return Err(format!("cannot be asked: {error}")),
     };
     let groups = tokio::task::block_in_place(|| {
         consumer.fetch_group_list(Some(&settings.group), GROUP_TIMEOUT)
     });
     match groups {
-        Ok(list) => match list.groups().first() {
+        Ok(list) => Ok(match list.groups().first() {
             Some(group) if !group.members().is_empty() => {
                 format!("{}, {} members", group.state(), group.members().len())
             }
             _ => "no members yet".to_owned(),
-        },
-        Err(error) => format!("cannot be asked: {error}"),
+        }),
+        Err(error) => Err(format!("cannot be asked: {error}")),
     }
 }
 

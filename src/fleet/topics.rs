@@ -125,7 +125,7 @@ impl fmt::Display for Explained<'_> {
             ),
             Problem::TooFewStatePartitions { has, needs } => write!(
                 f,
-                "the state topic {state} has {has} partitions, fewer than the event topic's {needs}, and partitions could not be added: partitions past {has} could not hand over their open lists; run kafka-topics.sh --bootstrap-server {brokers} --alter --topic {state} --partitions {needs}"
+                "the state topic {state} has {has} partitions, fewer than the event topic's {needs}: partitions past {has} could not hand over their open lists (a consuming instance adds the missing ones where the broker allows it); run kafka-topics.sh --bootstrap-server {brokers} --alter --topic {state} --partitions {needs}"
             ),
             Problem::StateNotCompacted { policy } => write!(
                 f,
