@@ -75,6 +75,14 @@ fn log_records() -> Vec<Produced> {
         .collect()
 }
 
+/// The log's records in two halves, the closing records after the second.
+fn log_in_halves() -> (Vec<Produced>, Vec<Produced>) {
+    let mut first = log_records();
+    let mut second = first.split_off(first.len() / 2);
+    second.extend(closing_records());
+    (first, second)
+}
+
 /// One closing impression per partition, far later than the log.
 fn closing_records() -> Vec<Produced> {
     marker_records(CLOSING_MODEL, "2026-11-03T00:00:00Z")
@@ -626,10 +634,8 @@ fn wait_for_line(server: &Server, text: &str) {
 async fn a_broker_restart_while_a_partition_is_taken_loses_no_open_list() {
     let mut broker = Broker::on_disk();
     broker.create_topic(TOPIC).await;
-    let log = log_records();
-    let (first, second) = log.split_at(log.len() / 2);
-    let mut second = second.to_vec();
-    second.extend(closing_records());
+    let (first, second) = log_in_halves();
+    let first = &first[..];
     let producer = broker.producer();
 
     // The first owner checkpoints every partition at the end of the first
@@ -1144,10 +1150,8 @@ async fn kafka_check_says_what_is_wrong_with_the_topics_and_how_to_fix_it() {
 async fn a_broker_restarted_while_instances_consume_leaves_the_totals_exact() {
     let mut broker = Broker::on_disk();
     broker.create_topic(TOPIC).await;
-    let log = log_records();
-    let (first, second) = log.split_at(log.len() / 2);
-    let mut second = second.to_vec();
-    second.extend(closing_records());
+    let (first, second) = log_in_halves();
+    let first = &first[..];
     let mut instances = vec![instance(&broker, &[]), instance(&broker, &[])];
     wait_for(&live(&instances), "the partitions to be taken", |m| {
         total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
