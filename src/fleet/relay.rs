@@ -21,7 +21,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -40,6 +40,8 @@ struct Relay {
     report: ReportConfig,
     /// Most rejections an ack details.
     max_ack_rejections: usize,
+    /// Accepted events the broker stored, counted as their batches' acks go out.
+    relayed: Arc<AtomicU64>,
 }
 
 /// Starts the relay; the handle takes batches as the engine's does.
@@ -94,6 +96,7 @@ pub fn start(
         engine,
         report: engine_settings.report_config(),
         max_ack_rejections: engine_settings.max_ack_rejections,
+        relayed: Arc::default(),
     };
     let (handle, commands) = EngineHandle::channel(capacity);
     tokio::spawn(relay.run(commands));
@@ -125,6 +128,8 @@ struct Pending {
     /// The ack and where it goes, until it is sent or given up.
     ack: Mutex<Option<(IngestAck, oneshot::Sender<Applied>)>>,
     stream_failed: Arc<AtomicBool>,
+    /// The relay's count of accepted events stored.
+    relayed: Arc<AtomicU64>,
     started: Instant,
 }
 
@@ -134,11 +139,13 @@ impl Pending {
         ack: IngestAck,
         done: oneshot::Sender<Applied>,
         stream_failed: Arc<AtomicBool>,
+        relayed: Arc<AtomicU64>,
     ) -> Self {
         Self {
             remaining: AtomicUsize::new(records + 1),
             ack: Mutex::new(Some((ack, done))),
             stream_failed,
+            relayed,
             started: Instant::now(),
         }
     }
@@ -153,6 +160,8 @@ impl Pending {
         };
         metrics::counter!("rankwatch_kafka_produced_events_total")
             .increment(u64::from(ack.accepted));
+        self.relayed
+            .fetch_add(u64::from(ack.accepted), Ordering::Relaxed);
         metrics::histogram!("rankwatch_kafka_delivery_seconds")
             .record(self.started.elapsed().as_secs_f64());
         let _ = done.send(Ok(ack));
@@ -185,11 +194,13 @@ impl Relay {
                 } => self.relay(batch, stream_failed, done).await,
                 Command::AdvanceIfIdle { .. } | Command::RetireIdleGroups { .. } => {}
                 Command::Snapshot { reply } => {
+                    self.count_relayed();
                     let snapshot = Snapshot::of(&self.engine, self.report.control_model.clone())
                         .with_expected_split(&self.report.expected_split);
                     let _ = reply.send(snapshot);
                 }
                 Command::Report { window, reply } => {
+                    self.count_relayed();
                     let report = match window {
                         None => Report::since_start(&self.engine, &self.report),
                         Some(index) => Report::window(&self.engine, &self.report, index),
@@ -202,6 +213,12 @@ impl Relay {
             }
         }
         self.reports.abort();
+    }
+
+    /// Brings the engine's count of relayed events up to the acks sent.
+    fn count_relayed(&mut self) {
+        self.engine
+            .set_relayed(self.relayed.load(Ordering::Relaxed));
     }
 
     /// Validates a batch and produces its accepted events; the delivery
@@ -224,7 +241,14 @@ impl Relay {
                 return;
             }
         };
-        let pending = Arc::new(Pending::new(accepted.len(), ack, done, stream_failed));
+        let relayed = self.relayed.clone();
+        let pending = Arc::new(Pending::new(
+            accepted.len(),
+            ack,
+            done,
+            stream_failed,
+            relayed,
+        ));
         for (key, value) in accepted {
             if let Err(error) = self.produce(key, value, &pending).await {
                 return pending.fail(&error.to_string());
@@ -256,7 +280,6 @@ impl Relay {
                 }
             }
         }
-        self.engine.count_relayed(accepted.len() as u64);
         Ok((ack.finish(), accepted))
     }
 

@@ -567,10 +567,16 @@ impl StateTopic {
                     RDKafkaErrorCode::OperationTimedOut,
                 )));
             }
-            let Some(message) = self.reader.poll(Duration::from_millis(100)) else {
-                continue;
+            let message = match self.reader.poll(Duration::from_millis(100)) {
+                None => continue,
+                // The client's reports of lost connections, queued while the
+                // broker was away: it reconnects on its own, and reading on
+                // finds the records once it has (the deadline bounds it).
+                // Taken for failures, they had made every read after a
+                // broker restart fail until the queue was drained.
+                Some(Err(KafkaError::MessageConsumption(code))) if is_connection(code) => continue,
+                Some(message) => message.map_err(self.kafka(partition))?,
             };
-            let message = message.map_err(self.kafka(partition))?;
             let offset = message.offset();
             if offset >= to {
                 return Ok(());
@@ -585,6 +591,15 @@ impl StateTopic {
             }
         }
     }
+}
+
+/// Whether `code` reports the client's connections to the brokers, not
+/// the partition being read.
+fn is_connection(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown
+    )
 }
 
 #[cfg(test)]

@@ -61,8 +61,8 @@ pub struct Counters {
     pub shed_interactions_per_impression: u64,
     /// Rejected events by reason.
     pub rejected: BTreeMap<Reason, u64>,
-    /// Valid events a relay produced to the topic rather than applied
-    /// (fleet mode). Not saved: a relay keeps no state.
+    /// Valid events a relay produced to the topic (the broker stored them)
+    /// rather than applied (fleet mode). Not saved: a relay keeps no state.
     #[serde(skip)]
     pub relayed: u64,
 }

@@ -421,9 +421,9 @@ impl Engine {
         self.counters.reject(reason);
     }
 
-    /// Counts `events` valid events that a relay produced to the topic.
-    pub fn count_relayed(&mut self, events: u64) {
-        self.counters.relayed += events;
+    /// Sets the valid events a relay produced to the topic, all told.
+    pub fn set_relayed(&mut self, events: u64) {
+        self.counters.relayed = events;
     }
 
     /// Raises `T` to `time` if it is later, finalizing what the new watermark closes.
