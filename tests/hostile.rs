@@ -724,11 +724,13 @@ fn a_stale_temporary_state_file_is_removed_at_start_and_a_failed_save_leaves_non
     std::fs::create_dir_all(dir.path().join("rankwatch.state/in-the-way")).unwrap();
     assert_eq!(server.terminate(), Some(1));
     assert!(!temporary.exists(), "removed after the failed save");
-    let names: Vec<_> = std::fs::read_dir(dir.path())
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|entry| entry.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names, ["rankwatch.state"]);
+    names.sort();
+    // The lock file stays: only the lock on it ends with the server.
+    assert_eq!(names, ["rankwatch.lock", "rankwatch.state"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
