@@ -63,12 +63,19 @@ pub struct UnusableDir {
     problem: String,
 }
 
+impl UnusableDir {
+    /// `dir` cannot be used, for the reason `problem` gives.
+    fn new(dir: &Path, problem: String) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            problem,
+        }
+    }
+}
+
 /// Checks that `dir` is a directory, creating it if missing.
 fn ensure_dir(dir: &Path) -> Result<(), UnusableDir> {
-    let unusable = |problem: String| UnusableDir {
-        dir: dir.to_owned(),
-        problem,
-    };
+    let unusable = |problem| UnusableDir::new(dir, problem);
     match fs::metadata(dir) {
         Ok(metadata) if !metadata.is_dir() => Err(unusable(
             "is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away".to_owned(),
@@ -105,11 +112,8 @@ impl StateFile {
     /// the other's figures. Creates the directory if missing; call before
     /// [`Self::prepare`], which may remove a temporary file.
     pub fn lock(mut self) -> Result<Self, UnusableDir> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let unusable = |problem: String| UnusableDir {
-            dir: dir.to_owned(),
-            problem,
-        };
+        let dir = self.dir();
+        let unusable = |problem| UnusableDir::new(dir, problem);
         ensure_dir(dir)?;
         let path = dir.join(LOCK_NAME);
         let mut file = fs::OpenOptions::new()
@@ -152,6 +156,11 @@ impl StateFile {
         &self.path
     }
 
+    /// The state directory.
+    fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     /// The file a save writes before renaming it over [`Self::path`].
     fn temporary(&self) -> PathBuf {
         self.path.with_extension("state.tmp")
@@ -161,11 +170,8 @@ impl StateFile {
     /// (created if missing) where a file can be written. Removes the
     /// temporary file a save cut short left behind; returns whether there was one.
     pub fn prepare(&self) -> Result<bool, UnusableDir> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let unusable = |problem: String| UnusableDir {
-            dir: dir.to_owned(),
-            problem,
-        };
+        let dir = self.dir();
+        let unusable = |problem| UnusableDir::new(dir, problem);
         ensure_dir(dir)?;
         let temporary = self.temporary();
         let stale = temporary.exists();

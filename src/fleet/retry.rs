@@ -46,7 +46,7 @@ impl Retries {
                 done => return done,
             };
             let now = Instant::now();
-            let deadline = *self.deadline.get().get_or_insert(now + self.timeout);
+            let deadline = self.deadline.get().unwrap_or(now + self.timeout);
             self.deadline.set(Some(deadline));
             if now + pause > deadline {
                 return Err(error);
