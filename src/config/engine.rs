@@ -337,8 +337,8 @@ fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String
 }
 
 /// The expected split, if any: flags and environment over the file. At
-/// least two models, each share finite and greater than 0; shares are
-/// normalized to sum to 1.
+/// least two models, each share finite and greater than 0, and still a
+/// normal number once the shares are normalized to sum to 1.
 fn expected_split(
     args: &EngineArgs,
     file: &FileSettings,
@@ -372,6 +372,14 @@ fn expected_split(
         .into_iter()
         .map(|(m, s)| (m, s / largest / total))
         .collect();
+    // A share so small beside the others that its part of the total is 0
+    // (or loses its precision) would leave the check nothing to test.
+    if let Some((model, _)) = split.iter().find(|(_, share)| !share.is_normal()) {
+        return Err(invalid(
+            "expected_split",
+            format!("the share of {model:?} is too small beside the others to be told from 0 once the shares are normalized to sum to 1; give shares of comparable size, e.g. control=0.5,candidate=0.5"),
+        ));
+    }
     split.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(split)
 }
@@ -636,6 +644,8 @@ mod tests {
             vec![("a".to_owned(), 1.0)],
             vec![("a".into(), 1.0), ("a".into(), 1.0)],
             vec![("a".into(), 0.0), ("b".into(), 1.0)],
+            // b's share of the total is 1e-600, which is 0 as a number.
+            vec![("a".into(), 1e300), ("b".into(), 1e-300)],
         ] {
             let args = EngineArgs {
                 expected_split: Some(bad),

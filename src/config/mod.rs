@@ -509,7 +509,7 @@ mod edge_values {
                     prop_assert!(s.max_grade.is_finite() && s.max_grade > 0.0);
                     prop_assert!((2..=255).contains(&s.max_interleaved_rankers));
                     let total: f64 = s.expected_split.iter().map(|(_, share)| share).sum();
-                    prop_assert!(s.expected_split.iter().all(|(_, share)| share.is_finite() && *share > 0.0));
+                    prop_assert!(s.expected_split.iter().all(|(_, share)| share.is_normal() && *share > 0.0));
                     prop_assert!((total - 1.0).abs() < 1e-9, "{total}");
                     prop_assert!((1..=MAX_LIMIT).contains(&s.max_items));
                     prop_assert!(s.attribution_window <= MAX_DURATION);
