@@ -325,7 +325,16 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     let report = runtime.block_on(query::fetch(&args.query))?;
-    if report.groups.is_empty() {
+    args.filter.check(&report).map_err(anyhow::Error::msg)?;
+    for unmatched in args.filter.unmatched(&report) {
+        eprintln!("rankwatch: {unmatched}");
+    }
+    if let (true, Some(window)) = (report.groups.is_empty(), &args.query.window) {
+        eprintln!(
+            "rankwatch: no list was finalized in the last {window} ({} impressions received since start); without --window, query reports every list since start",
+            report.counters.impressions
+        );
+    } else if report.groups.is_empty() {
         let wait = report.config.attribution_window_s + report.config.allowed_lateness_s;
         let when = match report.pending {
             Some(pending) => format!(

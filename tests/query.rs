@@ -215,3 +215,82 @@ async fn a_new_server_says_how_many_lists_are_open_and_when_the_first_is_finaliz
         "{logged}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_that_can_never_match_is_refused_and_one_that_matches_nothing_yet_is_said() {
+    let server = Server::exact(&[]);
+    server.stream_lines(&sent_log()).await;
+    let addr = server.grpc.to_string();
+
+    let typo = query(&["--grpc-addr", &addr, "--metric", "ndgc"]);
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(!typo.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("\"ndgc\"") && stderr.contains("ndcg") && stderr.contains("r_precision"),
+        "{stderr}"
+    );
+
+    let cutoff = query(&["--grpc-addr", &addr, "--k", "7"]);
+    let stderr = String::from_utf8_lossy(&cutoff.stderr);
+    assert!(!cutoff.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("7") && stderr.contains("1, 5, 10, 20"),
+        "{stderr}"
+    );
+
+    let unseen = query(&[
+        "--grpc-addr",
+        &addr,
+        "--model",
+        "nomodel",
+        "--segment",
+        "country=xx",
+    ]);
+    let stderr = String::from_utf8_lossy(&unseen.stderr);
+    assert!(unseen.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no group has model \"nomodel\"")
+            && stderr.contains("no group has segment country=xx"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_that_holds_no_list_is_told_apart_from_no_list_at_all() {
+    let server = Server::start(&[
+        "--attribution-window",
+        "1s",
+        "--allowed-lateness",
+        "0s",
+        "--windows",
+        "1s",
+    ]);
+    let time = rankwatch::event::format_rfc3339(rankwatch::clock::wall_clock());
+    let line = format!(
+        r#"{{"impression":{{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"{time}"}}}}"#
+    );
+    server.stream_lines(&[line]).await;
+    let addr = server.grpc.to_string();
+    // The list is finalized as the wall clock passes its window, then leaves the last second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let output = loop {
+        let since_start = query_json(&["--grpc-addr", &addr, "--format", "json"]);
+        let window = query(&["--grpc-addr", &addr, "--window", "1s", "--format", "json"]);
+        let report: Value = serde_json::from_slice(&window.stdout).unwrap_or_default();
+        if since_start["groups"][0]["lists"] == 1 && report["groups"] == serde_json::json!([]) {
+            break window;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{since_start} {report}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no list was finalized in the last 1s")
+            && !stderr.contains("no list is finalized yet"),
+        "{stderr}"
+    );
+}

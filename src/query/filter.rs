@@ -5,6 +5,7 @@
 //! model; a split check by its surface and segment values.
 
 use crate::export::Report;
+use crate::metrics::{Metric, R_PRECISION};
 
 /// The parts of a report to keep; an empty list keeps everything.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -52,6 +53,54 @@ impl ReportFilter {
         self.segments
             .iter()
             .all(|(label, value)| segments.get(label) == Some(value))
+    }
+
+    /// An error naming what the filter could match, when it asks for a
+    /// metric that rankwatch does not compute or a cutoff that `report`'s
+    /// server does not evaluate: those can never match.
+    pub fn check(&self, report: &Report) -> Result<(), String> {
+        let names: Vec<&str> = Metric::ALL
+            .iter()
+            .map(|metric| metric.name())
+            .chain([R_PRECISION])
+            .collect();
+        if let Some(unknown) = self.metrics.iter().find(|m| !names.contains(&m.as_str())) {
+            return Err(format!(
+                "--metric {unknown:?} is not a metric rankwatch computes; the metrics are {}",
+                names.join(", ")
+            ));
+        }
+        let configured = &report.config.k;
+        if let Some(k) = self.ks.iter().find(|k| !configured.contains(k)) {
+            let ks: Vec<String> = configured.iter().map(usize::to_string).collect();
+            return Err(format!(
+                "--k {k} is not a cutoff the server evaluates; its cutoffs are {} (its `k` setting)",
+                ks.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the filter asks for that no group of `report` has (yet): one
+    /// sentence per model, surface and segment value.
+    pub fn unmatched(&self, report: &Report) -> Vec<String> {
+        let groups = &report.groups;
+        let models = self
+            .models
+            .iter()
+            .filter(|m| !groups.iter().any(|g| &g.model == *m))
+            .map(|m| format!("no group has model {m:?}"));
+        let surfaces = self
+            .surfaces
+            .iter()
+            .filter(|s| !groups.iter().any(|g| &g.surface == *s))
+            .map(|s| format!("no group has surface {s:?}"));
+        let segments = self
+            .segments
+            .iter()
+            .filter(|(label, value)| !groups.iter().any(|g| g.segments.get(label) == Some(value)))
+            .map(|(label, value)| format!("no group has segment {label}={value}"));
+        models.chain(surfaces).chain(segments).collect()
     }
 
     /// `report` with only what is kept.
