@@ -4,7 +4,8 @@ Starts the demo on free loopback ports, opens `/` in Debian's Chromium driven
 over the DevTools protocol, and checks that every surface's chart holds both
 demo models with numeric values (the better model ahead), that a phone-sized
 screen needs no sideways scrolling, and that the console logged no error and
-no script threw. Screenshots are kept in target/artifacts/ (status.png for a
+no script threw. Then, against `rankwatch serve` given one list of each model,
+that the page calls no comparison settled from so few lists. Screenshots are kept in target/artifacts/ (status.png for a
 laptop, status-phone.png for a phone).
 
 Usage: python tests/browser/status_page.py --binary target/release/rankwatch
@@ -28,6 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import rankwatch
 import websocket
 
 CHROMIUM_FLAGS = [
@@ -54,21 +56,28 @@ class Failure(Exception):
 
 def start_demo(binary: str) -> tuple[subprocess.Popen[str], str]:
     """Starts the demo on free loopback ports; returns it and its HTTP address."""
-    demo = subprocess.Popen(
-        [binary, "demo", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--interleave"],
+    demo, addresses = start(binary, "demo", "--interleave")
+    return demo, addresses["http_addr"]
+
+
+def start(binary: str, command: str, *args: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Starts `rankwatch COMMAND ARGS` on free loopback ports; returns it and
+    the addresses it logged (`grpc_addr`, `http_addr`)."""
+    process = subprocess.Popen(
+        [binary, command, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "RANKWATCH_LOG": "info"},
     )
-    assert demo.stderr is not None
-    for line in demo.stderr:
-        for word in line.split():
-            if word.startswith("http_addr="):
-                threading.Thread(target=drain, args=(demo.stderr,), daemon=True).start()
-                return demo, word.removeprefix("http_addr=")
-    demo.kill()
-    raise Failure("the demo exited before logging its HTTP address")
+    assert process.stderr is not None
+    for line in process.stderr:
+        addresses = dict(word.partition("=")[::2] for word in line.split())
+        if "http_addr" in addresses:
+            threading.Thread(target=drain, args=(process.stderr,), daemon=True).start()
+            return process, addresses
+    process.kill()
+    raise Failure(f"rankwatch {command} exited before logging its addresses")
 
 
 def drain(stream: Any) -> None:
@@ -241,6 +250,54 @@ def check_panels(page: DevTools) -> None:
         time.sleep(1)
 
 
+COMPARISON_ROWS = INTERLEAVING_ROWS.replace("#interleaving", "#comparisons")
+
+
+def check_few_lists(binary: str, page: DevTools) -> None:
+    """One list of each model, and one interleaved list that the control won:
+    every bound is a point (a standard error of 0), and the page must say
+    there are too few lists to tell, not that the comparison is settled. The
+    lists are finalized as the server's clock passes their 1 s window."""
+    server, addresses = start(
+        binary, "serve", "--control-model", "control", "--attribution-window", "1s", "--allowed-lateness", "0s"
+    )
+    try:
+        shown = time.time()
+        with rankwatch.Collector(addresses["grpc_addr"]) as collector:
+            for user, model in (("u1", "control"), ("u2", "candidate")):
+                collector.impression(user_id=user, items=["x", "y"], model=model, surface="home",
+                                     request_id=user, time=shown)
+            interleaving = {"rankers": ["candidate", "control"], "teams": [1, 0]}
+            collector.impression(user_id="u3", items=["x", "y"], model="interleaved", surface="home",
+                                 request_id="u3", time=shown, interleaving=interleaving)
+            for user in ("u1", "u3"):
+                collector.interaction(user_id=user, item_id="x", type="click", request_id=user, time=shown)
+            if not collector.flush(timeout=30):
+                raise Failure("the server did not acknowledge the few lists within 30 s")
+        page.call("Page.navigate", url=f"http://{addresses['http_addr']}/")
+        deadline = time.monotonic() + 30
+        while True:
+            comparisons = json.loads(page.evaluate(COMPARISON_ROWS))
+            interleaved = json.loads(page.evaluate(INTERLEAVING_ROWS))
+            if comparisons and interleaved:
+                break
+            if time.monotonic() > deadline:
+                raise Failure(f"within 30 s the page showed comparisons {comparisons} and interleaving {interleaved}")
+            time.sleep(0.5)
+        sentences = [row[-1] for row in comparisons + interleaved]
+        bounds = {row[1]: row[4] for row in comparisons}
+        if bounds.get("candidate") != "[-1.0000, -1.0000]":
+            raise Failure(f"one list against one: the anytime bounds shown are {bounds}")
+        if not all("too few lists to tell" in sentence and "settled" not in sentence for sentence in sentences):
+            raise Failure(f"one list of each model is called: {sentences}")
+        marks = json.loads(page.evaluate(PANELS))["marks"]
+        if marks:
+            raise Failure(f"one list of each model is marked settled on the chart: {marks}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def check_history_on_reload(page: DevTools, http: str) -> None:
     """A page opened later starts with the history the server kept (a sample
     every 10 s), not with its first poll."""
@@ -291,6 +348,7 @@ def run(binary: str, artifacts: Path) -> None:
         page.screenshot(artifacts / "status-phone.png", width=390, mobile=True)
 
         check_history_on_reload(page, http)
+        check_few_lists(binary, page)
         errors = page.console_errors()
         if errors:
             raise Failure("the console logged:\n  " + "\n  ".join(errors))

@@ -256,12 +256,38 @@ function settledAt(surface, chosen) {
   const found = new Map();
   for (const poll of history) {
     const report = poll.reports[chosen.window];
+    const lists = report ? listsByPlace(report) : {};
     for (const c of (report && report.comparisons) || []) {
-      if (c.metric !== chosen.key || place(c) !== surface || found.has(c.model) || !Array.isArray(c.cs95)) continue;
-      if (c.cs95[1] < 0 || c.cs95[0] > 0) found.set(c.model, { t: poll.t, model: c.model, worse: c.cs95[1] < 0 });
+      if (c.metric !== chosen.key || place(c) !== surface || found.has(c.model)) continue;
+      const state = standing(c, lists);
+      if (state === "worse" || state === "better") found.set(c.model, { t: poll.t, model: c.model, worse: state === "worse" });
     }
   }
   return Array.from(found.values());
+}
+
+// The lists each side of a comparison needs before the page calls it
+// settled, as the alert rules wait for (rankwatch:comparison_min_lists):
+// one list, or lists that all scored the same, have a standard error of 0,
+// and then the anytime bound is a single point that says nothing.
+const MIN_LISTS = 30;
+
+// The lists of each model at each place of `report`: {place: {model: lists}}.
+function listsByPlace(report) {
+  const lists = {};
+  for (const g of report.groups || []) (lists[place(g)] = lists[place(g)] || {})[g.model] = g.lists;
+  return lists;
+}
+
+// Where a comparison stands, given `lists` of listsByPlace: "few" until both
+// models have MIN_LISTS lists, then "worse" or "better" once its anytime bound
+// excludes 0, else "open".
+function standing(c, lists) {
+  const here = lists[place(c)] || {};
+  if (!Array.isArray(c.cs95) || Math.min(here[c.model] || 0, here[c.control] || 0) < MIN_LISTS) return "few";
+  if (c.cs95[1] < 0) return "worse";
+  if (c.cs95[0] > 0) return "better";
+  return "open";
 }
 
 function chart(lines, chosen, settled) {
@@ -435,14 +461,15 @@ function renderComparisons(chosen) {
   }
   table.append(head);
   const broken = brokenSplits();
+  const lists = listsByPlace(latest);
   for (const c of rows) {
-    const row = element("tr", Array.isArray(c.cs95) && c.cs95[1] < 0 ? { class: "worse" } : {});
+    const row = element("tr", standing(c, lists) === "worse" ? { class: "worse" } : {});
     const where = element("td", {}, place(c));
     if (broken.has(place(c))) where.append(element("span", { class: "untrusted" }, " split broken: not to be trusted"));
     row.append(where, element("td", {}, c.model), element("td", {}, c.control));
     row.append(element("td", { class: "n" }, number(c.diff, 4)));
     row.append(element("td", { class: "n" }, range(c.cs95)), element("td", { class: "n wide" }, range(c.ci95)));
-    row.append(element("td", { class: "sentence" }, comparisonSentence(c, chosen.key)));
+    row.append(element("td", { class: "sentence" }, comparisonSentence(c, chosen.key, lists)));
     table.append(row);
   }
   wrap.append(table);
@@ -461,13 +488,18 @@ function brokenSplits() {
 
 // One plain sentence on a comparison: which model is better on the metric,
 // by how much, and whether the anytime-valid bound settles it.
-function comparisonSentence(c, key) {
+function comparisonSentence(c, key, lists) {
   if (!Array.isArray(c.cs95)) return "";
   const by = number(Math.abs(c.diff), 4);
-  const [lo, hi] = c.cs95;
-  if (hi < 0) return c.control + " is better than " + c.model + " on " + key + " by " + by + "; settled (the anytime 95% bound is below 0).";
-  if (lo > 0) return c.model + " is better than " + c.control + " on " + key + " by " + by + "; settled (the anytime 95% bound is above 0).";
+  const state = standing(c, lists);
+  if (state === "worse") return c.control + " is better than " + c.model + " on " + key + " by " + by + "; settled (the anytime 95% bound is below 0).";
+  if (state === "better") return c.model + " is better than " + c.control + " on " + key + " by " + by + "; settled (the anytime 95% bound is above 0).";
   const leader = c.diff >= 0 ? c.model : c.control;
+  if (state === "few") {
+    const here = lists[place(c)] || {};
+    const counts = count(here[c.model] || 0) + " of " + c.model + ", " + count(here[c.control] || 0) + " of " + c.control;
+    return leader + " leads on " + key + " by " + by + ", too few lists to tell (" + counts + "; " + MIN_LISTS + " of each needed).";
+  }
   return leader + " leads on " + key + " by " + by + ", not settled yet: the anytime 95% bound still includes 0.";
 }
 
@@ -476,10 +508,11 @@ function comparisonSentence(c, key) {
 function verdict(e) {
   const share = (value) => Math.abs(value * 100).toFixed(1) + "%";
   if (e.lists === 0) return "No interleaved list yet.";
+  const leader = e.preference >= 0 ? e.a : e.b;
+  if (e.lists < MIN_LISTS) return leader + " leads by " + share(e.preference) + " of lists, too few lists to tell (" + count(e.lists) + "; " + MIN_LISTS + " needed).";
   const [lo, hi] = e.cs95;
   if (lo > 0) return "Users prefer " + e.a + " to " + e.b + ": it wins " + share(e.preference) + " more lists; settled (the anytime 95% bound excludes 0).";
   if (hi < 0) return "Users prefer " + e.b + " to " + e.a + ": it wins " + share(e.preference) + " more lists; settled (the anytime 95% bound excludes 0).";
-  const leader = e.preference >= 0 ? e.a : e.b;
   return leader + " leads by " + share(e.preference) + " of lists, but not settled yet: the anytime 95% bound still includes 0.";
 }
 
@@ -498,7 +531,7 @@ function renderInterleaving(chosen) {
   }
   table.append(head);
   for (const e of rows) {
-    const settled = Array.isArray(e.cs95) && (e.cs95[0] > 0 || e.cs95[1] < 0);
+    const settled = e.lists >= MIN_LISTS && Array.isArray(e.cs95) && (e.cs95[0] > 0 || e.cs95[1] < 0);
     const row = element("tr", settled ? { class: "settled" } : {});
     const where = element("td", {}, place(e));
     if (chosen.window === SINCE_START && e.first_pick_p_value <= 0.01) {
