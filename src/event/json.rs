@@ -133,7 +133,7 @@ impl<'a> JsonInterleaving<'a> {
     /// As read, with a team index that is not a whole `uint32` as `u64::MAX`.
     fn raw(&self) -> RawInterleaving<'a> {
         let index = |team: &Number<'_>| {
-            let value = team.value();
+            let value = team.value().unwrap_or(f64::NAN);
             if value.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&value) {
                 value as u64
             } else {
@@ -175,10 +175,27 @@ enum Number<'a> {
 }
 
 impl Number<'_> {
-    fn value(&self) -> f64 {
+    /// The number; `None` for a string that holds none.
+    fn value(&self) -> Option<f64> {
         match self {
-            Number::Value(value) => *value,
-            Number::Text(text) => text.parse().unwrap_or(f64::NAN),
+            Number::Value(value) => Some(*value),
+            Number::Text(text) => text.parse().ok(),
+        }
+    }
+
+    /// The number as a grade, or a rejection quoting a string that holds none.
+    fn grade(&self) -> Result<f64, Rejection> {
+        match self {
+            Number::Value(value) => Ok(*value),
+            Number::Text(text) => text.parse().map_err(|_| {
+                Rejection::new(
+                    Reason::InvalidGrade,
+                    format!(
+                        "grade {} is not a number; give a JSON number or a string holding one, such as 2 or \"2.5\"",
+                        super::quoted(text)
+                    ),
+                )
+            }),
         }
     }
 }
@@ -196,10 +213,29 @@ fn group_name<'a>(field: &Option<Text<'a>>) -> Cow<'a, str> {
 const INVALID_TIME: &str = "time is not an RFC 3339 timestamp between the years 1678 and 2262, \
      such as \"2026-11-01T10:00:04.250Z\" or \"2026-11-01T11:00:04+01:00\"";
 
+/// Why a line's `time` with a leap second was not taken.
+const LEAP_SECOND: &str = "time has second 60, a leap second, which a protobuf Timestamp \
+     does not hold (it counts time without leap seconds); give the next second, such as \
+     \"2027-01-01T00:00:00Z\" for \"2026-12-31T23:59:60Z\"";
+
 fn raw_time(field: &Option<Text<'_>>) -> RawTime {
     match field {
         None => RawTime::Missing,
-        Some(text) => parse_rfc3339(&text.0).map_or(RawTime::Invalid(INVALID_TIME), RawTime::At),
+        Some(text) => match parse_rfc3339(&text.0) {
+            Some(time) => RawTime::At(time),
+            None if is_leap_second(&text.0) => RawTime::Invalid(LEAP_SECOND),
+            None => RawTime::Invalid(INVALID_TIME),
+        },
+    }
+}
+
+/// Whether `text` is a timestamp but for its second being 60.
+fn is_leap_second(text: &str) -> bool {
+    match (text.get(..17), text.get(17..19), text.get(19..)) {
+        (Some(head), Some("60"), Some(tail)) => {
+            parse_rfc3339(&format!("{head}59{tail}")).is_some()
+        }
+        _ => false,
     }
 }
 
@@ -271,7 +307,7 @@ fn event<'a>(parsed: &Line<'a>, validator: &Validator) -> Result<Event<'a>, Reje
                     request_id: text(&x.request_id),
                     kind: text(&x.kind),
                     time: raw_time(&x.time),
-                    grade: x.grade.as_ref().map(Number::value),
+                    grade: x.grade.as_ref().map(Number::grade).transpose()?,
                 },
                 None,
             )
@@ -331,6 +367,23 @@ mod tests {
             parse_line(&line("\"NaN\""), &v).unwrap_err().reason,
             Reason::InvalidGrade
         );
+        for text in [r#""0x10""#, r#"" 1""#, r#""""#] {
+            let rejection = parse_line(&line(text), &v).unwrap_err();
+            assert_eq!(rejection.reason, Reason::InvalidGrade);
+            let said = format!("grade {text} is not a number");
+            assert!(rejection.message.contains(&said), "{}", rejection.message);
+        }
+    }
+
+    #[test]
+    fn a_leap_second_is_named_as_such() {
+        let line = r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-12-31T23:59:60Z"}}"#;
+        let rejection = parse_line(line, &validator()).unwrap_err();
+        assert_eq!(rejection.reason, Reason::InvalidTime);
+        assert!(rejection.message.contains("leap second"), "{}", rejection.message);
+        let not_leap = line.replace("23:59:60", "23:59:61");
+        let rejection = parse_line(&not_leap, &validator()).unwrap_err();
+        assert!(!rejection.message.contains("leap second"), "{}", rejection.message);
     }
 
     #[test]
