@@ -71,7 +71,7 @@ struct DemoCommand {
 #[command(
     after_help = "Exit codes: 0 every log was read to its end; 1 nothing was replayed \
 (bad settings); 2 the command line could not be parsed; 3 a log could not be read to its end (missing, unreadable, \
-a truncated or corrupt .gz, data after a gzip stream): the report printed covers the lines \
+a truncated or corrupt .gz, a .gz that is not gzip, data after a gzip stream): the report printed covers the lines \
 read before it, and standard error says what failed. Bad lines never change the exit code."
 )]
 struct ReplayArgs {

@@ -358,15 +358,24 @@ fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<
     } else {
         Box::new(File::open(path)?)
     };
-    text(Counted { inner: raw, read })
+    let named_gzip = path.extension().is_some_and(|extension| extension == "gz");
+    text(Counted { inner: raw, read }, named_gzip)
 }
 
 /// The text of a log read from `raw`: gunzipped when it starts with gzip's
-/// header, past a byte order mark at its start. No buffer stands in front
-/// of the log, so that reads of a whole block go straight into the chunk.
-fn text<'a>(mut raw: impl Read + 'a) -> io::Result<Box<dyn Read + 'a>> {
+/// header, past a byte order mark at its start; a log `named_gzip` (`.gz`)
+/// must start with that header, since a damaged one would otherwise be
+/// read as a line of text. No buffer stands in front of the log, so that
+/// reads of a whole block go straight into the chunk.
+fn text<'a>(mut raw: impl Read + 'a, named_gzip: bool) -> io::Result<Box<dyn Read + 'a>> {
     let head = read_ahead(&mut raw, GZIP_MAGIC.len())?;
     let gzip = head == GZIP_MAGIC;
+    if named_gzip && !gzip {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "it is named .gz but does not start with gzip's header (1f 8b)",
+        ));
+    }
     let raw = io::Cursor::new(head).chain(raw);
     let mut decoded: Box<dyn Read + 'a> = if gzip {
         Box::new(MultiGzDecoder::new(raw))
@@ -695,7 +704,7 @@ mod tests {
                     data: &data,
                     block: 1,
                 };
-                super::text(trickle)
+                super::text(trickle, false)
                     .and_then(|mut text| text.read_to_end(&mut read))
                     .expect("reading memory");
                 assert_eq!(read, expected, "{log:?}");

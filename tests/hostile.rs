@@ -629,6 +629,29 @@ fn replay_of_a_truncated_gzip_reports_the_lines_before_the_cut_and_exits_3() {
 }
 
 #[test]
+fn replay_of_a_file_named_gz_that_is_not_gzip_exits_3_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::fs::read(common::conformance("replay_small.jsonl")).unwrap();
+    // Plain text, and a gzip stream behind one stray byte: neither starts with gzip's header.
+    let (path, _, _) = gzipped_log(dir.path());
+    let shifted = [&b"x"[..], &std::fs::read(&path).unwrap()].concat();
+    for (name, bytes) in [("plain.jsonl.gz", log), ("shifted.jsonl.gz", shifted)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+        assert_eq!(code, Some(3), "{message}");
+        assert_eq!(
+            message,
+            format!(
+                "rankwatch: cannot read {}: it is named .gz but does not start with gzip's header (1f 8b); the report covers the lines read before it",
+                path.display()
+            )
+        );
+        assert_eq!(report["counters"]["impressions"], 0, "{report}");
+    }
+}
+
+#[test]
 fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
