@@ -232,9 +232,7 @@ fn raw_time(field: &Option<Text<'_>>) -> RawTime {
 /// Whether `text` is a timestamp but for its second being 60.
 fn is_leap_second(text: &str) -> bool {
     match (text.get(..17), text.get(17..19), text.get(19..)) {
-        (Some(head), Some("60"), Some(tail)) => {
-            parse_rfc3339(&format!("{head}59{tail}")).is_some()
-        }
+        (Some(head), Some("60"), Some(tail)) => parse_rfc3339(&format!("{head}59{tail}")).is_some(),
         _ => false,
     }
 }
@@ -380,10 +378,18 @@ mod tests {
         let line = r#"{"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-12-31T23:59:60Z"}}"#;
         let rejection = parse_line(line, &validator()).unwrap_err();
         assert_eq!(rejection.reason, Reason::InvalidTime);
-        assert!(rejection.message.contains("leap second"), "{}", rejection.message);
+        assert!(
+            rejection.message.contains("leap second"),
+            "{}",
+            rejection.message
+        );
         let not_leap = line.replace("23:59:60", "23:59:61");
         let rejection = parse_line(&not_leap, &validator()).unwrap_err();
-        assert!(!rejection.message.contains("leap second"), "{}", rejection.message);
+        assert!(
+            !rejection.message.contains("leap second"),
+            "{}",
+            rejection.message
+        );
     }
 
     #[test]

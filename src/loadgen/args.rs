@@ -124,6 +124,7 @@ impl LoadgenArgs {
             ("batch-size", self.batch_size),
             ("streams", self.streams),
             ("max-inflight", self.max_inflight),
+            ("users", self.users as usize),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(LoadError::Setting(format!("--{name} must be at least 1")));
@@ -249,6 +250,20 @@ mod tests {
         assert_eq!(labels, [("country", 2), ("app", 1)]);
         assert!(args.validate().is_ok());
         assert!(Command::try_parse_from(["loadgen", "--models", "a=2"]).is_err());
+    }
+
+    #[test]
+    fn zero_of_a_count_is_refused_naming_the_flag() {
+        for flag in ["--batch-size", "--streams", "--max-inflight", "--users"] {
+            let args = Command::try_parse_from(["loadgen", flag, "0"])
+                .expect("flags parse")
+                .args;
+            let error = args.validate().expect_err(flag).to_string();
+            assert!(
+                error.contains(&format!("{flag} must be at least 1")),
+                "{error}"
+            );
+        }
     }
 
     #[test]
