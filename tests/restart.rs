@@ -334,3 +334,49 @@ async fn a_second_server_on_the_same_state_dir_is_refused() {
         Some(0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let lines = log_lines();
+    let mut server = Server::start(&args);
+    // All but the closing line (every list of the log finalized, its groups
+    // made), and three lists that stay open.
+    let mut sent = lines[..lines.len() - 1].to_vec();
+    sent.extend((0..3).map(|i| format!(r#"{{"impression":{{"requestId":"open{i}","userId":"u{i}","itemIds":["a"],"time":"2026-11-02T09:00:00Z"}}}}"#)));
+    send(&server, &sent).await;
+    let saved = parse_metrics(&server.get("/metrics").1);
+    let (open, groups) = (
+        saved["rankwatch_open_impressions"],
+        saved["rankwatch_groups"],
+    );
+    assert!(open > 1.0 && groups > 1.0, "{open} {groups}");
+    assert_eq!(
+        tokio::task::spawn_blocking(move || server.terminate())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+
+    let lower = [
+        &args[..],
+        &["--max-open-impressions", "1", "--max-groups", "1"],
+    ]
+    .concat();
+    let server = Server::start(&lower);
+    let mut log = Vec::new();
+    let said = loop {
+        match server.log.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) if line.contains("beyond the limits") => break line,
+            Ok(line) => log.push(line),
+            Err(_) => panic!("nothing said of the limits within 10 s: {log:#?}"),
+        }
+    };
+    assert!(
+        said.contains(&format!("open_impressions={open} max_open_impressions=1"))
+            && said.contains(&format!("groups={groups} max_groups=1")),
+        "{said}"
+    );
+}

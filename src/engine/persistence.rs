@@ -50,13 +50,49 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     let Some(file) = file else { return fresh() };
     match file.load() {
         Ok(Some(state)) => {
-            let restored = Engine::from_state(engine.join(windows), engine.evaluator(), state);
+            let limits = engine.join(windows);
+            let (max_open, max_waiting, max_groups) = (
+                limits.max_open_impressions,
+                limits.max_waiting_interactions,
+                limits.max_groups,
+            );
+            let restored = Engine::from_state(limits, engine.evaluator(), state);
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),
                 waiting_interactions = restored.waiting_interactions(),
                 "state restored"
             );
+            let beyond: Vec<String> = [
+                (
+                    "open_impressions",
+                    restored.open_impressions(),
+                    "max_open_impressions",
+                    max_open,
+                ),
+                (
+                    "waiting_interactions",
+                    restored.waiting_interactions(),
+                    "max_waiting_interactions",
+                    max_waiting,
+                ),
+                (
+                    "groups",
+                    restored.group_names().len(),
+                    "max_groups",
+                    max_groups,
+                ),
+            ]
+            .into_iter()
+            .filter(|(_, held, _, limit)| held > limit)
+            .map(|(what, held, name, limit)| format!("{what}={held} {name}={limit}"))
+            .collect();
+            if !beyond.is_empty() {
+                tracing::warn!(
+                    beyond = %beyond.join(" "),
+                    "state restored beyond the limits in force, set lower since it was saved: all of it is kept, and new impressions, interactions and groups meet the limits (shed or folded, and counted) until it falls below them"
+                );
+            }
             restored
         }
         Ok(None) => fresh(),

@@ -41,8 +41,10 @@ impl Server {
             .expect("rankwatch starts");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let (mut grpc, mut http) = (None, None);
+        let (sender, log) = std::sync::mpsc::channel();
         for line in lines.by_ref() {
             let line = line.unwrap();
+            sender.send(line.clone()).unwrap();
             for word in line.split_whitespace() {
                 if let Some(addr) = word.strip_prefix("grpc_addr=") {
                     grpc = addr.parse().ok();
@@ -55,7 +57,6 @@ impl Server {
                 break;
             }
         }
-        let (sender, log) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 if sender.send(line).is_err() {
