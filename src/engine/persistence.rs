@@ -63,36 +63,7 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
                 waiting_interactions = restored.waiting_interactions(),
                 "state restored"
             );
-            let beyond: Vec<String> = [
-                (
-                    "open_impressions",
-                    restored.open_impressions(),
-                    "max_open_impressions",
-                    max_open,
-                ),
-                (
-                    "waiting_interactions",
-                    restored.waiting_interactions(),
-                    "max_waiting_interactions",
-                    max_waiting,
-                ),
-                (
-                    "groups",
-                    restored.group_names().len(),
-                    "max_groups",
-                    max_groups,
-                ),
-            ]
-            .into_iter()
-            .filter(|(_, held, _, limit)| held > limit)
-            .map(|(what, held, name, limit)| format!("{what}={held} {name}={limit}"))
-            .collect();
-            if !beyond.is_empty() {
-                tracing::warn!(
-                    beyond = %beyond.join(" "),
-                    "state restored beyond the limits in force, set lower since it was saved: all of it is kept, and new impressions, interactions and groups meet the limits (shed or folded, and counted) until it falls below them"
-                );
-            }
+            warn_beyond_limits(&restored, (max_open, max_waiting, max_groups));
             restored
         }
         Ok(None) => fresh(),
@@ -110,6 +81,47 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
             }
             fresh()
         }
+    }
+}
+
+/// Warns of each limit that the `restored` engine holds more than
+/// (`max_open_impressions`, `max_waiting_interactions`, `max_groups`, in
+/// that order): limits are not part of a state's fingerprint, so a restart
+/// may set them lower than what was saved.
+fn warn_beyond_limits(
+    restored: &Engine,
+    (max_open, max_waiting, max_groups): (usize, usize, usize),
+) {
+    let held = [
+        (
+            "open_impressions",
+            restored.open_impressions(),
+            "max_open_impressions",
+            max_open,
+        ),
+        (
+            "waiting_interactions",
+            restored.waiting_interactions(),
+            "max_waiting_interactions",
+            max_waiting,
+        ),
+        (
+            "groups",
+            restored.group_names().len(),
+            "max_groups",
+            max_groups,
+        ),
+    ];
+    let beyond: Vec<String> = held
+        .into_iter()
+        .filter(|(_, held, _, limit)| held > limit)
+        .map(|(what, held, name, limit)| format!("{what}={held} {name}={limit}"))
+        .collect();
+    if !beyond.is_empty() {
+        tracing::warn!(
+            beyond = %beyond.join(" "),
+            "state restored beyond the limits in force, set lower since it was saved: all of it is kept, and new impressions, interactions and groups meet the limits (shed or folded, and counted) until it falls below them"
+        );
     }
 }
 
