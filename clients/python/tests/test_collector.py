@@ -8,7 +8,7 @@ from typing import Callable, List
 
 from conftest import Server, by_label, replay, sample
 from traffic import (START, assert_groups_match, assert_report_matches, batches_of, closing_event, lists,
-                     write_log)
+                     unchecked, write_log)
 from proxy import Proxy
 
 from rankwatch import Collector, Evaluation, RejectedEvent, events
@@ -73,9 +73,10 @@ def test_rejected_events_reach_the_callback_with_their_reason(server: Server, tm
     heard: List[RejectedEvent] = []
     bad = {
         "unknown_type": events.interaction(user_id="u1", item_id="a", type="clik", time=START),
-        "empty_item_ids": events.impression(user_id="u1", items=[], request_id="r-empty", time=START),
+        "empty_item_ids": unchecked(events.impression(user_id="u1", items=["a"], request_id="r-empty", time=START),
+                                    item_ids=[]),
         "duplicate_item_id": events.impression(user_id="u1", items=["a", "b", "a"], time=START),
-        "invalid_grade": events.interaction(user_id="u1", item_id="a", grade=-1.0, time=START),
+        "invalid_grade": unchecked(events.interaction(user_id="u1", item_id="a", time=START), grade=-1.0),
         "missing_user_id": events.impression(user_id="", items=["a"], time=START),
     }
     good = lists(seed=2, n_lists=40)

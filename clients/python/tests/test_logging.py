@@ -16,7 +16,7 @@ from typing import List
 import pytest
 from conftest import Server, free_port
 from test_collector import NEVER_S, PATIENCE_S, wait_until
-from traffic import START, lists
+from traffic import START, lists, unchecked
 
 from rankwatch import Collector, events
 from rankwatch.throttle import Throttle
@@ -36,7 +36,8 @@ def test_rejections_are_logged_once_per_reason_per_interval_with_the_rest_counte
         server: Server, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="rankwatch")
     client = Collector(server.grpc_addr, batch_size=1000, linger=NEVER_S, log_interval=3600)
-    first = clicks_of_unknown_type(2) + [events.impression(user_id="u1", items=[], time=START)] + lists(1, 3)
+    empty = unchecked(events.impression(user_id="u1", items=["a"], time=START), item_ids=[])
+    first = clicks_of_unknown_type(2) + [empty] + lists(1, 3)
     for event in first:
         client.send(event)
     assert client.flush(timeout=PATIENCE_S)
@@ -101,8 +102,10 @@ def test_a_server_that_is_down_is_counted_and_logged_as_unreachable(caplog: pyte
     assert client.close(timeout=0.5) is False
     stats = client.stats()
     assert (stats.queued, stats.accepted, stats.sent, stats.pending) == (1, 0, 0, 1)
-    # At close, the attempts not logged are counted: every failure is in the log once.
+    # At close, the event given up is said, and the attempts not logged are
+    # counted: every failure is in the log once.
     assert warnings_of(caplog)[1:] == [
+        "rankwatch gave up 1 event(s) not acknowledged within close(timeout=0.5)",
         f"rankwatch: {stats.stream_failures - 1} more stream failures not logged since the last such warning"]
 
 

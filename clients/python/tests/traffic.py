@@ -45,6 +45,20 @@ def lists(seed: int, n_lists: int) -> List[pb.Event]:
     return log
 
 
+def unchecked(event: pb.Event, **fields: Any) -> pb.Event:
+    """`event` with its impression's or interaction's `fields` set after the
+    builder checked it (an empty `item_ids`, a negative `grade`): what
+    another client could send, for the server to reject."""
+    inner = getattr(event, event.WhichOneof("kind"))
+    for name, value in fields.items():
+        if name == "item_ids":
+            del inner.item_ids[:]
+            inner.item_ids.extend(value)
+        else:
+            setattr(inner, name, value)
+    return event
+
+
 def closing_event(log: Sequence[pb.Event]) -> pb.Event:
     """An interaction a day after the log, by a user of its own: it moves the
     watermark past every list, so that every list is finalized, then waits."""

@@ -15,24 +15,34 @@ and sent again, down to the single event at fault, which is given up.
 
 What goes wrong is logged to the `rankwatch.client` logger at WARNING: the
 rejections from acks with their reasons, a server that cannot be reached, a
-stream that failed and the reconnection after it; each subject at most once
-per `log_interval`, with the number of those not logged in the next line.
+stream that failed and the reconnection after it, events dropped and events
+given up; each subject at most once per `log_interval`, with the number of
+those not logged in the next line.
+
+A collector belongs to the process that made it: after `fork()` the sender
+thread and the channel stay with the parent, so in the child it refuses
+events, saying so, and closes at once. A process that exits without `close`
+is told at exit how many events it never sent.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
+import functools
 import logging
+import os
 import threading
 import time
+import weakref
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
 from rankwatch.batching import EventBuffer
 from rankwatch.ingest import IngestStream
-from rankwatch.sink import EventSink
+from rankwatch.sink import EventSink, require_event
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -92,6 +102,7 @@ class Collector(EventSink):
         max_batch_bytes: int = 1 << 20,
         linger: float = 0.05,
         queue_size: int = 100_000,
+        queue_bytes: int = 64 << 20,
         max_inflight_batches: int = 32,
         on_rejection: Optional[RejectionCallback] = None,
         retry_backoff: float = 0.1,
@@ -104,8 +115,9 @@ class Collector(EventSink):
         Batches hold at most `batch_size` events and `max_batch_bytes` bytes
         (keep it under the server's `max_message_size`), and leave at the
         latest `linger` seconds after their first event. At most `queue_size`
-        events wait in the queue (past that they are dropped and counted) and
-        at most `max_inflight_batches` batches wait for their ack.
+        events holding `queue_bytes` serialized bytes wait in the queue (past
+        that they are dropped, counted and logged) and at most
+        `max_inflight_batches` batches wait for their ack.
         `on_rejection` hears every event the server rejected, with its reason.
         A broken stream is opened again after `retry_backoff` seconds, doubling
         up to `max_retry_backoff` while it keeps failing. Warnings of one
@@ -114,7 +126,7 @@ class Collector(EventSink):
         """
         if max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be at least 1")
-        self._buffer = EventBuffer(queue_size, batch_size, max_batch_bytes, linger)
+        self._buffer = EventBuffer(queue_size, batch_size, max_batch_bytes, linger, queue_bytes)
         self._on_rejection = on_rejection
         self._max_inflight = max_inflight_batches
         self._first_backoff = retry_backoff
@@ -146,15 +158,41 @@ class Collector(EventSink):
         self._resent_batches = 0
         self._resent_events = 0
         self._stream_failures = 0
+        self._closed = False
+        self._forked = False
         self._sender = threading.Thread(target=self._run, name="rankwatch-sender", daemon=True)
         self._sender.start()
+        this = weakref.ref(self)
+        if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork()
+            os.register_at_fork(after_in_child=functools.partial(_forked, this))
+        self._at_exit = functools.partial(_warn_unsent, this)
+        atexit.register(self._at_exit)
 
     # ---- serving code's side -------------------------------------------------
 
     def send(self, event: pb.Event) -> bool:
         """Queues one event; never blocks. Returns `False` when the queue is
-        full (or the client closed) and the event was dropped."""
-        return self._buffer.offer(event)
+        full (or the client closed) and the event was dropped. Anything but
+        a `rankwatch.v1.Event` raises `TypeError`."""
+        require_event(event)
+        if self._buffer.offer(event):
+            return True
+        self._warn_dropped()
+        return False
+
+    def _warn_dropped(self) -> None:
+        """Logs (throttled) why an event was just dropped."""
+        if self._forked:
+            self._throttle.warn(
+                logger, "drops", "rankwatch dropped an event: this Collector was made before fork(), and its "
+                "sender stayed with the parent process; create the Collector after the fork, in each worker "
+                "process (for gunicorn, in its post_fork hook)")
+        elif self._buffer.closed:
+            self._throttle.warn(logger, "drops", "rankwatch dropped an event sent after close()")
+        else:
+            self._throttle.warn(
+                logger, "drops", "rankwatch dropped an event: its queue is full (queue_size and queue_bytes) "
+                "while the server at %s is slow or unreachable", self._target)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Sends what is queued without waiting for `linger`, and waits until
@@ -167,10 +205,15 @@ class Collector(EventSink):
     def close(self, timeout: Optional[float] = None) -> bool:
         """Flushes, then closes the stream and the channel. Returns `False` if
         events were still unacknowledged after `timeout` seconds; they are
-        given up (see `stats().pending`). Safe to call more than once."""
+        given up (see `stats().pending`, and the log). Events sent once
+        `close` has begun are dropped. Safe to call more than once."""
+        self._closed = True
+        atexit.unregister(self._at_exit)
+        if self._forked:
+            return True  # what the parent queued before the fork is the parent's to send
         deadline = None if timeout is None else time.monotonic() + timeout
-        done = self.flush(timeout)
         self._buffer.close()
+        done = self.flush(timeout)
         with self._state:
             self._stopping = True
             self._state.notify_all()
@@ -184,8 +227,25 @@ class Collector(EventSink):
             if not done:
                 stream.cancel()
         self._channel.close()
+        if not done:
+            logger.warning("rankwatch gave up %d event(s) not acknowledged within close(timeout=%s)",
+                           self.stats().pending, timeout)
         self._throttle.warn_left(logger)
         return done
+
+    def _after_fork(self) -> None:
+        """Leaves the parent's sender, channel and queue alone in a child
+        process (their locks may be held by threads that do not exist here):
+        a closed queue, and counters of the child's own."""
+        self._forked = True
+        self._state = threading.Condition()
+        self._throttle = Throttle(self._throttle.interval)
+        self._buffer = EventBuffer(1, 1, 1, 0.0)
+        self._buffer.close()
+        self._window = collections.deque()
+        self._settled = self._sent = self._accepted = self._failed = 0
+        self._batches = self._resent_batches = self._resent_events = self._stream_failures = 0
+        self._rejected = collections.Counter()
 
     def stats(self) -> SinkStats:
         """A snapshot of the counters."""
@@ -240,9 +300,18 @@ class Collector(EventSink):
         return self._stream
 
     def _dispatch(self, events: List[pb.Event]) -> None:
-        """Numbers a batch, keeps it until its ack, and sends it if it is due."""
+        """Numbers a batch, keeps it until its ack, and sends it if it is due;
+        a batch that cannot be made is given up, logged, and the thread goes on."""
         with self._state:
-            self._window.append(_Unacked(self._numbered(events)))
+            try:
+                batch = self._numbered(events)
+            except Exception:
+                logger.exception("rankwatch could not make a batch of %d event(s); they are given up", len(events))
+                self._failed += len(events)
+                self._settled += len(events)
+                self._state.notify_all()
+                return
+            self._window.append(_Unacked(batch))
             self._send_due()
 
     def _numbered(self, events: Sequence[pb.Event]) -> pb.EventBatch:
@@ -373,6 +442,10 @@ class Collector(EventSink):
         if refused:
             self._throttle.warn(logger, "refused messages", "rankwatch server at %s refused a message (%s: %s); "
                                 "sending the batches in doubt one at a time", self._target, code.name, details)
+        elif TOO_MANY_STREAMS in details:
+            self._throttle.warn(logger, "stream failures", "rankwatch server at %s refused the stream (%s: %s); "
+                                "%d event(s) wait, retrying in %.2g s",
+                                self._target, code.name, details, waiting, retry_in)
         elif stream.opened:
             self._throttle.warn(logger, "stream failures", "rankwatch stream to %s ended (%s: %s); "
                                 "%d event(s) wait, reconnecting in %.2g s",
@@ -424,6 +497,25 @@ def _refused(code: grpc.StatusCode, details: str) -> bool:
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
+
+
+def _forked(collector: "weakref.ReferenceType[Collector]") -> None:
+    """In a child process just forked: the collector, if still alive, stops there."""
+    alive = collector()
+    if alive is not None:
+        alive._after_fork()
+
+
+def _warn_unsent(collector: "weakref.ReferenceType[Collector]") -> None:
+    """At interpreter exit: says how many events a collector that was never
+    closed leaves unsent (its sender is a daemon thread, ended with the process)."""
+    alive = collector()
+    if alive is None or alive._closed or alive._forked:
+        return
+    pending = alive.stats().pending
+    if pending:
+        logger.warning("rankwatch: %d event(s) were never sent: the process exits without close(); call "
+                       "collector.close(timeout) at shutdown, or use `with Collector(...) as collector:`", pending)
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:

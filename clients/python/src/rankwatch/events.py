@@ -4,8 +4,9 @@ Ids that make retries idempotent are generated when the caller gives none: an
 impression's `request_id` and an interaction's `event_id` (uuid4). Times
 default to now; a `datetime` must carry its time zone, and a number is taken
 as seconds since 1970 (what `time.time()` returns). Every check runs in the
-builder, so a bad argument raises `ValueError` at the caller's own call,
-never later in the client's background thread.
+builder, so a bad argument raises at the caller's own call, never later in
+the client's background thread: `TypeError` for the wrong kind of value (an
+id that is not a string), naming the field, and `ValueError` for a bad one.
 """
 
 from __future__ import annotations
@@ -54,6 +55,23 @@ def set_time(target: Timestamp, time: EventTime) -> None:
         raise ValueError(f"event time {time!r} is neither an aware datetime nor finite seconds since 1970")
 
 
+def _text(field: str, value: object) -> str:
+    """`value` if it is a string; else `TypeError` naming `field`."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} is {type(value).__name__} {value!r}; give a str")
+    return value
+
+
+def _items(items: Sequence[str]) -> list:
+    """The item ids of a list, checked: a sequence of strings, at least one."""
+    if isinstance(items, (str, bytes)):
+        raise ValueError(f"items is one string {items!r}; give a list of item ids, e.g. [\"a\", \"b\"]")
+    checked = [_text(f"item_ids[{rank}]", item) for rank, item in enumerate(items)]
+    if not checked:
+        raise ValueError("items holds no item; an impression shows at least one")
+    return checked
+
+
 def impression(
     *,
     user_id: str,
@@ -77,12 +95,12 @@ def impression(
     [...]}`, one team per item).
     """
     shown = pb.Impression(
-        request_id=new_id() if request_id is None else request_id,
-        user_id=user_id,
-        item_ids=list(items),
-        model=model,
-        surface=surface,
-        labels=dict(labels or {}),
+        request_id=new_id() if request_id is None else _text("request_id", request_id),
+        user_id=_text("user_id", user_id),
+        item_ids=_items(items),
+        model=_text("model", model),
+        surface=_text("surface", surface),
+        labels={_text("labels key", key): _text(f"labels[{key!r}]", value) for key, value in (labels or {}).items()},
     )
     if interleaving is not None:
         shown.interleaving.CopyFrom(interleaving_of(interleaving, shown.item_ids))
@@ -129,13 +147,15 @@ def interaction(
     `grade` overrides the grade of the type.
     """
     feedback = pb.Interaction(
-        event_id=new_id() if event_id is None else event_id,
-        user_id=user_id,
-        item_id=item_id,
-        request_id=request_id or "",
-        type=type,
+        event_id=new_id() if event_id is None else _text("event_id", event_id),
+        user_id=_text("user_id", user_id),
+        item_id=_text("item_id", item_id),
+        request_id=_text("request_id", request_id or ""),
+        type=_text("type", type),
     )
     if grade is not None:
+        if isinstance(grade, bool) or not isinstance(grade, numbers.Real) or not math.isfinite(grade) or grade < 0:
+            raise ValueError(f"grade {grade!r} is not a finite number of at least 0")
         feedback.grade = grade
     set_time(feedback.time, time)
     return pb.Event(interaction=feedback)

@@ -23,7 +23,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installed ex
     raise ImportError("KafkaCollector needs confluent-kafka: pip install 'rankwatch[kafka]'") from missing
 
 from rankwatch.events import user_of
-from rankwatch.sink import EventSink
+from rankwatch.sink import EventSink, require_event
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -96,7 +96,9 @@ class KafkaCollector(EventSink):
 
     def send(self, event: pb.Event) -> bool:
         """Queues one event as a record; never blocks. Returns `False` when the
-        producer's queue is full (or the client closed) and it was dropped."""
+        producer's queue is full (or the client closed) and it was dropped.
+        Anything but a `rankwatch.v1.Event` raises `TypeError`."""
+        require_event(event)
         if self._closed.is_set():
             return self._drop()
         try:

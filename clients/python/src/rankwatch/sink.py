@@ -19,6 +19,17 @@ Self = TypeVar("Self", bound="EventSink")
 EXIT_TIMEOUT_S = 30.0
 
 
+def require_event(event: object) -> None:
+    """Raises `TypeError` unless `event` is a `rankwatch.v1.Event`: what a
+    sink's `send` takes, checked at the caller's call rather than failing
+    later on the client's own thread."""
+    if not isinstance(event, pb.Event):
+        raise TypeError(
+            f"send() takes a rankwatch.v1.Event, not {type(event).__name__}: build one with "
+            "rankwatch.events.impression(...) or .interaction(...), or call impression(...) on the client"
+        )
+
+
 class EventSink(abc.ABC):
     """Somewhere to send impressions and interactions without blocking the caller."""
 

@@ -31,6 +31,11 @@ class Throttle:
         self._last: Dict[str, float] = {}
         self._suppressed: Dict[str, int] = {}
 
+    @property
+    def interval(self) -> float:
+        """The seconds between two reports of one subject."""
+        return self._interval
+
     def admit(self, subject: str, count: int = 1) -> Optional[int]:
         """Whether `count` new occurrences of `subject` may be reported now.
 

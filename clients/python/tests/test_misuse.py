@@ -1,0 +1,171 @@
+"""What serving code gets wrong with a `Collector`, against a real `rankwatch serve`:
+events sent while it closes, an object that is not an event, a fork after it
+was made, a server that stops answering, a process that exits without
+closing, arguments of the wrong type. None of it may lose an accepted event
+silently, block the caller or stop the client."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from conftest import Server, sample
+
+from rankwatch import Collector, events
+
+PATIENCE_S = 60.0
+
+
+def received(server: Server) -> float:
+    """Events the server has received since it started."""
+    return sample(server.scrape(), "rankwatch_events_received_total")
+
+
+def test_events_sent_while_closing_are_delivered_or_refused_never_lost(server: Server) -> None:
+    client = Collector(server.grpc_addr, batch_size=5)
+    accepted = [0, 0]
+    stop = threading.Event()
+
+    def send(slot: int) -> None:
+        while not stop.is_set():
+            user = f"u{slot}-{accepted[slot]}"  # one list per user, none shed
+            accepted[slot] += client.send(events.impression(user_id=user, items=["a"]))
+
+    senders = [threading.Thread(target=send, args=(slot,)) for slot in range(2)]
+    for sender in senders:
+        sender.start()
+    time.sleep(0.3)
+    assert client.close(timeout=PATIENCE_S)
+    stop.set()
+    for sender in senders:
+        sender.join()
+    stats = client.stats()
+    assert stats.queued == sum(accepted) and stats.pending == 0, stats
+    assert stats.accepted == sum(accepted) == received(server), stats
+    assert stats.dropped > 0  # the sends after close began were refused, and counted
+
+
+def test_an_object_that_is_not_an_event_raises_at_the_call_and_the_client_goes_on(server: Server) -> None:
+    with Collector(server.grpc_addr) as client:
+        impression = events.impression(user_id="u1", items=["a"])
+        for wrong in (impression.impression, {"impression": {"userId": "u1", "itemIds": ["a"]}}, None):
+            with pytest.raises(TypeError, match="rankwatch.v1.Event"):
+                client.send(wrong)  # type: ignore[arg-type]
+        assert client.send(impression)
+        assert client.flush(timeout=PATIENCE_S)
+    assert client.stats().accepted == 1 == received(server)
+
+
+def test_a_sender_that_fails_on_a_batch_logs_it_gives_it_up_and_goes_on(
+    server: Server, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = Collector(server.grpc_addr, batch_size=1)
+    numbered = client._numbered
+    failed_once = []
+
+    def fail_once(batch):  # a bug of the client's own, or a broken protobuf install
+        if not failed_once:
+            failed_once.append(True)
+            raise RuntimeError("broken")
+        return numbered(batch)
+
+    monkeypatch.setattr(client, "_numbered", fail_once)
+    with caplog.at_level(logging.WARNING, logger="rankwatch"):
+        client.send(events.impression(user_id="u1", items=["a"]))
+        client.send(events.impression(user_id="u2", items=["a"]))
+        assert client.flush(timeout=PATIENCE_S)
+        assert client.close(timeout=PATIENCE_S)
+    stats = client.stats()
+    assert (stats.accepted, stats.failed, stats.pending) == (1, 1, 0), stats
+    assert any("given up" in r.getMessage() and r.exc_info for r in caplog.records), caplog.text
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_refuses_events_saying_why_and_closes_at_once(server: Server) -> None:
+    script = textwrap.dedent(f"""
+        import logging, os, sys, time
+        logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+        from rankwatch import Collector, events
+        client = Collector({server.grpc_addr!r})
+        client.send(events.impression(user_id="parent", items=["a"]))
+        pid = os.fork()
+        if pid == 0:
+            sent = [client.send(events.impression(user_id="child", items=["a"])) for _ in range(3)]
+            began = time.monotonic()
+            closed = client.close(timeout=5)
+            print("child", sent, closed, round(time.monotonic() - began), client.stats().dropped, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent", client.close(timeout=30), client.stats().accepted, flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE_S)
+    lines = done.stdout.splitlines()
+    assert "child [False, False, False] True 0 3" in lines, done.stdout + done.stderr
+    assert "parent True 1" in lines, done.stdout + done.stderr
+    assert any("fork" in line and "create the Collector" in line for line in lines), done.stdout
+
+
+def test_drops_of_a_full_queue_are_logged(server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    os.kill(server.process.pid, signal.SIGSTOP)  # a server that stops answering
+    try:
+        client = Collector(server.grpc_addr, queue_size=10, batch_size=1000, linger=3600)
+        with caplog.at_level(logging.WARNING, logger="rankwatch"):
+            for i in range(30):
+                client.impression(user_id=f"u{i}", items=["a"])
+            assert client.stats().dropped > 0
+            assert any("dropped" in r.getMessage() and "queue" in r.getMessage() for r in caplog.records), caplog.text
+            assert not client.close(timeout=0.5)
+            assert any("gave up 10 event(s)" in r.getMessage() for r in caplog.records), caplog.text
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+
+def test_the_queue_is_bounded_in_bytes_too(server: Server) -> None:
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        client = Collector(server.grpc_addr, queue_bytes=100_000)
+        items = [f"item-{i:030d}" for i in range(1000)]  # some 40 kB per impression
+        sent = [client.impression(user_id="u", items=items) for _ in range(10)]
+        assert len(sent) == 10
+        stats = client.stats()
+        assert 1 <= stats.queued <= 3 and stats.dropped == 10 - stats.queued, stats
+        client.close(timeout=0.5)
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+
+def test_a_process_that_exits_without_close_says_what_it_left_unsent() -> None:
+    script = textwrap.dedent("""
+        import logging, sys
+        logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+        from rankwatch import Collector, events
+        client = Collector("127.0.0.1:9")  # nothing listens there
+        for i in range(5):
+            client.send(events.impression(user_id="u", items=["a"]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE_S)
+    assert done.returncode == 0, done.stderr
+    assert "5 event(s) were never sent" in done.stdout and "close(" in done.stdout, done.stdout + done.stderr
+
+
+def test_arguments_of_the_wrong_kind_raise_at_the_call_naming_the_field() -> None:
+    with pytest.raises(TypeError, match="user_id"):
+        events.impression(user_id=7, items=["a"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="item_ids\\[1\\]"):
+        events.impression(user_id="u", items=["a", 2])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="one string"):
+        events.impression(user_id="u", items="abc")
+    with pytest.raises(ValueError, match="no item"):
+        events.impression(user_id="u", items=[])
+    with pytest.raises(TypeError, match="event_id"):
+        events.interaction(user_id="u", item_id="a", event_id=3)  # type: ignore[arg-type]
+    for grade in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="grade"):
+            events.interaction(user_id="u", item_id="a", grade=grade)
