@@ -9,7 +9,7 @@ import uuid
 import pytest
 from conftest import Server
 
-from rankwatch import Collector, events
+from rankwatch import Collector, events, rows
 from rankwatch.batching import EventBuffer
 
 
@@ -48,6 +48,15 @@ def test_times_are_aware_datetimes_or_seconds_since_1970() -> None:
     for bad in (float("nan"), float("inf"), True, "2026-11-01T10:00:00Z"):
         with pytest.raises(ValueError, match="neither an aware datetime nor finite seconds"):
             events.impression(user_id="u1", items=["a"], time=bad)
+
+
+def test_times_keep_their_nanoseconds() -> None:
+    pandas = pytest.importorskip("pandas")
+    text = "2026-11-01T10:00:04.123456789Z"
+    assert rows.event_of({"kind": "interaction", "user_id": "u1", "item_id": "b", "time": text}) \
+        .interaction.time.ToJsonString() == text
+    stamp = pandas.Timestamp(text)
+    assert events.impression(user_id="u1", items=["a"], time=stamp).impression.time.ToJsonString() == text
 
 
 def test_a_naive_datetime_raises_at_the_callers_call_and_nothing_is_queued(server: Server) -> None:

@@ -23,8 +23,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rankwatch.interleave import Interleaved
 from rankwatch.v1 import rankwatch_pb2 as pb
 
-#: An event time: an aware `datetime`, seconds since 1970, or `None` for now.
-EventTime = Union[datetime.datetime, float, int, None]
+#: An event time: an aware `datetime` (a pandas `Timestamp` keeps its
+#: nanoseconds), seconds since 1970, a protobuf `Timestamp`, or `None` for now.
+EventTime = Union[datetime.datetime, float, int, Timestamp, None]
 #: Who contributed each item of an interleaved list: the result of
 #: `rankwatch.interleave.team_draft`, the protobuf message, or a mapping
 #: `{"rankers": [...], "teams": [...]}` (the JSON form).
@@ -46,7 +47,13 @@ def set_time(target: Timestamp, time: EventTime) -> None:
                 f"naive datetime {time.isoformat()}: pass an aware datetime, one with a time zone, "
                 "e.g. datetime.now(timezone.utc) or dt.replace(tzinfo=timezone.utc)"
             )
-        target.FromDatetime(time)
+        nanos = getattr(time, "value", None)  # a pandas Timestamp: nanoseconds since 1970
+        if isinstance(nanos, int):
+            target.FromNanoseconds(nanos)
+        else:
+            target.FromDatetime(time)
+    elif isinstance(time, Timestamp):
+        target.CopyFrom(time)
     elif isinstance(time, numbers.Integral) and not isinstance(time, bool):
         target.FromNanoseconds(int(time) * 1_000_000_000)
     elif isinstance(time, numbers.Real) and not isinstance(time, bool) and math.isfinite(time):

@@ -21,7 +21,6 @@ in the report, as it would be online.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, Dict, Iterable, Mapping
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -77,7 +76,8 @@ def event_of(row: Mapping[str, Any]) -> pb.Event:
 
 
 def parsed_time(value: Any) -> events.EventTime:
-    """A row's time as the builders take it: an RFC 3339 string becomes an aware datetime."""
+    """A row's time as the builders take it: an RFC 3339 string becomes a
+    protobuf `Timestamp`, which keeps its nanoseconds."""
     if not isinstance(value, str):
         return value
     stamp = Timestamp()
@@ -85,7 +85,7 @@ def parsed_time(value: Any) -> events.EventTime:
         stamp.FromJsonString(value)
     except ValueError as error:
         raise ValueError(f"time {value!r} is not RFC 3339 with an offset, such as 2026-11-01T10:00:00Z") from error
-    return stamp.ToDatetime(tzinfo=datetime.timezone.utc)
+    return stamp
 
 
 def missing(value: Any) -> bool:
