@@ -4,6 +4,9 @@ from a real Kafka-compatible broker (tansu) when one is installed."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 import time
 from typing import Dict, List
 
@@ -110,3 +113,26 @@ def murmur2_partition(key: bytes, partitions: int) -> int:
     h = (h * m) & mask
     h ^= h >> 15
     return (h & 0x7FFFFFFF) % partitions
+
+
+def test_flush_or_close_from_on_rejection_raises_and_the_process_lives() -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        from rankwatch import KafkaCollector
+        raised = []
+
+        def on_rejection(_rejected):
+            for method in (client.flush, client.close):
+                try:
+                    method(timeout=1)
+                except RuntimeError as error:
+                    raised.append("on_rejection" in str(error))
+
+        client = KafkaCollector("127.0.0.1:{free_port()}", on_rejection=on_rejection,
+                                config={{"message.timeout.ms": 300, "enable.idempotence": False}})
+        client.impression(user_id="u", items=["a"])
+        client.close(timeout=30)
+        print("raised", raised, flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE_S)
+    assert done.returncode == 0 and "raised [True, True]" in done.stdout, done.stdout + done.stderr

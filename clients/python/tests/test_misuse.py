@@ -169,3 +169,71 @@ def test_arguments_of_the_wrong_kind_raise_at_the_call_naming_the_field() -> Non
     for grade in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match="grade"):
             events.interaction(user_id="u", item_id="a", grade=grade)
+
+
+def test_flush_or_close_from_on_rejection_raises_instead_of_waiting_for_itself(server: Server) -> None:
+    raised: list = []
+
+    def on_rejection(_rejected) -> None:
+        for method in (client.flush, client.close):
+            try:
+                method()
+            except RuntimeError as error:
+                raised.append(str(error))
+
+    client = Collector(server.grpc_addr, batch_size=1, on_rejection=on_rejection)
+    client.send(events.interaction(user_id="u1", item_id="a", type="clik"))  # rejected: unknown type
+    for i in range(5):
+        client.impression(user_id=f"u{i}", items=["a"])
+    assert client.close(timeout=PATIENCE_S)
+    assert len(raised) == 2 and all("on_rejection" in message for message in raised), raised
+    stats = client.stats()
+    assert (stats.accepted, stats.rejected_total, stats.pending) == (5, 1, 0), stats
+
+
+def test_a_second_close_or_a_flush_after_close_returns_at_once() -> None:
+    client = Collector("127.0.0.1:9")  # nothing listens there
+    client.impression(user_id="u", items=["a"])
+    assert not client.close(timeout=0)
+    began = time.monotonic()
+    assert not client.flush()  # no timeout: it must not wait for a sender that has stopped
+    assert not client.close()
+    assert time.monotonic() - began < 5
+    assert client.stats().pending == 1
+
+
+def test_an_event_changed_after_send_is_sent_as_it_was(server: Server) -> None:
+    event = events.impression(user_id="u0", items=["a", "b"], request_id="r0")
+    with Collector(server.grpc_addr, batch_size=1000, linger=3600) as client:
+        for i in range(5):
+            event.impression.user_id, event.impression.request_id = f"u{i}", f"r{i}"
+            assert client.send(event)
+        event.impression.ClearField("item_ids")
+    assert client.stats().accepted == 5, client.stats()
+
+
+def test_items_without_a_rank_order_or_of_the_wrong_kind_raise_naming_them() -> None:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    for unordered in ({"b", "a"}, {"a": 1, "b": 2}):
+        with pytest.raises(ValueError, match="no rank order"):
+            events.impression(user_id="u", items=unordered)
+    with pytest.raises(TypeError, match="items"):
+        events.impression(user_id="u", items=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="labels"):
+        events.impression(user_id="u", items=["a"], labels=[("country", "de")])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="request_id"):
+        events.interaction(user_id="u", item_id="a", request_id=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="grade"):
+        events.interaction(user_id="u", item_id="a", grade=10**400)
+    for seconds, nanos in ((0, -5), (0, 2_000_000_000), (10**12, 0)):
+        with pytest.raises(ValueError, match="not a valid time"):
+            events.interaction(user_id="u", item_id="a", time=Timestamp(seconds=seconds, nanos=nanos))
+
+
+def test_rfc_3339_spellings_with_a_lowercase_t_z_or_a_space_are_read() -> None:
+    from rankwatch import rows
+
+    for text in ("2026-11-01t10:00:00.5z", "2026-11-01 10:00:00.5Z"):
+        event = rows.event_of({"kind": "interaction", "user_id": "u", "item_id": "a", "time": text})
+        assert event.interaction.time.ToJsonString() == "2026-11-01T10:00:00.500Z"

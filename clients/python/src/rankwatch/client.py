@@ -27,10 +27,8 @@ is told at exit how many events it never sent.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import dataclasses
-import functools
 import logging
 import os
 import threading
@@ -159,22 +157,29 @@ class Collector(EventSink):
         self._resent_events = 0
         self._stream_failures = 0
         self._closed = False
+        self._closing = threading.Lock()
+        self._callback_thread: Optional[int] = None
         self._forked = False
         self._sender = threading.Thread(target=self._run, name="rankwatch-sender", daemon=True)
         self._sender.start()
-        this = weakref.ref(self)
-        if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork()
-            os.register_at_fork(after_in_child=functools.partial(_forked, this))
-        self._at_exit = functools.partial(_warn_unsent, this)
-        atexit.register(self._at_exit)
+        _LIVE.add(self)
+        self._watch_exit()
 
     # ---- serving code's side -------------------------------------------------
 
     def send(self, event: pb.Event) -> bool:
-        """Queues one event; never blocks. Returns `False` when the queue is
-        full (or the client closed) and the event was dropped. Anything but
-        a `rankwatch.v1.Event` raises `TypeError`."""
+        """Queues a copy of one event (the caller may change or reuse it);
+        never blocks. Returns `False` when the queue is full (or the client
+        closed) and the event was dropped. Anything but a `rankwatch.v1.Event`
+        raises `TypeError`."""
         require_event(event)
+        owned = pb.Event()
+        owned.CopyFrom(event)
+        return self._send_built(owned)
+
+    def _send_built(self, event: pb.Event) -> bool:
+        """Queues an event that no caller holds (built by `impression` or
+        `interaction`, or copied by `send`)."""
         if self._buffer.offer(event):
             return True
         self._warn_dropped()
@@ -197,20 +202,49 @@ class Collector(EventSink):
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Sends what is queued without waiting for `linger`, and waits until
         every event queued before the call is acknowledged (or given up).
-        Returns `False` if `timeout` seconds passed first."""
+        Returns `False` if `timeout` seconds passed first, or at once once the
+        client has stopped (a `close` whose time ran out). Called from
+        `on_rejection`, which runs on the thread that handles the acks, it
+        raises `RuntimeError`: it would wait for itself."""
+        self._refuse_on_own_thread("flush")
         target = self._buffer.flush()
         with self._state:
-            return self._state.wait_for(lambda: self._settled >= target, timeout)
+            self._state.wait_for(lambda: self._settled >= target or self._stopping, timeout)
+            return self._settled >= target
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Flushes, then closes the stream and the channel. Returns `False` if
         events were still unacknowledged after `timeout` seconds; they are
         given up (see `stats().pending`, and the log). Events sent once
-        `close` has begun are dropped. Safe to call more than once."""
-        self._closed = True
-        atexit.unregister(self._at_exit)
+        `close` has begun are dropped. Safe to call more than once, and from
+        several threads: a later call returns whether nothing is left pending.
+        Called from `on_rejection`, it raises `RuntimeError`, as `flush` does."""
+        self._refuse_on_own_thread("close")
+        self._watch_exit(False)
         if self._forked:
+            self._closed = True
             return True  # what the parent queued before the fork is the parent's to send
+        if not self._closing.acquire(timeout=-1 if timeout is None else timeout):
+            return False  # another thread is closing, and did not finish in time
+        try:
+            if not self._closed:
+                self._close(timeout)
+                self._closed = True
+            return self.stats().pending == 0
+        finally:
+            self._closing.release()
+
+    def _refuse_on_own_thread(self, method: str) -> None:
+        """Raises `RuntimeError` when called from the `on_rejection` callback."""
+        if threading.get_ident() == self._callback_thread:
+            raise RuntimeError(
+                f"{method}() called from on_rejection, which runs on the thread that handles the server's acks: "
+                f"it would wait for that thread; call {method}() from another thread"
+            )
+
+    def _close(self, timeout: Optional[float]) -> None:
+        """Closes once: refuses new events, flushes, stops the sender, ends
+        the stream and the channel; logs what it gave up."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._buffer.close()
         done = self.flush(timeout)
@@ -227,18 +261,20 @@ class Collector(EventSink):
             if not done:
                 stream.cancel()
         self._channel.close()
-        if not done:
-            logger.warning("rankwatch gave up %d event(s) not acknowledged within close(timeout=%s)",
-                           self.stats().pending, timeout)
+        pending = self.stats().pending
+        if pending:
+            logger.warning("rankwatch gave up %d event(s) not acknowledged within close(timeout=%s)", pending, timeout)
         self._throttle.warn_left(logger)
-        return done
 
     def _after_fork(self) -> None:
         """Leaves the parent's sender, channel and queue alone in a child
         process (their locks may be held by threads that do not exist here):
         a closed queue, and counters of the child's own."""
         self._forked = True
+        self._watch_exit(False)
         self._state = threading.Condition()
+        self._closing = threading.Lock()
+        self._callback_thread = None
         self._throttle = Throttle(self._throttle.interval)
         self._buffer = EventBuffer(1, 1, 1, 0.0)
         self._buffer.close()
@@ -407,10 +443,7 @@ class Collector(EventSink):
                 logger.warning("rejection of event %d in a batch of %d", rejection.index, len(batch.events))
                 continue
             rejected = RejectedEvent(batch.events[rejection.index], rejection.reason, rejection.message)
-            try:
-                self._on_rejection(rejected)
-            except Exception:
-                logger.exception("the rejection callback failed on %s", rejection.reason)
+            self._call_back(rejected)
 
     def _on_end(self, stream: IngestStream, code: grpc.StatusCode, details: str) -> None:
         """Forgets an ended stream; unless the client is closing, counts it as
@@ -482,12 +515,22 @@ class Collector(EventSink):
 
     def _report_refused(self, event: pb.Event, code: grpc.StatusCode, details: str) -> None:
         """Hands an event given up to the callback, with the status as its reason."""
-        if self._on_rejection is None:
+        if self._on_rejection is not None:
+            self._call_back(RejectedEvent(event, code.name.lower(), details))
+
+    def _call_back(self, rejected: RejectedEvent) -> None:
+        """Calls `on_rejection` with `rejected`, noting the thread it runs on
+        (where `flush` and `close` must not wait); logs what it raises."""
+        callback = self._on_rejection
+        if callback is None:
             return
+        self._callback_thread = threading.get_ident()
         try:
-            self._on_rejection(RejectedEvent(event, code.name.lower(), details))
+            callback(rejected)
         except Exception:
-            logger.exception("the rejection callback failed on a refused event")
+            logger.exception("the rejection callback failed on %s", rejected.reason)
+        finally:
+            self._callback_thread = None
 
 
 def _refused(code: grpc.StatusCode, details: str) -> bool:
@@ -499,23 +542,18 @@ def _refused(code: grpc.StatusCode, details: str) -> bool:
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
 
 
-def _forked(collector: "weakref.ReferenceType[Collector]") -> None:
-    """In a child process just forked: the collector, if still alive, stops there."""
-    alive = collector()
-    if alive is not None:
-        alive._after_fork()
+#: The collectors of this process, for the fork hook below.
+_LIVE: "weakref.WeakSet[Collector]" = weakref.WeakSet()
 
 
-def _warn_unsent(collector: "weakref.ReferenceType[Collector]") -> None:
-    """At interpreter exit: says how many events a collector that was never
-    closed leaves unsent (its sender is a daemon thread, ended with the process)."""
-    alive = collector()
-    if alive is None or alive._closed or alive._forked:
-        return
-    pending = alive.stats().pending
-    if pending:
-        logger.warning("rankwatch: %d event(s) were never sent: the process exits without close(); call "
-                       "collector.close(timeout) at shutdown, or use `with Collector(...) as collector:`", pending)
+def _after_fork_in_child() -> None:
+    """In a child process just forked: every collector stops there."""
+    for collector in list(_LIVE):
+        collector._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork()
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:

@@ -11,6 +11,7 @@ id that is not a string), naming the field, and `ValueError` for a bad one.
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
 import math
 import numbers
@@ -30,6 +31,11 @@ EventTime = Union[datetime.datetime, float, int, Timestamp, None]
 #: `rankwatch.interleave.team_draft`, the protobuf message, or a mapping
 #: `{"rankers": [...], "teams": [...]}` (the JSON form).
 InterleavingSpec = Union[Interleaved, pb.Interleaving, Mapping[str, Sequence]]
+
+
+#: The seconds since 1970 of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z,
+#: the range of a protobuf `Timestamp`.
+_FIRST_SECOND, _LAST_SECOND = -62_135_596_800, 253_402_300_799
 
 
 def new_id() -> str:
@@ -53,6 +59,9 @@ def set_time(target: Timestamp, time: EventTime) -> None:
         else:
             target.FromDatetime(time)
     elif isinstance(time, Timestamp):
+        if not 0 <= time.nanos < 1_000_000_000 or not _FIRST_SECOND <= time.seconds <= _LAST_SECOND:
+            raise ValueError(f"Timestamp(seconds={time.seconds}, nanos={time.nanos}) is not a valid time: "
+                             "nanos from 0 to 999999999, between the years 1 and 9999")
         target.CopyFrom(time)
     elif isinstance(time, numbers.Integral) and not isinstance(time, bool):
         target.FromNanoseconds(int(time) * 1_000_000_000)
@@ -70,13 +79,37 @@ def _text(field: str, value: object) -> str:
 
 
 def _items(items: Sequence[str]) -> list:
-    """The item ids of a list, checked: a sequence of strings, at least one."""
+    """The item ids of a list, checked: strings in rank order, at least one."""
     if isinstance(items, (str, bytes)):
         raise ValueError(f"items is one string {items!r}; give a list of item ids, e.g. [\"a\", \"b\"]")
+    if isinstance(items, (collections.abc.Set, collections.abc.Mapping)):
+        raise ValueError(f"items is a {type(items).__name__}, which has no rank order; give a list, rank 1 first")
+    if not isinstance(items, collections.abc.Iterable):
+        raise TypeError(f"items is {type(items).__name__} {items!r}; give a list of item ids, rank 1 first")
     checked = [_text(f"item_ids[{rank}]", item) for rank, item in enumerate(items)]
     if not checked:
         raise ValueError("items holds no item; an impression shows at least one")
     return checked
+
+
+def _labels(labels: Optional[Mapping[str, str]]) -> dict:
+    """The labels, checked: a mapping of strings to strings."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, collections.abc.Mapping):
+        raise TypeError(f"labels is {type(labels).__name__} {labels!r}; give a dict, e.g. {{\"country\": \"de\"}}")
+    return {_text("labels key", key): _text(f"labels[{key!r}]", value) for key, value in labels.items()}
+
+
+def _grade(grade: object) -> float:
+    """An explicit grade, checked: a finite number of at least 0."""
+    try:
+        value = float(grade) if isinstance(grade, numbers.Real) and not isinstance(grade, bool) else math.nan
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"grade {grade!r} is not a finite number of at least 0")
+    return value
 
 
 def impression(
@@ -107,7 +140,7 @@ def impression(
         item_ids=_items(items),
         model=_text("model", model),
         surface=_text("surface", surface),
-        labels={_text("labels key", key): _text(f"labels[{key!r}]", value) for key, value in (labels or {}).items()},
+        labels=_labels(labels),
     )
     if interleaving is not None:
         shown.interleaving.CopyFrom(interleaving_of(interleaving, shown.item_ids))
@@ -157,13 +190,11 @@ def interaction(
         event_id=new_id() if event_id is None else _text("event_id", event_id),
         user_id=_text("user_id", user_id),
         item_id=_text("item_id", item_id),
-        request_id=_text("request_id", request_id or ""),
+        request_id="" if request_id is None else _text("request_id", request_id),
         type=_text("type", type),
     )
     if grade is not None:
-        if isinstance(grade, bool) or not isinstance(grade, numbers.Real) or not math.isfinite(grade) or grade < 0:
-            raise ValueError(f"grade {grade!r} is not a finite number of at least 0")
-        feedback.grade = grade
+        feedback.grade = _grade(grade)
     set_time(feedback.time, time)
     return pb.Event(interaction=feedback)
 

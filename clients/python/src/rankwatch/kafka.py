@@ -91,8 +91,10 @@ class KafkaCollector(EventSink):
         self._accepted = 0
         self._failed = 0
         self._closed = threading.Event()
+        self._callback_thread: Optional[int] = None
         self._poller = threading.Thread(target=self._poll, name="rankwatch-kafka", daemon=True)
         self._poller.start()
+        self._watch_exit()
 
     def send(self, event: pb.Event) -> bool:
         """Queues one event as a record; never blocks. Returns `False` when the
@@ -116,18 +118,36 @@ class KafkaCollector(EventSink):
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Waits until the broker has taken (or refused) every queued record;
-        returns `False` if `timeout` seconds passed first."""
+        returns `False` if `timeout` seconds passed first. Called from
+        `on_rejection`, which runs while delivery reports are served, it
+        raises `RuntimeError` (librdkafka would abort the process)."""
+        self._refuse_on_own_thread("flush")
         left = self._producer.flush(-1 if timeout is None else timeout)
         return left == 0
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Flushes, then stops the background thread. Returns `False` if
-        records were still undelivered after `timeout` seconds."""
+        records were still undelivered after `timeout` seconds, and logs
+        them. Called from `on_rejection`, it raises `RuntimeError`."""
+        self._refuse_on_own_thread("close")
+        self._watch_exit(False)
         self._closed.set()
         done = self.flush(timeout)
         self._poller.join()
+        if not done:
+            logger.warning("rankwatch gave up %d record(s) not delivered within close(timeout=%s)",
+                           self.stats().pending, timeout)
         self._throttle.warn_left(logger)
         return done
+
+    def _refuse_on_own_thread(self, method: str) -> None:
+        """Raises `RuntimeError` when called from `on_rejection`, or on the
+        thread that serves delivery reports."""
+        if threading.get_ident() == self._callback_thread or threading.current_thread() is self._poller:
+            raise RuntimeError(
+                f"{method}() called from on_rejection, which runs while delivery reports are served: "
+                f"it would wait for itself; call {method}() from another thread"
+            )
 
     def stats(self) -> SinkStats:
         """A snapshot of the counters (`accepted`: records the broker took)."""
@@ -145,9 +165,11 @@ class KafkaCollector(EventSink):
         self._throttle.warn(logger, f"producer errors ({error.name()})", "rankwatch Kafka producer: %s", error.str())
 
     def _drop(self) -> bool:
-        """Counts an event that was not queued; returns `False` for `send`."""
+        """Counts and logs (throttled) an event that was not queued; returns `False` for `send`."""
         with self._counts:
             self._dropped += 1
+        reason = "sent after close()" if self._closed.is_set() else "the producer's queue is full (queue_size)"
+        self._throttle.warn(logger, "drops", "rankwatch dropped an event: %s", reason)
         return False
 
     def _poll(self) -> None:
@@ -166,7 +188,10 @@ class KafkaCollector(EventSink):
                             "rankwatch record not delivered to %s: %s", self._topic, error.str())
         if self._on_rejection is None:
             return
+        self._callback_thread = threading.get_ident()
         try:
             self._on_rejection(RejectedEvent(pb.Event.FromString(message.value()), "delivery_failed", str(error)))
         except Exception:
             logger.exception("the rejection callback failed on a delivery failure")
+        finally:
+            self._callback_thread = None

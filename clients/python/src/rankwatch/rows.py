@@ -81,8 +81,11 @@ def parsed_time(value: Any) -> events.EventTime:
     if not isinstance(value, str):
         return value
     stamp = Timestamp()
+    # RFC 3339 also allows a lowercase t and z, and a space between date and time.
+    text = value[:10] + value[10:11].replace("t", "T").replace(" ", "T") + value[11:]
+    text = text[:-1] + "Z" if text.endswith("z") else text
     try:
-        stamp.FromJsonString(value)
+        stamp.FromJsonString(text)
     except ValueError as error:
         raise ValueError(f"time {value!r} is not RFC 3339 with an offset, such as 2026-11-01T10:00:00Z") from error
     return stamp

@@ -5,6 +5,9 @@ use as a context manager (`with`), which closes the client at the end."""
 from __future__ import annotations
 
 import abc
+import atexit
+import logging
+import weakref
 from types import TracebackType
 from typing import Mapping, Optional, Sequence, Type, TypeVar
 
@@ -17,6 +20,25 @@ Self = TypeVar("Self", bound="EventSink")
 
 #: How long leaving a `with` block waits for the last acks before giving up.
 EXIT_TIMEOUT_S = 30.0
+
+
+logger = logging.getLogger("rankwatch")
+
+#: The sinks of this process that were never closed, for the exit warning.
+_UNCLOSED: "weakref.WeakSet[EventSink]" = weakref.WeakSet()
+
+
+def _warn_unsent_at_exit() -> None:
+    """At interpreter exit: says how many events each sink that was never
+    closed leaves unsent (its threads are daemons, ended with the process)."""
+    for sink in list(_UNCLOSED):
+        pending = sink.stats().pending
+        if pending:
+            logger.warning("rankwatch: %d event(s) were never sent: the process exits without close(); call "
+                           "close(timeout) at shutdown, or use `with ... as collector:`", pending)
+
+
+atexit.register(_warn_unsent_at_exit)
 
 
 def require_event(event: object) -> None:
@@ -37,6 +59,19 @@ class EventSink(abc.ABC):
     def send(self, event: pb.Event) -> bool:
         """Queues one `rankwatch.v1.Event`; never blocks. Returns whether it was
         queued (when not, it is counted as dropped)."""
+
+    def _watch_exit(self, watched: bool = True) -> None:
+        """Has the exit warning count this sink's unsent events (from its
+        start), or not any more (once it is closed)."""
+        if watched:
+            _UNCLOSED.add(self)
+        else:
+            _UNCLOSED.discard(self)
+
+    def _send_built(self, event: pb.Event) -> bool:
+        """Queues an event that `impression` or `interaction` just built, which
+        no caller holds; a sink that copies in `send` skips the copy here."""
+        return self.send(event)
 
     @abc.abstractmethod
     def flush(self, timeout: Optional[float] = None) -> bool:
@@ -81,7 +116,7 @@ class EventSink(abc.ABC):
             labels=labels,
             interleaving=interleaving,
         )
-        self.send(event)
+        self._send_built(event)
         return event.impression.request_id
 
     def interaction(
@@ -107,7 +142,7 @@ class EventSink(abc.ABC):
             grade=grade,
             time=time,
         )
-        self.send(event)
+        self._send_built(event)
         return event.interaction.event_id
 
     def __enter__(self: Self) -> Self:
