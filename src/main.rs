@@ -326,8 +326,12 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let report = runtime.block_on(query::fetch(&args.query))?;
     args.filter.check(&report).map_err(anyhow::Error::msg)?;
-    for unmatched in args.filter.unmatched(&report) {
+    let kept = args.filter.apply(report.clone());
+    for unmatched in args.filter.unmatched(&report, &kept) {
         eprintln!("rankwatch: {unmatched}");
+    }
+    if let (Format::Table, Some(beyond)) = (args.format, args.filter.beyond_the_table()) {
+        eprintln!("rankwatch: {beyond}");
     }
     if let (true, Some(window)) = (report.groups.is_empty(), &args.query.window) {
         eprintln!(
@@ -347,7 +351,7 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
             "rankwatch: no list is finalized yet ({when}): a list is evaluated once attribution window + allowed lateness ({wait} s) have passed after it was shown"
         );
     }
-    print_report(&args.filter.apply(report), args.format)
+    print_report(&kept, args.format)
 }
 
 fn run_kafka_check(mut args: KafkaCheckCommand) -> anyhow::Result<()> {

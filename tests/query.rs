@@ -253,6 +253,11 @@ async fn a_filter_that_can_never_match_is_refused_and_one_that_matches_nothing_y
             && stderr.contains("no group has segment country=xx"),
         "{stderr}"
     );
+
+    let beyond = query(&["--grpc-addr", &addr, "--metric", "err,ndcg"]);
+    let stderr = String::from_utf8_lossy(&beyond.stderr);
+    assert!(beyond.status.success(), "{stderr}");
+    assert!(stderr.contains("--format json gives err"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,4 +298,40 @@ async fn a_window_that_holds_no_list_is_told_apart_from_no_list_at_all() {
             && !stderr.contains("no list is finalized yet"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_that_each_match_a_group_but_none_together_are_said() {
+    let server = Server::exact(&[]);
+    let list = |model: &str, surface: &str| {
+        format!(
+            r#"{{"impression":{{"requestId":"{model}","userId":"u-{model}","itemIds":["a"],"model":"{model}","surface":"{surface}","time":"2026-11-01T10:00:00Z"}}}}"#
+        )
+    };
+    let closing = r#"{"interaction":{"userId":"closing","itemId":"a","type":"click","time":"2026-11-02T10:00:00Z"}}"#;
+    let interleaved = r#"{"impression":{"requestId":"mix","userId":"u-mix","itemIds":["a","b"],"model":"mix","surface":"home","time":"2026-11-01T10:00:00Z","interleaving":{"rankers":["a","v9"],"teams":[0,1]}}}"#;
+    server
+        .stream_lines(&[
+            list("a", "home"),
+            list("b", "search"),
+            interleaved.to_owned(),
+            closing.to_owned(),
+        ])
+        .await;
+    let addr = server.grpc.to_string();
+    let apart = query(&["--grpc-addr", &addr, "--model", "a", "--surface", "search"]);
+    let stderr = String::from_utf8_lossy(&apart.stderr);
+    assert!(apart.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "no group has all of the models, surfaces and segment values asked for at once"
+        ),
+        "{stderr}"
+    );
+    let together = query(&["--grpc-addr", &addr, "--model", "a", "--surface", "home"]);
+    assert_eq!(String::from_utf8_lossy(&together.stderr), "");
+    // A ranker of an interleaving experiment, though no group's model, is there.
+    let ranker = query(&["--grpc-addr", &addr, "--model", "v9"]);
+    assert_eq!(String::from_utf8_lossy(&ranker.stderr), "");
+    assert!(String::from_utf8_lossy(&ranker.stdout).contains("v9"));
 }

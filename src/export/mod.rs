@@ -16,6 +16,7 @@ pub use comparison::{compare, Comparison, NamedTotals};
 pub use interleaving::{ExperimentReport, SplitReport};
 pub use report::{
     GroupReport, MeanPair, Pending, PositionPoint, Report, ReportConfig, ReportCounters,
+    TABLE_METRICS,
 };
 pub use snapshot::{ExperimentSnapshot, GroupSnapshot, Snapshot};
 pub use wire::{to_proto, IncompleteReport};

@@ -50,6 +50,16 @@ pub struct Pending {
     pub seconds_to_first_finalization: f64,
 }
 
+/// The metrics the table shows (the JSON report has every metric).
+pub const TABLE_METRICS: [Metric; 6] = [
+    Metric::HitRate,
+    Metric::Mrr,
+    Metric::Ndcg,
+    Metric::Map,
+    Metric::Precision,
+    Metric::Recall,
+];
+
 /// The settings that shaped the figures, built by whoever configured the engine.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReportConfig {
@@ -398,25 +408,18 @@ impl Report {
         };
         let _ = writeln!(out, "rejected: {rejected}\n");
         // The usual columns, less those a filter left out of every group.
-        let columns: Vec<Metric> = [
-            Metric::HitRate,
-            Metric::Mrr,
-            Metric::Ndcg,
-            Metric::Map,
-            Metric::Precision,
-            Metric::Recall,
-        ]
-        .into_iter()
-        .filter(|metric| {
-            self.groups.is_empty()
-                || self.groups.iter().any(|group| {
-                    group
-                        .metrics
-                        .keys()
-                        .any(|key| key.split('@').next() == Some(metric.name()))
-                })
-        })
-        .collect();
+        let columns: Vec<Metric> = TABLE_METRICS
+            .into_iter()
+            .filter(|metric| {
+                self.groups.is_empty()
+                    || self.groups.iter().any(|group| {
+                        group
+                            .metrics
+                            .keys()
+                            .any(|key| key.split('@').next() == Some(metric.name()))
+                    })
+            })
+            .collect();
         let segment_labels: Vec<&String> = self
             .groups
             .first()

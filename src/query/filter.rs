@@ -4,7 +4,7 @@
 //! interleaving experiment is kept when either of its rankers is a kept
 //! model; a split check by its surface and segment values.
 
-use crate::export::Report;
+use crate::export::{Report, TABLE_METRICS};
 use crate::metrics::{Metric, R_PRECISION};
 
 /// The parts of a report to keep; an empty list keeps everything.
@@ -82,13 +82,17 @@ impl ReportFilter {
     }
 
     /// What the filter asks for that no group of `report` has (yet): one
-    /// sentence per model, surface and segment value.
-    pub fn unmatched(&self, report: &Report) -> Vec<String> {
+    /// sentence per model (not a ranker of an interleaving experiment
+    /// either), surface and segment value; else, when it keeps no group of
+    /// the many `report` has (`kept` holds neither a group nor an
+    /// experiment), that no group has all of them at once.
+    pub fn unmatched(&self, report: &Report, kept: &Report) -> Vec<String> {
         let groups = &report.groups;
+        let ranks = |m: &String| report.interleaving.iter().any(|e| &e.a == m || &e.b == m);
         let models = self
             .models
             .iter()
-            .filter(|m| !groups.iter().any(|g| &g.model == *m))
+            .filter(|m| !groups.iter().any(|g| &g.model == *m) && !ranks(m))
             .map(|m| format!("no group has model {m:?}"));
         let surfaces = self
             .surfaces
@@ -100,7 +104,31 @@ impl ReportFilter {
             .iter()
             .filter(|(label, value)| !groups.iter().any(|g| g.segments.get(label) == Some(value)))
             .map(|(label, value)| format!("no group has segment {label}={value}"));
-        models.chain(surfaces).chain(segments).collect()
+        let mut said: Vec<String> = models.chain(surfaces).chain(segments).collect();
+        let nothing_kept = kept.groups.is_empty() && kept.interleaving.is_empty();
+        if said.is_empty() && !groups.is_empty() && nothing_kept {
+            said.push("no group has all of the models, surfaces and segment values asked for at once (every --segment must hold; a repeated --model or --surface needs one of them)".to_owned());
+        }
+        said
+    }
+
+    /// The metrics asked for that the table does not show, with where to
+    /// find them.
+    pub fn beyond_the_table(&self) -> Option<String> {
+        let shown: Vec<&str> = TABLE_METRICS.iter().map(|m| m.name()).collect();
+        let beyond: Vec<&str> = self
+            .metrics
+            .iter()
+            .map(String::as_str)
+            .filter(|m| !shown.contains(m))
+            .collect();
+        (!beyond.is_empty()).then(|| {
+            format!(
+                "the table shows {}; --format json gives {}",
+                shown.join(", "),
+                beyond.join(", ")
+            )
+        })
     }
 
     /// `report` with only what is kept.
