@@ -1,10 +1,11 @@
 """The bounded queue between serving code and the sender thread, and how it cuts batches.
 
 Serving code only ever calls `EventBuffer.offer`, which never blocks: when the
-buffer is full (in events or in bytes) the event is dropped and counted. The sender thread calls
-`EventBuffer.take`, which hands out the oldest events as one batch once there
-are `max_events` of them, once the oldest has waited `linger` seconds, when a
-flush asks for everything offered so far, or when the buffer is closed.
+buffer is full (in events or in bytes) the event is dropped and counted. The
+sender thread calls `EventBuffer.take`, which hands out the oldest events as
+one batch once there are `max_events` of them, once the oldest has waited
+`linger` seconds, when a flush asks for everything offered so far, or when
+the buffer is closed.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ class EventBuffer:
         """
         size = event.ByteSize()
         with self._changed:
-            full = len(self._events) >= self._capacity or (bool(self._events) and self._bytes + size > self._capacity_bytes)
-            if self._closed or full:
+            over_bytes = bool(self._events) and self._bytes + size > self._capacity_bytes
+            if self._closed or len(self._events) >= self._capacity or over_bytes:
                 self._dropped += 1
                 return False
             self._events.append((time.monotonic(), size, event))
