@@ -156,3 +156,32 @@ fn both_listeners_must_fit_the_open_file_limit() {
     server.wait().unwrap();
     assert!(log.contains("rankwatch serving"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_watch_hears_not_serving_as_soon_as_the_drain_begins() {
+    use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
+    let server = Server::start(&[]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let mut watch = health
+        .watch(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+    let pid = server.child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    // Load balancers and client-side health checks stop sending here, not at the exit.
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .expect("no health update within 5 s of SIGTERM");
+    assert_eq!(next.unwrap().unwrap().status(), ServingStatus::NotServing);
+}

@@ -380,3 +380,41 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
         "{said}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = [
+        "--wall-clock-advance",
+        "false",
+        "--state-dir",
+        state_dir,
+        "--max-groups",
+        "2",
+    ];
+    let mut server = Server::start(&args);
+    send(&server, &log_lines()).await;
+    let saved = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        saved["rankwatch_groups"], 3.0,
+        "two groups and the overflow group"
+    );
+    assert_eq!(
+        tokio::task::spawn_blocking(move || server.terminate())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+    let server = Server::start(&args);
+    // The warning would come right after the line of the restore.
+    let mut log = Vec::new();
+    while let Ok(line) = server.log.recv_timeout(Duration::from_secs(2)) {
+        log.push(line);
+    }
+    assert!(log.iter().any(|l| l.contains("state restored")), "{log:#?}");
+    assert!(
+        !log.iter().any(|l| l.contains("beyond the limits")),
+        "{log:#?}"
+    );
+}

@@ -107,7 +107,11 @@ fn warn_beyond_limits(
         ),
         (
             "groups",
-            restored.group_names().len(),
+            restored
+                .group_names()
+                .iter()
+                .filter(|g| !g.is_overflow())
+                .count(),
             "max_groups",
             max_groups,
         ),

@@ -35,6 +35,14 @@ pub struct GroupName {
     pub segments: Vec<(String, String)>,
 }
 
+impl GroupName {
+    /// Whether this is the group that lists past `max_groups` go to, which
+    /// `max_groups` does not count.
+    pub fn is_overflow(&self) -> bool {
+        self.model == OVERFLOW_GROUP_NAME
+    }
+}
+
 /// The segment labels and the bound on their values.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SegmentSettings {

@@ -29,11 +29,15 @@ impl History {
         }
     }
 
-    /// Adds the newest sample, dropping the oldest past either bound (a
-    /// sample larger than the byte bound is not kept).
-    pub fn push(&self, sample: String) {
+    /// Adds the newest sample, dropping the oldest past either bound;
+    /// returns whether it was kept. A sample larger than the byte bound is
+    /// not, and leaves the others as they were.
+    pub fn push(&self, sample: String) -> bool {
+        if sample.len() > self.max_bytes {
+            return false;
+        }
         let Ok(mut ring) = self.ring.lock() else {
-            return;
+            return false;
         };
         ring.bytes += sample.len();
         ring.samples.push_back(sample);
@@ -43,6 +47,7 @@ impl History {
             };
             ring.bytes -= oldest.len();
         }
+        true
     }
 
     /// The samples as one JSON array, oldest first.
@@ -77,11 +82,11 @@ mod tests {
         assert_eq!(history.to_json(), "[22,333,4444]", "3 samples, 9 bytes");
         history.push("55555".to_owned());
         assert_eq!(history.to_json(), "[4444,55555]", "past 10 bytes");
-        history.push("x".repeat(11));
+        assert!(!history.push("x".repeat(11)));
         assert_eq!(
             history.to_json(),
-            "[]",
-            "a sample past the byte bound is not kept"
+            "[4444,55555]",
+            "a sample past the byte bound is not kept, and the others stay"
         );
     }
 }

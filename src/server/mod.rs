@@ -188,6 +188,21 @@ async fn grpc_server(
     health
         .set_serving::<EvaluationServer<evaluation::EvaluationService>>()
         .await;
+    // The gRPC health convention: every service turns NOT_SERVING as the
+    // drain begins, so that watching load balancers stop sending at once.
+    let draining = shutdown.clone();
+    tokio::spawn(async move {
+        draining.cancelled().await;
+        health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        health
+            .set_not_serving::<CollectorServer<collector::CollectorService>>()
+            .await;
+        health
+            .set_not_serving::<EvaluationServer<evaluation::EvaluationService>>()
+            .await;
+    });
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

@@ -63,7 +63,7 @@ impl ReportPermits {
 
 /// What a refused report's client is told.
 pub const REFUSED: &str =
-    "too many reports are being sent to slow readers (max_concurrent_reports); retry shortly";
+    "too many reports are being rendered or sent at once (max_concurrent_reports); retry shortly";
 
 /// A response body handed out in slices of [`SLICE`] bytes, each copied,
 /// that holds its permit until the last is taken.

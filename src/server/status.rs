@@ -334,16 +334,31 @@ async fn history_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 }
 
 /// Samples `/api/status` into the history every `status_history / 360`
-/// until the engine is gone.
+/// until the engine is gone. A sample larger than the history's byte bound
+/// is said once, and the next is taken a tenth of `status_history` later:
+/// rendering them as often as the others cost half a core for nothing.
 async fn keep_history(shared: Arc<Shared>, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut said = false;
     loop {
         ticker.tick().await;
-        match status_json(&shared).await {
-            Ok(sample) => shared.history.push(sample),
+        let sample = match status_json(&shared).await {
+            Ok(sample) => sample,
             Err((StatusCode::SERVICE_UNAVAILABLE, _)) => return,
-            Err(_) => {}
+            Err(_) => continue,
+        };
+        let bytes = sample.len();
+        if shared.history.push(sample) {
+            continue;
         }
+        if !said {
+            said = true;
+            tracing::warn!(
+                sample_bytes = bytes,
+                "a status page sample is larger than max_status_history_bytes, so the history keeps none: raise max_status_history_bytes, or lower max_groups"
+            );
+        }
+        tokio::time::sleep(every * (HISTORY_SAMPLES as u32 / 10)).await;
     }
 }
