@@ -335,3 +335,16 @@ async fn filters_that_each_match_a_group_but_none_together_are_said() {
     assert_eq!(String::from_utf8_lossy(&ranker.stderr), "");
     assert!(String::from_utf8_lossy(&ranker.stdout).contains("v9"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_asked_for_in_another_spelling_is_answered_under_its_configured_name() {
+    let server = Server::start(&["--windows", "1m,5m"]);
+    let mut evaluation = server.evaluation().await;
+    for spelling in ["1m", "60s", "1m0s", "60000ms"] {
+        let request = rankwatch::proto::GetMetricsRequest {
+            window: spelling.to_owned(),
+        };
+        let report = evaluation.get_metrics(request).await.unwrap().into_inner();
+        assert_eq!(report.window, "1m", "asked for {spelling}");
+    }
+}

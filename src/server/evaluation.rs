@@ -49,13 +49,17 @@ impl Evaluation for EvaluationService {
         &self,
         request: Request<proto::GetMetricsRequest>,
     ) -> Result<Response<proto::Report>, Status> {
-        let window = request.into_inner().window;
-        let index = self.window_index(&window)?;
+        let index = self.window_index(&request.into_inner().window)?;
         let report = self
             .engine
             .report(index)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
+        // Under its configured name however it was spelled ("60s" for "1m"),
+        // as /api/status and /metrics name it.
+        let window = index.map_or_else(String::new, |i| {
+            humantime::format_duration(self.windows[i]).to_string()
+        });
         Ok(Response::new(to_proto(report, window)))
     }
 }
