@@ -198,7 +198,7 @@ async fn the_server_estimates_within_the_stated_error_of_the_exact_replay() {
         "--state-dir",
         dir.path().to_str().unwrap(),
     ];
-    let mut server = Server::start(&args);
+    let server = Server::start(&args);
     server.stream_lines(&lines).await;
     let since_start = server.report().await;
     let hour = hour_report(&server).await;
@@ -246,8 +246,7 @@ async fn the_server_estimates_within_the_stated_error_of_the_exact_replay() {
     }
 
     // The sketches survive a restart.
-    let code = tokio::task::spawn_blocking(move || server.terminate());
-    assert_eq!(code.await.unwrap(), Some(0));
+    assert_eq!(server.stop().await, Some(0));
     let server = Server::start(&args);
     assert_eq!(server.report().await, since_start);
     assert_eq!(hour_report(&server).await, hour);

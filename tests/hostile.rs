@@ -219,7 +219,7 @@ fn impression_batch(sequence: u64) -> EventBatch {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
-    let mut server = Server::exact(&[]);
+    let server = Server::exact(&[]);
     let mut client = server.collector().await;
     let (batches, outbound) = tokio::sync::mpsc::channel(4);
     let mut acks = client
@@ -230,9 +230,7 @@ async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
     batches.send(impression_batch(1)).await.unwrap();
     let ack = acks.message().await.unwrap().unwrap();
     assert_eq!((ack.sequence, ack.accepted), (1, 1));
-    let code = tokio::task::spawn_blocking(move || server.terminate())
-        .await
-        .unwrap();
+    let code = server.stop().await;
     let status = acks.message().await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("acknowledged"), "{status:?}");

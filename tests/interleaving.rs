@@ -451,11 +451,9 @@ async fn open_interleaved_lists_and_experiments_survive_a_restart() {
     let args = ["--state-dir", dir.path().to_str().unwrap()];
     // Half the log: some experiments have finalized lists, others are open.
     let (first, rest) = lines.split_at(lines.len() / 2);
-    let mut server = Server::exact(&args);
+    let server = Server::exact(&args);
     server.stream_lines(first).await;
-    let code = tokio::task::spawn_blocking(move || server.terminate())
-        .await
-        .unwrap();
+    let code = server.stop().await;
     assert_eq!(code, Some(0));
     let server = Server::exact(&args);
     let restored = common::server::parse_metrics(&server.get("/metrics").1);

@@ -83,14 +83,9 @@ async fn sigterm_and_restart_lose_nothing() {
     let lines = log_lines();
     let (first, rest) = lines.split_at(lines.len() / 2);
 
-    let mut server = Server::start(&args);
+    let server = Server::start(&args);
     send(&server, first).await;
-    assert_eq!(
-        tokio::task::spawn_blocking(move || server.terminate())
-            .await
-            .unwrap(),
-        Some(0)
-    );
+    assert_eq!(server.stop().await, Some(0));
     let server = Server::start(&args);
     let restored = parse_metrics(&server.get("/metrics").1);
     assert!(
@@ -202,13 +197,11 @@ async fn the_final_save_never_meets_a_periodic_one() {
         "1ms",
     ];
     let lines = log_lines();
-    let mut server = Server::start(&args);
+    let server = Server::start(&args);
     send(&server, &lines[..lines.len() / 2]).await;
     let before = server.report().await;
     assert!(before.counters.as_ref().unwrap().impressions > 0);
-    let code = tokio::task::spawn_blocking(move || server.terminate())
-        .await
-        .unwrap();
+    let code = server.stop().await;
     assert_eq!(code, Some(0));
 
     let server = Server::start(&args);
@@ -311,28 +304,18 @@ async fn a_second_server_on_the_same_state_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().to_str().unwrap();
     let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
-    let mut first = Server::start(&args);
+    let first = Server::start(&args);
     // Both saving to one file, each would overwrite the other's figures.
     let (code, log) = common::server::exit_of(&mut common::server::serve_command(&args));
     assert_ne!(code, Some(0), "{log}");
     assert!(code.is_some(), "the second server did not exit: {log}");
     assert!(log.contains("in use by another rankwatch server"), "{log}");
     assert!(log.contains(&format!("pid {}", first.child.id())), "{log}");
-    assert_eq!(
-        tokio::task::spawn_blocking(move || first.terminate())
-            .await
-            .unwrap(),
-        Some(0)
-    );
+    assert_eq!(first.stop().await, Some(0));
     // Once the first has gone, the directory is free.
-    let mut second = Server::start(&args);
+    let second = Server::start(&args);
     assert_eq!(second.get("/healthz").0, 200);
-    assert_eq!(
-        tokio::task::spawn_blocking(move || second.terminate())
-            .await
-            .unwrap(),
-        Some(0)
-    );
+    assert_eq!(second.stop().await, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,7 +324,7 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
     let state_dir = dir.path().to_str().unwrap();
     let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
     let lines = log_lines();
-    let mut server = Server::start(&args);
+    let server = Server::start(&args);
     // All but the closing line (every list of the log finalized, its groups
     // made), and three lists that stay open.
     let mut sent = lines[..lines.len() - 1].to_vec();
@@ -353,12 +336,7 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
         saved["rankwatch_groups"],
     );
     assert!(open > 1.0 && groups > 1.0, "{open} {groups}");
-    assert_eq!(
-        tokio::task::spawn_blocking(move || server.terminate())
-            .await
-            .unwrap(),
-        Some(0)
-    );
+    assert_eq!(server.stop().await, Some(0));
 
     let lower = [
         &args[..],
@@ -393,19 +371,14 @@ async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflow
         "--max-groups",
         "2",
     ];
-    let mut server = Server::start(&args);
+    let server = Server::start(&args);
     send(&server, &log_lines()).await;
     let saved = parse_metrics(&server.get("/metrics").1);
     assert_eq!(
         saved["rankwatch_groups"], 3.0,
         "two groups and the overflow group"
     );
-    assert_eq!(
-        tokio::task::spawn_blocking(move || server.terminate())
-            .await
-            .unwrap(),
-        Some(0)
-    );
+    assert_eq!(server.stop().await, Some(0));
     let server = Server::start(&args);
     // The warning would come right after the line of the restore.
     let mut log = Vec::new();

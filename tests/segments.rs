@@ -497,19 +497,14 @@ async fn a_restart_keeps_segments_and_their_folds() {
     let lines = log();
     // Up to r3: de and fr are kept, it folded; es and r7 fold after the restart.
     let (before, after) = lines.split_at(5);
-    let mut server = Server::start(&args);
+    let server = Server::start(&args);
     send(&server, before).await;
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(
         metrics[r#"rankwatch_segment_values_folded_total{label="country"}"#],
         1.0
     );
-    assert_eq!(
-        tokio::task::spawn_blocking(move || server.terminate())
-            .await
-            .unwrap(),
-        Some(0)
-    );
+    assert_eq!(server.stop().await, Some(0));
     let server = Server::start(&args);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_impressions"], 3.0);

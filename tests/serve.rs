@@ -431,7 +431,7 @@ async fn health_reflection_and_readiness_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_streams_and_exits_zero() {
-    let mut server = Server::exact(&[]);
+    let server = Server::exact(&[]);
     let mut client = server.collector().await;
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
     let mut acks = client
@@ -449,9 +449,7 @@ async fn sigterm_ends_open_streams_and_exits_zero() {
         .unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().sequence, 1);
     // The stream stays open while the server shuts down.
-    let code = tokio::task::spawn_blocking(move || server.terminate())
-        .await
-        .unwrap();
+    let code = server.stop().await;
     assert_eq!(code, Some(0));
     assert!(
         acks.message().await.map(|m| m.is_none()).unwrap_or(true),

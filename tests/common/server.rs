@@ -11,7 +11,7 @@ pub struct Server {
     pub child: Child,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
-    /// Lines the server logged after start-up.
+    /// Lines the server logged, from its start.
     pub log: std::sync::mpsc::Receiver<String>,
 }
 
@@ -139,6 +139,13 @@ impl Server {
             body.to_owned()
         };
         (status, body)
+    }
+
+    /// [`Server::terminate`] off the async runtime, for an async test.
+    pub async fn stop(mut self) -> Option<i32> {
+        tokio::task::spawn_blocking(move || self.terminate())
+            .await
+            .unwrap()
     }
 
     /// Sends SIGTERM and waits for the exit; returns the exit code.
