@@ -42,7 +42,9 @@ use std::net::SocketAddr;
 use tasks::{Drain, Tasks};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
 use tonic::transport::server::Router;
+use tonic_health::server::HealthReporter;
 use wire_service::collector_server::CollectorServer;
 
 /// The addresses a running server listens on.
@@ -172,6 +174,18 @@ pub async fn run(
     Ok(())
 }
 
+/// Sets the health of the server as a whole ("") and of each of its services.
+async fn set_health(health: &HealthReporter, status: tonic_health::ServingStatus) {
+    let services = [
+        "",
+        <CollectorServer<collector::CollectorService> as NamedService>::NAME,
+        <EvaluationServer<evaluation::EvaluationService> as NamedService>::NAME,
+    ];
+    for service in services {
+        health.set_service_status(service, status).await;
+    }
+}
+
 /// The gRPC services (collector, evaluation, health, reflection) on
 /// `engine`, over TLS when the settings ask for it.
 async fn grpc_server(
@@ -182,26 +196,13 @@ async fn grpc_server(
     tasks: Tasks,
 ) -> anyhow::Result<Router> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<CollectorServer<collector::CollectorService>>()
-        .await;
-    health
-        .set_serving::<EvaluationServer<evaluation::EvaluationService>>()
-        .await;
+    set_health(&health, tonic_health::ServingStatus::Serving).await;
     // The gRPC health convention: every service turns NOT_SERVING as the
     // drain begins, so that watching load balancers stop sending at once.
     let draining = shutdown.clone();
     tokio::spawn(async move {
         draining.cancelled().await;
-        health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
-        health
-            .set_not_serving::<CollectorServer<collector::CollectorService>>()
-            .await;
-        health
-            .set_not_serving::<EvaluationServer<evaluation::EvaluationService>>()
-            .await;
+        set_health(&health, tonic_health::ServingStatus::NotServing).await;
     });
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
