@@ -158,7 +158,6 @@ class Collector(EventSink):
         self._stream_failures = 0
         self._closed = False
         self._closing = threading.Lock()
-        self._callback_thread: Optional[int] = None
         self._forked = False
         self._sender = threading.Thread(target=self._run, name="rankwatch-sender", daemon=True)
         self._sender.start()
@@ -206,7 +205,7 @@ class Collector(EventSink):
         client has stopped (a `close` whose time ran out). Called from
         `on_rejection`, which runs on the thread that handles the acks, it
         raises `RuntimeError`: it would wait for itself."""
-        self._refuse_on_own_thread("flush")
+        self._refuse_in_callback("flush")
         target = self._buffer.flush()
         with self._state:
             self._state.wait_for(lambda: self._settled >= target or self._stopping, timeout)
@@ -219,7 +218,7 @@ class Collector(EventSink):
         `close` has begun are dropped. Safe to call more than once, and from
         several threads: a later call returns whether nothing is left pending.
         Called from `on_rejection`, it raises `RuntimeError`, as `flush` does."""
-        self._refuse_on_own_thread("close")
+        self._refuse_in_callback("close")
         self._watch_exit(False)
         if self._forked:
             self._closed = True
@@ -233,14 +232,6 @@ class Collector(EventSink):
             return self.stats().pending == 0
         finally:
             self._closing.release()
-
-    def _refuse_on_own_thread(self, method: str) -> None:
-        """Raises `RuntimeError` when called from the `on_rejection` callback."""
-        if threading.get_ident() == self._callback_thread:
-            raise RuntimeError(
-                f"{method}() called from on_rejection, which runs on the thread that handles the server's acks: "
-                f"it would wait for that thread; call {method}() from another thread"
-            )
 
     def _close(self, timeout: Optional[float]) -> None:
         """Closes once: refuses new events, flushes, stops the sender, ends
@@ -443,7 +434,7 @@ class Collector(EventSink):
                 logger.warning("rejection of event %d in a batch of %d", rejection.index, len(batch.events))
                 continue
             rejected = RejectedEvent(batch.events[rejection.index], rejection.reason, rejection.message)
-            self._call_back(rejected)
+            self._call_back(rejected, logger)
 
     def _on_end(self, stream: IngestStream, code: grpc.StatusCode, details: str) -> None:
         """Forgets an ended stream; unless the client is closing, counts it as
@@ -515,22 +506,7 @@ class Collector(EventSink):
 
     def _report_refused(self, event: pb.Event, code: grpc.StatusCode, details: str) -> None:
         """Hands an event given up to the callback, with the status as its reason."""
-        if self._on_rejection is not None:
-            self._call_back(RejectedEvent(event, code.name.lower(), details))
-
-    def _call_back(self, rejected: RejectedEvent) -> None:
-        """Calls `on_rejection` with `rejected`, noting the thread it runs on
-        (where `flush` and `close` must not wait); logs what it raises."""
-        callback = self._on_rejection
-        if callback is None:
-            return
-        self._callback_thread = threading.get_ident()
-        try:
-            callback(rejected)
-        except Exception:
-            logger.exception("the rejection callback failed on %s", rejected.reason)
-        finally:
-            self._callback_thread = None
+        self._call_back(RejectedEvent(event, code.name.lower(), details), logger)
 
 
 def _refused(code: grpc.StatusCode, details: str) -> bool:

@@ -91,7 +91,6 @@ class KafkaCollector(EventSink):
         self._accepted = 0
         self._failed = 0
         self._closed = threading.Event()
-        self._callback_thread: Optional[int] = None
         self._poller = threading.Thread(target=self._poll, name="rankwatch-kafka", daemon=True)
         self._poller.start()
         self._watch_exit()
@@ -121,7 +120,7 @@ class KafkaCollector(EventSink):
         returns `False` if `timeout` seconds passed first. Called from
         `on_rejection`, which runs while delivery reports are served, it
         raises `RuntimeError` (librdkafka would abort the process)."""
-        self._refuse_on_own_thread("flush")
+        self._refuse_in_callback("flush")
         left = self._producer.flush(-1 if timeout is None else timeout)
         return left == 0
 
@@ -129,7 +128,7 @@ class KafkaCollector(EventSink):
         """Flushes, then stops the background thread. Returns `False` if
         records were still undelivered after `timeout` seconds, and logs
         them. Called from `on_rejection`, it raises `RuntimeError`."""
-        self._refuse_on_own_thread("close")
+        self._refuse_in_callback("close")
         self._watch_exit(False)
         self._closed.set()
         done = self.flush(timeout)
@@ -139,15 +138,6 @@ class KafkaCollector(EventSink):
                            self.stats().pending, timeout)
         self._throttle.warn_left(logger)
         return done
-
-    def _refuse_on_own_thread(self, method: str) -> None:
-        """Raises `RuntimeError` when called from `on_rejection`, or on the
-        thread that serves delivery reports."""
-        if threading.get_ident() == self._callback_thread or threading.current_thread() is self._poller:
-            raise RuntimeError(
-                f"{method}() called from on_rejection, which runs while delivery reports are served: "
-                f"it would wait for itself; call {method}() from another thread"
-            )
 
     def stats(self) -> SinkStats:
         """A snapshot of the counters (`accepted`: records the broker took)."""
@@ -186,12 +176,5 @@ class KafkaCollector(EventSink):
             self._failed += 1
         self._throttle.warn(logger, f"undelivered records ({error.name()})",
                             "rankwatch record not delivered to %s: %s", self._topic, error.str())
-        if self._on_rejection is None:
-            return
-        self._callback_thread = threading.get_ident()
-        try:
-            self._on_rejection(RejectedEvent(pb.Event.FromString(message.value()), "delivery_failed", str(error)))
-        except Exception:
-            logger.exception("the rejection callback failed on a delivery failure")
-        finally:
-            self._callback_thread = None
+        if self._on_rejection is not None:
+            self._call_back(RejectedEvent(pb.Event.FromString(message.value()), "delivery_failed", str(error)), logger)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import abc
 import atexit
 import logging
+import threading
 import weakref
 from types import TracebackType
 from typing import Mapping, Optional, Sequence, Type, TypeVar
 
 from rankwatch import events
 from rankwatch.events import EventTime, InterleavingSpec
-from rankwatch.stats import SinkStats
+from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.v1 import rankwatch_pb2 as pb
 
 Self = TypeVar("Self", bound="EventSink")
@@ -55,6 +56,11 @@ def require_event(event: object) -> None:
 class EventSink(abc.ABC):
     """Somewhere to send impressions and interactions without blocking the caller."""
 
+    #: What hears each event the sink could not deliver.
+    _on_rejection: Optional[RejectionCallback] = None
+    #: The thread `_on_rejection` runs on while it runs.
+    _callback_thread: Optional[int] = None
+
     @abc.abstractmethod
     def send(self, event: pb.Event) -> bool:
         """Queues one `rankwatch.v1.Event`; never blocks. Returns whether it was
@@ -67,6 +73,29 @@ class EventSink(abc.ABC):
             _UNCLOSED.add(self)
         else:
             _UNCLOSED.discard(self)
+
+    def _call_back(self, rejected: RejectedEvent, log: logging.Logger) -> None:
+        """Hands `rejected` to `on_rejection`, if there is one, noting the
+        thread it runs on; logs to `log` what it raises."""
+        callback = self._on_rejection
+        if callback is None:
+            return
+        self._callback_thread = threading.get_ident()
+        try:
+            callback(rejected)
+        except Exception:
+            log.exception("the rejection callback failed on %s", rejected.reason)
+        finally:
+            self._callback_thread = None
+
+    def _refuse_in_callback(self, method: str) -> None:
+        """Raises `RuntimeError` when `method` (`flush`, `close`) is called
+        from `on_rejection`: it would wait for the thread running the callback."""
+        if threading.get_ident() == self._callback_thread:
+            raise RuntimeError(
+                f"{method}() called from on_rejection, which runs on the thread that settles what {method}() "
+                f"waits for; call {method}() from another thread"
+            )
 
     def _send_built(self, event: pb.Event) -> bool:
         """Queues an event that `impression` or `interaction` just built, which
