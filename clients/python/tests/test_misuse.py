@@ -6,6 +6,7 @@ silently, block the caller or stop the client."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -67,7 +68,7 @@ def test_a_sender_that_fails_on_a_batch_logs_it_gives_it_up_and_goes_on(
     server: Server, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = Collector(server.grpc_addr, batch_size=1)
-    numbered = client._numbered
+    numbered = client._streamer._numbered
     failed_once = []
 
     def fail_once(batch):  # a bug of the client's own, or a broken protobuf install
@@ -76,7 +77,7 @@ def test_a_sender_that_fails_on_a_batch_logs_it_gives_it_up_and_goes_on(
             raise RuntimeError("broken")
         return numbered(batch)
 
-    monkeypatch.setattr(client, "_numbered", fail_once)
+    monkeypatch.setattr(client._streamer, "_numbered", fail_once)
     with caplog.at_level(logging.WARNING, logger="rankwatch"):
         client.send(events.impression(user_id="u1", items=["a"]))
         client.send(events.impression(user_id="u2", items=["a"]))
@@ -153,6 +154,30 @@ def test_a_process_that_exits_without_close_says_what_it_left_unsent() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE_S)
     assert done.returncode == 0, done.stderr
     assert "5 event(s) were never sent" in done.stdout and "close(" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_collector_dropped_without_close_delivers_its_events_and_frees_its_stream(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Collector made per request and dropped: each held a thread and one of
+    # the server's max_streams for the life of the process.
+    with caplog.at_level(logging.WARNING, logger="rankwatch"):
+        for round in range(3):
+            client = Collector(server.grpc_addr, linger=3600)  # the events wait in the queue
+            for i in range(10):
+                client.impression(user_id=f"u{round}-{i}", items=["a"])
+            del client
+            gc.collect()
+        deadline = time.monotonic() + PATIENCE_S
+        while time.monotonic() < deadline:
+            senders = [t for t in threading.enumerate() if t.name.startswith("rankwatch-")]
+            streams = sample(server.scrape(), "rankwatch_ingest_streams")
+            if received(server) == 30 and streams == 0 and not senders:
+                break
+            time.sleep(0.05)
+        assert (received(server), streams, senders) == (30, 0, []), server.tail()
+    dropped = [r.getMessage() for r in caplog.records if "without close()" in r.getMessage()]
+    assert len(dropped) == 3 and "its 10 unsent event(s)" in dropped[0], caplog.text
 
 
 def test_arguments_of_the_wrong_kind_raise_at_the_call_naming_the_field() -> None:

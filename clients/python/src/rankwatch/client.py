@@ -21,8 +21,9 @@ those not logged in the next line.
 
 A collector belongs to the process that made it: after `fork()` the sender
 thread and the channel stay with the parent, so in the child it refuses
-events, saying so, and closes at once. A process that exits without `close`
-is told at exit how many events it never sent.
+events, saying so, and closes at once. A collector dropped without `close`
+sends what it holds and closes in the background, with a warning; a process
+that exits without `close` is told at exit how many events it never sent.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import grpc
 
 from rankwatch.batching import EventBuffer
 from rankwatch.ingest import IngestStream
-from rankwatch.sink import EventSink, require_event
+from rankwatch.sink import EXIT_TIMEOUT_S, CallbackGuard, EventSink, require_event, watch_exit
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -124,18 +125,91 @@ class Collector(EventSink):
         """
         if max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be at least 1")
-        self._buffer = EventBuffer(queue_size, batch_size, max_batch_bytes, linger, queue_bytes)
-        self._on_rejection = on_rejection
-        self._max_inflight = max_inflight_batches
-        self._first_backoff = retry_backoff
-        self._max_backoff = max_retry_backoff
-        self._target = target
-        self._throttle = Throttle(log_interval)
         options = list(CHANNEL_OPTIONS) + list(channel_options)
         if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
+            channel = grpc.insecure_channel(target, options=options)
         else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+            channel = grpc.secure_channel(target, credentials, options=options)
+        self._streamer = _Streamer(
+            EventBuffer(queue_size, batch_size, max_batch_bytes, linger, queue_bytes),
+            channel,
+            target,
+            on_rejection,
+            max_inflight_batches,
+            (retry_backoff, max_retry_backoff),
+            Throttle(log_interval),
+        )
+        # Dropped without close: the streamer, which its threads hold, sends
+        # what it holds and closes on its own.
+        weakref.finalize(self, self._streamer.abandon).atexit = False
+
+    def send(self, event: pb.Event) -> bool:
+        """Queues a copy of one event (the caller may change or reuse it);
+        never blocks. Returns `False` when the queue is full (or the client
+        closed) and the event was dropped. Anything but a `rankwatch.v1.Event`
+        raises `TypeError`."""
+        require_event(event)
+        owned = pb.Event()
+        owned.CopyFrom(event)
+        return self._streamer.offer(owned)
+
+    def _send_built(self, event: pb.Event) -> bool:
+        """Queues an event that no caller holds (built by `impression` or
+        `interaction`)."""
+        return self._streamer.offer(event)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Sends what is queued without waiting for `linger`, and waits until
+        every event queued before the call is acknowledged (or given up).
+        Returns `False` if `timeout` seconds passed first, or at once once the
+        client has stopped (a `close` whose time ran out). Called from
+        `on_rejection`, which runs on the thread that handles the acks, it
+        raises `RuntimeError`: it would wait for itself."""
+        return self._streamer.flush(timeout)
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flushes, then closes the stream and the channel. Returns `False` if
+        events were still unacknowledged after `timeout` seconds; they are
+        given up (see `stats().pending`, and the log). Events sent once
+        `close` has begun are dropped. Safe to call more than once, and from
+        several threads: a later call returns whether nothing is left pending.
+        Called from `on_rejection`, it raises `RuntimeError`, as `flush` does.
+        A collector dropped without `close` is closed in the background, with
+        a warning."""
+        return self._streamer.close(timeout)
+
+    def stats(self) -> SinkStats:
+        """A snapshot of the counters."""
+        return self._streamer.stats()
+
+
+class _Streamer(CallbackGuard):
+    """What a `Collector` runs on: its queue, the window of batches waiting
+    for an ack, the stream and the channel, the sender thread and the
+    counters. Its threads hold it, not the `Collector`, so that a
+    `Collector` dropped without `close` can be collected and this closed."""
+
+    def __init__(
+        self,
+        buffer: EventBuffer,
+        channel: grpc.Channel,
+        target: str,
+        on_rejection: Optional[RejectionCallback],
+        max_inflight: int,
+        backoff: Tuple[float, float],
+        throttle: Throttle,
+    ) -> None:
+        """Starts sending what `buffer` is given over `channel` to `target`,
+        with `max_inflight` batches waiting for their ack at most, a broken
+        stream opened again after the first of `backoff`, doubling up to the
+        second."""
+        self._buffer = buffer
+        self._channel = channel
+        self._target = target
+        self._on_rejection = on_rejection
+        self._max_inflight = max_inflight
+        self._first_backoff, self._max_backoff = backoff
+        self._throttle = throttle
 
         self._state = threading.Condition()
         self._window: Deque[_Unacked] = collections.deque()
@@ -145,7 +219,7 @@ class Collector(EventSink):
         self._generation = 0
         self._outage: Optional[_Outage] = None
         self._retry_at = 0.0
-        self._backoff = retry_backoff
+        self._backoff = self._first_backoff
         self._stopping = False
         self._settled = 0
         self._sent = 0
@@ -162,23 +236,13 @@ class Collector(EventSink):
         self._sender = threading.Thread(target=self._run, name="rankwatch-sender", daemon=True)
         self._sender.start()
         _LIVE.add(self)
-        self._watch_exit()
+        watch_exit(self)
 
-    # ---- serving code's side -------------------------------------------------
+    # ---- the Collector's side -----------------------------------------------
 
-    def send(self, event: pb.Event) -> bool:
-        """Queues a copy of one event (the caller may change or reuse it);
-        never blocks. Returns `False` when the queue is full (or the client
-        closed) and the event was dropped. Anything but a `rankwatch.v1.Event`
-        raises `TypeError`."""
-        require_event(event)
-        owned = pb.Event()
-        owned.CopyFrom(event)
-        return self._send_built(owned)
-
-    def _send_built(self, event: pb.Event) -> bool:
-        """Queues an event that no caller holds (built by `impression` or
-        `interaction`, or copied by `send`)."""
+    def offer(self, event: pb.Event) -> bool:
+        """Queues an event that no caller holds; logs (throttled) and returns
+        `False` when it is dropped."""
         if self._buffer.offer(event):
             return True
         self._warn_dropped()
@@ -198,28 +262,18 @@ class Collector(EventSink):
                 logger, "drops", "rankwatch dropped an event: its queue is full (queue_size and queue_bytes) "
                 "while the server at %s is slow or unreachable", self._target)
 
-    def flush(self, timeout: Optional[float] = None) -> bool:
-        """Sends what is queued without waiting for `linger`, and waits until
-        every event queued before the call is acknowledged (or given up).
-        Returns `False` if `timeout` seconds passed first, or at once once the
-        client has stopped (a `close` whose time ran out). Called from
-        `on_rejection`, which runs on the thread that handles the acks, it
-        raises `RuntimeError`: it would wait for itself."""
+    def flush(self, timeout: Optional[float]) -> bool:
+        """`Collector.flush`."""
         self._refuse_in_callback("flush")
         target = self._buffer.flush()
         with self._state:
             self._state.wait_for(lambda: self._settled >= target or self._stopping, timeout)
             return self._settled >= target
 
-    def close(self, timeout: Optional[float] = None) -> bool:
-        """Flushes, then closes the stream and the channel. Returns `False` if
-        events were still unacknowledged after `timeout` seconds; they are
-        given up (see `stats().pending`, and the log). Events sent once
-        `close` has begun are dropped. Safe to call more than once, and from
-        several threads: a later call returns whether nothing is left pending.
-        Called from `on_rejection`, it raises `RuntimeError`, as `flush` does."""
+    def close(self, timeout: Optional[float]) -> bool:
+        """`Collector.close`."""
         self._refuse_in_callback("close")
-        self._watch_exit(False)
+        watch_exit(self, False)
         if self._forked:
             self._closed = True
             return True  # what the parent queued before the fork is the parent's to send
@@ -257,12 +311,24 @@ class Collector(EventSink):
             logger.warning("rankwatch gave up %d event(s) not acknowledged within close(timeout=%s)", pending, timeout)
         self._throttle.warn_left(logger)
 
+    def abandon(self) -> None:
+        """Closes in the background what a `Collector` dropped without
+        `close` leaves (this runs wherever the garbage collector found it):
+        what it holds is sent first, for up to `EXIT_TIMEOUT_S`."""
+        if self._closed or self._forked:
+            return
+        logger.warning("rankwatch: a Collector was dropped without close(); its %d unsent event(s) are sent in the "
+                       "background, then its stream is closed. Keep one Collector per process, and close it at "
+                       "shutdown", self.stats().pending)
+        closing = threading.Thread(target=self.close, args=(EXIT_TIMEOUT_S,), name="rankwatch-close", daemon=True)
+        closing.start()
+
     def _after_fork(self) -> None:
         """Leaves the parent's sender, channel and queue alone in a child
         process (their locks may be held by threads that do not exist here):
         a closed queue, and counters of the child's own."""
         self._forked = True
-        self._watch_exit(False)
+        watch_exit(self, False)
         self._state = threading.Condition()
         self._closing = threading.Lock()
         self._callback_thread = None
@@ -275,7 +341,7 @@ class Collector(EventSink):
         self._rejected = collections.Counter()
 
     def stats(self) -> SinkStats:
-        """A snapshot of the counters."""
+        """`Collector.stats`."""
         with self._state:
             return SinkStats(
                 queued=self._buffer.offered,
@@ -518,14 +584,14 @@ def _refused(code: grpc.StatusCode, details: str) -> bool:
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
 
 
-#: The collectors of this process, for the fork hook below.
-_LIVE: "weakref.WeakSet[Collector]" = weakref.WeakSet()
+#: What the collectors of this process run on, for the fork hook below.
+_LIVE: "weakref.WeakSet[_Streamer]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     """In a child process just forked: every collector stops there."""
-    for collector in list(_LIVE):
-        collector._after_fork()
+    for streamer in list(_LIVE):
+        streamer._after_fork()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork()

@@ -23,7 +23,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installed ex
     raise ImportError("KafkaCollector needs confluent-kafka: pip install 'rankwatch[kafka]'") from missing
 
 from rankwatch.events import user_of
-from rankwatch.sink import EventSink, require_event
+from rankwatch.sink import CallbackGuard, EventSink, require_event, watch_exit
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -36,7 +36,7 @@ DEFAULT_TOPIC = "rankwatch.events"
 POLL_INTERVAL_S = 0.1
 
 
-class KafkaCollector(EventSink):
+class KafkaCollector(EventSink, CallbackGuard):
     """Produces events to a Kafka topic keyed by user, in the background.
 
     ```
@@ -93,7 +93,7 @@ class KafkaCollector(EventSink):
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="rankwatch-kafka", daemon=True)
         self._poller.start()
-        self._watch_exit()
+        watch_exit(self)
 
     def send(self, event: pb.Event) -> bool:
         """Queues one event as a record; never blocks. Returns `False` when the
@@ -129,7 +129,7 @@ class KafkaCollector(EventSink):
         records were still undelivered after `timeout` seconds, and logs
         them. Called from `on_rejection`, it raises `RuntimeError`."""
         self._refuse_in_callback("close")
-        self._watch_exit(False)
+        watch_exit(self, False)
         self._closed.set()
         done = self.flush(timeout)
         self._poller.join()

@@ -10,7 +10,7 @@ import logging
 import threading
 import weakref
 from types import TracebackType
-from typing import Mapping, Optional, Sequence, Type, TypeVar
+from typing import Mapping, Optional, Protocol, Sequence, Type, TypeVar
 
 from rankwatch import events
 from rankwatch.events import EventTime, InterleavingSpec
@@ -25,8 +25,16 @@ EXIT_TIMEOUT_S = 30.0
 
 logger = logging.getLogger("rankwatch")
 
+
+class Counted(Protocol):
+    """Something that holds events on their way and counts them."""
+
+    def stats(self) -> SinkStats:
+        """A snapshot of the counters."""
+
+
 #: The sinks of this process that were never closed, for the exit warning.
-_UNCLOSED: "weakref.WeakSet[EventSink]" = weakref.WeakSet()
+_UNCLOSED: "weakref.WeakSet[Counted]" = weakref.WeakSet()
 
 
 def _warn_unsent_at_exit() -> None:
@@ -53,26 +61,23 @@ def require_event(event: object) -> None:
         )
 
 
-class EventSink(abc.ABC):
-    """Somewhere to send impressions and interactions without blocking the caller."""
+def watch_exit(sink: Counted, watched: bool = True) -> None:
+    """Has the exit warning count the unsent events of `sink` (from its
+    start), or not any more (once it is closed)."""
+    if watched:
+        _UNCLOSED.add(sink)
+    else:
+        _UNCLOSED.discard(sink)
+
+
+class CallbackGuard:
+    """Runs `on_rejection`, noting the thread it runs on, so that `flush` or
+    `close` called from it raise rather than wait for that very thread."""
 
     #: What hears each event the sink could not deliver.
     _on_rejection: Optional[RejectionCallback] = None
     #: The thread `_on_rejection` runs on while it runs.
     _callback_thread: Optional[int] = None
-
-    @abc.abstractmethod
-    def send(self, event: pb.Event) -> bool:
-        """Queues one `rankwatch.v1.Event`; never blocks. Returns whether it was
-        queued (when not, it is counted as dropped)."""
-
-    def _watch_exit(self, watched: bool = True) -> None:
-        """Has the exit warning count this sink's unsent events (from its
-        start), or not any more (once it is closed)."""
-        if watched:
-            _UNCLOSED.add(self)
-        else:
-            _UNCLOSED.discard(self)
 
     def _call_back(self, rejected: RejectedEvent, log: logging.Logger) -> None:
         """Hands `rejected` to `on_rejection`, if there is one, noting the
@@ -96,6 +101,15 @@ class EventSink(abc.ABC):
                 f"{method}() called from on_rejection, which runs on the thread that settles what {method}() "
                 f"waits for; call {method}() from another thread"
             )
+
+
+class EventSink(abc.ABC):
+    """Somewhere to send impressions and interactions without blocking the caller."""
+
+    @abc.abstractmethod
+    def send(self, event: pb.Event) -> bool:
+        """Queues one `rankwatch.v1.Event`; never blocks. Returns whether it was
+        queued (when not, it is counted as dropped)."""
 
     def _send_built(self, event: pb.Event) -> bool:
         """Queues an event that `impression` or `interaction` just built, which
