@@ -279,12 +279,24 @@ impl StateFile {
         Ok(Some(state))
     }
 
-    /// Moves an unusable file aside (keeping it for a person to inspect); returns its new path.
+    /// Moves an unusable file aside (keeping it for a person to inspect)
+    /// under a name no file has, so that one set aside before in the same
+    /// second is kept too (a restart loop had replaced a state's only copy
+    /// with the empty state saved after it); returns its new path.
     pub fn set_aside(&self) -> Result<PathBuf, StateError> {
         let seconds = crate::clock::wall_clock() / crate::event::NANOS_PER_SECOND;
-        let aside = self
-            .path
-            .with_extension(format!("state.rejected-{seconds}"));
+        let named = |n: u32| {
+            let extension = match n {
+                0 => format!("state.rejected-{seconds}"),
+                n => format!("state.rejected-{seconds}-{n}"),
+            };
+            self.path.with_extension(extension)
+        };
+        // The state directory is locked: no other process names files in it.
+        let aside = (0..u32::MAX)
+            .map(named)
+            .find(|name| fs::symlink_metadata(name).is_err())
+            .unwrap_or_else(|| named(u32::MAX));
         fs::rename(&self.path, &aside).map_err(|source| StateError::Io {
             path: self.path.clone(),
             source,
@@ -395,5 +407,21 @@ mod tests {
         assert!(matches!(file.load(), Err(StateError::Corrupt { .. })));
         let aside = file.set_aside().unwrap();
         assert!(aside.exists() && !file.path().exists());
+    }
+
+    #[test]
+    fn a_file_set_aside_never_replaces_one_set_aside_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path(), "k=[1]".into());
+        let mut aside = Vec::new();
+        for content in ["first", "second", "third"] {
+            fs::write(file.path(), content).unwrap();
+            aside.push(file.set_aside().unwrap());
+        }
+        let kept: Vec<String> = aside
+            .iter()
+            .map(|path| fs::read_to_string(path).unwrap())
+            .collect();
+        assert_eq!(kept, ["first", "second", "third"], "{aside:?}");
     }
 }
