@@ -19,8 +19,13 @@ const MAGIC: &[u8; 8] = b"RNKWATCH";
 /// version 4, each group's coverage and exposure (docs/SPEC.md §11); version 5,
 /// coverage panes that cascade (a longer window's panes leave out the
 /// lists of the shorter windows' newest panes); version 6, open
-/// impressions in fixed-width fields. Files of another version are set aside.
-const FORMAT_VERSION: u32 = 8;
+/// impressions in fixed-width fields; version 9, coverage since start
+/// that takes every list as it comes rather than the panes the windows
+/// pass on. Files of version 8 are read, their newest panes added to the
+/// coverage since start; files of another version are set aside.
+const FORMAT_VERSION: u32 = 9;
+/// The version before [`FORMAT_VERSION`], which is read too.
+const COVERAGE_PASSED_ON: u32 = 8;
 const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 /// The file a server holds locked while the directory is its, holding its pid.
@@ -247,7 +252,7 @@ impl StateFile {
                 .fold(0u64, |acc, b| acc << 8 | u64::from(*b))
         };
         let version = word(8..12) as u32;
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != COVERAGE_PASSED_ON {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),
                 reason: format!(
@@ -262,8 +267,9 @@ impl StateFile {
         if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
             return Err(corrupt("checksum mismatch"));
         }
-        let (fingerprint, state) = postcard::from_bytes::<(String, EngineState)>(payload)
+        let (fingerprint, mut state) = postcard::from_bytes::<(String, EngineState)>(payload)
             .map_err(|e| corrupt(&format!("undecodable: {e}")))?;
+        state.coverage_passed_on = version == COVERAGE_PASSED_ON;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),

@@ -391,3 +391,49 @@ async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflow
         "{log:#?}"
     );
 }
+
+/// A state saved by the build before format 9 (`tests/data/state-format-8`:
+/// `serve --wall-clock-advance false --state-dir …` given 1,200 events over
+/// ten minutes, 400 lists of two models, then SIGTERM), whose coverage
+/// since start left out the lists of the windows' newest panes, is restored
+/// with them: the figures since start are those that build reported
+/// before it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_of_format_8_is_restored_with_every_list_in_its_coverage_since_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/state-format-8/rankwatch.state");
+    std::fs::copy(saved, dir.path().join("rankwatch.state")).unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let server = Server::start(&["--wall-clock-advance", "false", "--state-dir", state_dir]);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_state_restore_failures_total"], 0.0);
+    let report = server.report().await;
+    // (model, lists, items shown, items engaged, Gini, entropy) as reported before the stop.
+    let before = [
+        ("a", 93, 290, 134, 0.3148213136265219, 0.9722358233491827),
+        ("b", 87, 282, 131, 0.3034032593565289, 0.97360773471542),
+    ];
+    assert_eq!(report.groups.len(), before.len());
+    for (group, (model, lists, shown, engaged, gini, entropy)) in report.groups.iter().zip(before) {
+        let coverage = group.coverage.clone().unwrap();
+        assert_eq!(
+            (
+                group.model.as_str(),
+                group.lists,
+                coverage.items_shown,
+                coverage.items_engaged
+            ),
+            (model, lists, shown, engaged)
+        );
+        // Summed in another order than the build before did.
+        assert!(
+            (coverage.exposure_gini - gini).abs() < 1e-12,
+            "{coverage:?}"
+        );
+        assert!(
+            (coverage.exposure_entropy - entropy).abs() < 1e-12,
+            "{coverage:?}"
+        );
+    }
+}

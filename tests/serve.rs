@@ -248,6 +248,38 @@ async fn streamed_log_gives_the_replay_figures() {
     }
 }
 
+/// Coverage since start is the replay's to the last digit: item X's
+/// exposures, at ranks 2, 4 and 4, were summed by `serve` as the first plus
+/// the pane of the other two, which rounds otherwise than one sum in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coverage_since_start_is_the_replays_to_the_last_digit() {
+    let server = Server::exact(&[]);
+    let log = [
+        r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["Y","X"],"time":"2026-11-01T10:00:00Z"}}"#,
+        r#"{"impression":{"requestId":"r2","userId":"u2","itemIds":["f1","f2","f3","X"],"time":"2026-11-01T10:00:20Z"}}"#,
+        r#"{"impression":{"requestId":"r3","userId":"u3","itemIds":["g1","g2","g3","X"],"time":"2026-11-01T10:00:21Z"}}"#,
+    ];
+    let mut events: Vec<_> = log
+        .iter()
+        .filter_map(|line| event_from_json(line))
+        .collect();
+    events.push(closing_event());
+    stream(&server, events, 1).await;
+    let report = server.report().await;
+    let got = report.groups[0].coverage.clone().unwrap();
+    let lines: String = log.iter().map(|line| format!("{line}\n")).collect();
+    let replayed = replay_json(&["-", "--format", "json"], Some(lines.as_bytes()));
+    let want = &replayed["groups"][0]["coverage"];
+    assert_eq!(got.items_shown, 8);
+    assert_eq!(
+        (got.exposure_gini, got.exposure_entropy),
+        (
+            want["exposure_gini"].as_f64().unwrap(),
+            want["exposure_entropy"].as_f64().unwrap()
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unary_batches_give_the_same_figures() {
     let server = Server::exact(&[]);

@@ -226,12 +226,8 @@ impl Report {
     pub fn since_start(engine: &Engine, config: &ReportConfig) -> Self {
         let groups = per_group(engine, |aggregates| aggregates.totals.clone());
         let curves = per_group(engine, |aggregates| &aggregates.positions);
-        let coverage = per_group(engine, |aggregates| {
-            aggregates
-                .coverage_windows
-                .since_start(&aggregates.coverage)
-        })
-        .filter(|_| engine.coverage_mode() != CoverageMode::Off);
+        let coverage = per_group(engine, |aggregates| aggregates.coverage.figures())
+            .filter(|_| engine.coverage_mode() != CoverageMode::Off);
         let experiments = per_experiment(engine, |aggregates| aggregates.totals.clone());
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())

@@ -107,11 +107,7 @@ impl Snapshot {
                 totals: aggregates.totals.clone(),
                 windows: window_totals(&aggregates.windows, window_count, frontier),
                 positions: aggregates.positions.clone(),
-                coverage: coverage_on.then(|| {
-                    aggregates
-                        .coverage_windows
-                        .since_start(&aggregates.coverage)
-                }),
+                coverage: coverage_on.then(|| aggregates.coverage.figures()),
                 window_coverage: match (coverage_on, frontier) {
                     (true, Some(f)) => (0..window_count)
                         .map(|index| aggregates.coverage_windows.figures(index, f))

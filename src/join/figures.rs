@@ -88,7 +88,7 @@ impl Engine {
         mine.positions.merge(&aggregates.positions);
         mine.coverage.merge(&aggregates.coverage, cap);
         mine.coverage_windows
-            .merge(&aggregates.coverage_windows, cap, &mut mine.coverage);
+            .merge(&aggregates.coverage_windows, cap);
     }
 
     /// The open state alone, encoded as an [`EngineState`]: open

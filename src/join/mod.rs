@@ -547,6 +547,7 @@ impl Engine {
             experiments: self.experiments.clone(),
             counters: self.counters.clone(),
             users: persist::sorted_users(&self.shards, &self.items),
+            coverage_passed_on: false,
         }
     }
 
@@ -567,6 +568,13 @@ impl Engine {
             engine.settings.segments.max_values,
         );
         engine.aggregates = state.aggregates;
+        if state.coverage_passed_on {
+            let cap = engine.settings.coverage.cap();
+            for aggregates in &mut engine.aggregates {
+                let windows = &aggregates.coverage_windows;
+                windows.fold_newest_panes_into(&mut aggregates.coverage, cap);
+            }
+        }
         engine.experiments = state.experiments;
         engine.experiments.restored();
         engine.counters = state.counters;

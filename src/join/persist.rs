@@ -24,6 +24,11 @@ pub struct EngineState {
     pub(super) experiments: Experiments,
     pub(super) counters: Counters,
     pub(super) users: Vec<(u64, SavedUser)>,
+    /// Saved by a build whose coverage since start took the panes the
+    /// windows passed on, not each list (state format 8): the lists of
+    /// the newest panes are not in it yet.
+    #[serde(skip)]
+    pub(crate) coverage_passed_on: bool,
 }
 
 /// An engine's open state, borrowed: the fields of [`EngineState`] in its
