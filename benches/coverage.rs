@@ -74,8 +74,8 @@ fn ingest(log: &str, coverage: bool) {
         threads: 1,
         ..ReplayOptions::default()
     };
-    let report = replay(&[PathBuf::from(log)], setup, options, |_| {}, |_| {}).expect("replay");
-    for group in &report.groups {
+    let replayed = replay(&[PathBuf::from(log)], setup, options, |_| {}, |_| {}).expect("replay");
+    for group in &replayed.report.groups {
         println!("{} {} {:?}", group.model, group.surface, group.coverage);
     }
 }

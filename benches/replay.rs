@@ -105,7 +105,8 @@ fn bench_replay(c: &mut Criterion) {
         |_| {},
         |_| {},
     )
-    .expect("replay");
+    .expect("replay")
+    .report;
     assert!(
         check.counters.rejected.is_empty(),
         "the generated log is valid: {:?}",

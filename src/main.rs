@@ -7,6 +7,7 @@ use rankwatch::config::FleetArgs;
 use rankwatch::config::{EngineArgs, FileSettings, LogArgs, ServerArgs};
 use rankwatch::demo::{self, DemoArgs};
 use rankwatch::engine::EngineSettings;
+use rankwatch::event::{format_rfc3339, NANOS_PER_SECOND};
 use rankwatch::export::Report;
 use rankwatch::fleet::{FleetMode, FleetSettings};
 #[cfg(feature = "kafka")]
@@ -311,12 +312,33 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         );
     }
     match replayed {
-        Ok(report) => print_report(&report, args.format),
+        Ok(replayed) => {
+            if let Some(far) = &replayed.far_ahead {
+                eprintln!("{}", far_ahead_notice(far, &replayed.report));
+            }
+            print_report(&replayed.report, args.format)
+        }
         Err(unread) => {
             print_report(&unread.report, args.format)?;
             Err(unread.into())
         }
     }
+}
+
+/// What a replay says of an event that set `T` far past the log's end.
+fn far_ahead_notice(far: &replay::FarAhead, report: &Report) -> String {
+    let gap = std::time::Duration::from_secs(
+        far.time.saturating_sub(far.last).unsigned_abs() / NANOS_PER_SECOND as u64,
+    );
+    format!(
+        "rankwatch: {}:{}: its time, {}, is the latest of the log, {} past the last event's ({}): every list shown more than the attribution window before it closed when it came, and {} impressions were late. If that time is wrong, fix or drop the line",
+        far.path.display(),
+        far.line,
+        format_rfc3339(far.time),
+        humantime::format_duration(gap),
+        format_rfc3339(far.last),
+        report.counters.late.get("impressions").copied().unwrap_or(0),
+    )
 }
 
 fn run_query(args: QueryCommand) -> anyhow::Result<()> {

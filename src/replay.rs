@@ -7,7 +7,7 @@
 //! the thread count or the chunk size.
 
 use crate::engine::EngineSettings;
-use crate::event::{json::parse_line, Reason, Rejection, Validator};
+use crate::event::{json::parse_line, Nanos, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
 use crate::join::{Batch, EventAt, JoinSettings, Parsed, Router, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
@@ -158,6 +158,66 @@ fn running_processes() -> Option<usize> {
         .and_then(|count| count.trim().parse().ok())
 }
 
+/// An event whose time is far past that of the log's last event: the
+/// latest time of the log, which sets `T` (docs/SPEC.md §3). Every list
+/// shown more than the attribution window before it closed when it came,
+/// and the impressions after it older than that were late. A clock gone
+/// wrong on one line looks like this; `serve` would have rejected it as
+/// `time_in_future`, but a log has no wall clock to check against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FarAhead {
+    /// The log it is in (`-` for standard input).
+    pub path: PathBuf,
+    /// 1-based line number.
+    pub line: u64,
+    /// Its time: the latest of the log.
+    pub time: Nanos,
+    /// The time of the log's last event.
+    pub last: Nanos,
+}
+
+/// What a replay reports besides the figures.
+pub struct Replayed {
+    /// The figures.
+    pub report: Report,
+    /// The event that set `T` far past the log's end, if one did.
+    pub far_ahead: Option<FarAhead>,
+}
+
+/// The latest event time read and where, and the time of the last event read.
+#[derive(Default)]
+struct Latest {
+    time: Option<Nanos>,
+    /// The log and line of the event with `time`.
+    at: Option<(usize, u64)>,
+    /// The index in its chunk of the event that raised `time` in the chunk
+    /// being routed, if one did.
+    raised_at: Option<usize>,
+    last: Option<Nanos>,
+}
+
+impl Latest {
+    /// Notes the accepted event of time `time` at `index` in its chunk.
+    fn read(&mut self, index: usize, time: Nanos) {
+        if self.time.is_none_or(|latest| time > latest) {
+            self.time = Some(time);
+            self.raised_at = Some(index);
+        }
+        self.last = Some(time);
+    }
+
+    /// The event that set `T` more than `slack` past the last event's time.
+    fn far_ahead(&self, paths: &[PathBuf], slack: Nanos) -> Option<FarAhead> {
+        let (time, last, (path, line)) = (self.time?, self.last?, self.at?);
+        (time.saturating_sub(last) > slack).then(|| FarAhead {
+            path: paths[path].clone(),
+            line,
+            time,
+            last,
+        })
+    }
+}
+
 /// A line that was rejected: where it is and why.
 #[derive(Debug)]
 pub struct BadLine<'a> {
@@ -180,12 +240,17 @@ pub fn replay(
     options: ReplayOptions,
     progress: impl FnMut(u64),
     on_bad_line: impl FnMut(BadLine<'_>),
-) -> Result<Report, ReplayError> {
+) -> Result<Replayed, ReplayError> {
+    let slack = setup
+        .join
+        .attribution_window
+        .saturating_add(setup.join.allowed_lateness);
     let mut engine = ShardedEngine::new(setup.join, setup.evaluator, options.threads);
+    let mut latest = Latest::default();
     let read = read_logs(
         paths,
         &mut engine,
-        &setup.validator,
+        (&setup.validator, &mut latest),
         options,
         progress,
         on_bad_line,
@@ -193,7 +258,10 @@ pub fn replay(
     let engine = engine.finish();
     let report = Report::since_start(&engine, &setup.report);
     match read {
-        Ok(()) => Ok(report),
+        Ok(()) => Ok(Replayed {
+            report,
+            far_ahead: latest.far_ahead(paths, slack),
+        }),
         Err(unread) => Err(ReplayError {
             path: unread.path,
             line: unread.line,
@@ -203,11 +271,12 @@ pub fn replay(
     }
 }
 
-/// Applies the lines of `paths` to `engine` in order, up to the first read failure.
+/// Applies the lines of `paths` to `engine` in order, up to the first read
+/// failure, noting in `latest` the latest event time and where it is.
 fn read_logs(
     paths: &[PathBuf],
     engine: &mut ShardedEngine,
-    validator: &Validator,
+    (validator, latest): (&Validator, &mut Latest),
     options: ReplayOptions,
     mut progress: impl FnMut(u64),
     mut on_bad_line: impl FnMut(BadLine<'_>),
@@ -222,7 +291,7 @@ fn read_logs(
     let mut routed: Vec<Vec<Parsed<'_>>> = Vec::new();
     let mut spare = Vec::new();
     let mut bytes_done = 0;
-    for path in paths {
+    for (path_index, path) in paths.iter().enumerate() {
         let mut line_number = 0u64;
         let fail = |line, source| Unread {
             path: path.clone(),
@@ -245,9 +314,19 @@ fn read_logs(
                 })
             };
             let parsing = (validator, threads);
+            let routed_into = (&mut batch, &mut *latest);
             parse_and_route(
-                engine, &mut batch, &chunk, parsing, &mut spare, &mut runs, rejected,
+                engine,
+                routed_into,
+                &chunk,
+                parsing,
+                &mut spare,
+                &mut runs,
+                rejected,
             );
+            if let Some(index) = latest.raised_at.take() {
+                latest.at = Some((path_index, line_number + index as u64 + 1));
+            }
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
             let read_next = || {
@@ -272,14 +351,15 @@ fn read_logs(
 }
 
 /// Parses `chunk` into `runs` with `validator` on `threads` threads, and
-/// routes its events into `batch` in order as each run is parsed; the
+/// routes its events into `batch` in order as each run is parsed, noting
+/// their times in `latest`; the
 /// other threads meanwhile add the coverage of the lists the batch before
 /// finalized. A batch that fills up stops the routing, which goes on once
 /// it is applied. Tells `rejected` of each bad line, by its index in the
 /// chunk.
 fn parse_and_route<'c>(
     engine: &mut ShardedEngine,
-    batch: &mut Batch,
+    (batch, latest): (&mut Batch, &mut Latest),
     chunk: &'c Chunk,
     (validator, threads): (&Validator, usize),
     spare: &mut Vec<Vec<Parsed<'static>>>,
@@ -292,7 +372,7 @@ fn parse_and_route<'c>(
         runs.push(run);
         if stop.is_none() {
             let from = (runs.len() - 1, 0);
-            stop = route(&mut router, batch, runs, from, &mut rejected);
+            stop = route(&mut router, (batch, latest), runs, from, &mut rejected);
         }
     });
     drop(router);
@@ -300,17 +380,18 @@ fn parse_and_route<'c>(
         engine.apply(batch, runs);
         let (mut router, coverage) = engine.routing();
         coverage.into_iter().for_each(|job| job());
-        stop = route(&mut router, batch, runs, from, &mut rejected);
+        stop = route(&mut router, (batch, latest), runs, from, &mut rejected);
     }
 }
 
 /// Routes the lines of `runs` from `(run, line)` on into `batch` in
 /// order, up to one that fills the batch: then what comes after it, for
-/// routing once the batch is applied. Tells `rejected` of each bad line,
-/// by its index in the chunk.
+/// routing once the batch is applied. Notes each event's time in
+/// `latest`, and tells `rejected` of each bad line, by their index in the
+/// chunk.
 fn route(
     router: &mut Router<'_>,
-    batch: &mut Batch,
+    (batch, latest): (&mut Batch, &mut Latest),
     runs: &[Vec<Parsed<'_>>],
     (first_run, first_line): (usize, usize),
     mut rejected: impl FnMut(usize, &Rejection),
@@ -327,6 +408,7 @@ fn route(
                         line: line as u32,
                     };
                     router.route(batch, event, at);
+                    latest.read(run_start + line, event.time());
                     if batch.is_full() {
                         return Some((run, line + 1));
                     }

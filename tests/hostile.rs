@@ -94,6 +94,37 @@ fn a_positive_grade_too_small_to_sum_is_rejected_and_a_small_one_evaluated() {
 }
 
 #[test]
+fn one_line_of_a_far_future_time_is_named_with_what_it_did() {
+    // 40 lists a minute apart, each clicked; line 11 comes from a clock 73
+    // years fast, so T jumps there and the lists after it are late.
+    let mut lines = Vec::new();
+    for i in 0..40 {
+        let (minute, hour) = (i % 60, 10 + i / 60);
+        lines.push(format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b"],"time":"2026-11-01T{hour}:{minute:02}:00Z"}}}}"#));
+        lines.push(format!(r#"{{"interaction":{{"userId":"u{i}","itemId":"b","requestId":"r{i}","type":"click","time":"2026-11-01T{hour}:{minute:02}:05Z"}}}}"#));
+    }
+    let far = r#"{"interaction":{"userId":"u5","itemId":"b","type":"click","time":"2099-01-01T00:00:00Z"}}"#;
+    let log = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let output = replay(&["-"], Some(log(&lines).as_bytes()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("latest of the log"),
+        "an ordinary log: {stderr}"
+    );
+    lines.insert(10, far.to_owned());
+    let output = replay(&["-"], Some(log(&lines).as_bytes()));
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("-:11: its time, 2099-01-01T00:00:00.000Z, is the latest of the log")
+            && stderr.contains("(2026-11-01T10:39:05.000Z)")
+            && stderr.contains("35 impressions were late")
+            && stderr.contains("fix or drop the line"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn replay_tables_escape_what_a_terminal_acts_on_in_names() {
     // A model name that sets the terminal's title and starts a row of its
     // own, a surface that turns the text's direction.

@@ -543,7 +543,8 @@ fn run_setup(
         |_| {},
         |bad| bad_lines.push(bad.line),
     )
-    .expect("the log is readable");
+    .expect("the log is readable")
+    .report;
     (report, bad_lines)
 }
 
