@@ -416,7 +416,7 @@ async fn a_state_of_format_8_is_restored_with_every_list_in_its_coverage_since_s
     ];
     assert_eq!(report.groups.len(), before.len());
     for (group, (model, lists, shown, engaged, gini, entropy)) in report.groups.iter().zip(before) {
-        let coverage = group.coverage.clone().unwrap();
+        let coverage = group.coverage.unwrap();
         assert_eq!(
             (
                 group.model.as_str(),

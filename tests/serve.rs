@@ -266,7 +266,7 @@ async fn coverage_since_start_is_the_replays_to_the_last_digit() {
     events.push(closing_event());
     stream(&server, events, 1).await;
     let report = server.report().await;
-    let got = report.groups[0].coverage.clone().unwrap();
+    let got = report.groups[0].coverage.unwrap();
     let lines: String = log.iter().map(|line| format!("{line}\n")).collect();
     let replayed = replay_json(&["-", "--format", "json"], Some(lines.as_bytes()));
     let want = &replayed["groups"][0]["coverage"];
