@@ -394,6 +394,39 @@ async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition
     hand_over_exactly(&broker, instances).await;
 }
 
+/// A partition taken with a backlog older than attribution window +
+/// lateness is read before its watermark follows the wall clock (on by
+/// default): its lists are evaluated as a replay of the partition evaluates
+/// them. The first tick, before the first fetch, had moved the watermark to
+/// the wall clock, and every impression of the backlog was counted late.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the_watermark() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let records = log_records();
+    produce(&broker.producer(), &records).await;
+    let brokers = broker.address();
+    let server = Server::start(&[
+        "--kafka-mode",
+        "consume",
+        "--kafka-brokers",
+        &brokers,
+        "--shutdown-linger",
+        "3s",
+    ]);
+    let read = |m: &[BTreeMap<String, f64>]| {
+        total(m, "rankwatch_events_received_total") == records.len() as f64
+            && total(m, "rankwatch_open_impressions") == 0.0
+            && total(m, "rankwatch_waiting_interactions") == 0.0
+    };
+    let scraped = wait_for(&[&server], "the backlog, evaluated", read);
+    let expected = replayed(&broker, &lines_by_value(&records));
+    // The log's own late impressions, and no more.
+    let late = "rankwatch_impressions_late_total";
+    assert_eq!(value(&scraped[0], late), expected[late]);
+    assert_fleet_matches(&scraped[0], &expected);
+}
+
 /// With `instances` consuming from `broker`: produces half the log, stops
 /// the first instance with SIGTERM, starts another, produces the rest, and
 /// asserts that the fleet's totals equal the sum of replays by partition

@@ -331,10 +331,12 @@ impl Rebalancer {
         let Some((engine, manifest, recount_until)) = self.restore_one(id, (low, high), assignment)
         else {
             restore_failed(id, "the state topic cannot be read");
+            // Where reading starts is the group's to say: no backlog is known.
             let start = Start {
                 engine: fleet.empty_engine(),
                 next_offset: 0,
                 recount_until: 0,
+                backlog_end: 0,
             };
             let manifest = Manifest {
                 generation: assignment.generation,
@@ -365,6 +367,7 @@ impl Rebalancer {
             engine,
             next_offset,
             recount_until,
+            backlog_end: high,
         };
         self.start_one(id, feed, start, claim);
         Some(Offset::Offset(next_offset))

@@ -89,6 +89,10 @@ pub struct Start {
     /// Lists finalized while applying records before this offset may have
     /// been counted by an owner that died: they are counted as recounted.
     pub recount_until: i64,
+    /// The partition's end when it was taken: its watermark follows the
+    /// wall clock only once the records before it are read, so that a
+    /// backlog older than the attribution window is evaluated, not late.
+    pub backlog_end: i64,
 }
 
 /// Starts the task of partition `id`, reading its records from `feed`;
@@ -109,6 +113,7 @@ pub fn start(
         settings,
         next_offset: start.next_offset,
         recount_until: start.recount_until,
+        backlog_end: start.backlog_end,
         changed: false,
         idle: true,
         logged: (Instant::now(), 0),
@@ -129,6 +134,8 @@ struct Applier {
     settings: PartitionSettings,
     next_offset: i64,
     recount_until: i64,
+    /// See [`Start::backlog_end`].
+    backlog_end: i64,
     /// Something changed since the last checkpoint.
     changed: bool,
     /// No event was applied since the last wall-clock tick.
@@ -218,8 +225,13 @@ impl Task {
 }
 
 impl Applier {
+    /// Moves the watermark to the wall clock if no event came since the
+    /// last tick and the backlog the partition was taken with is read (its
+    /// first tick comes before its first fetch: a restart after an outage
+    /// had counted the whole backlog late).
     fn advance_if_idle(&mut self) {
-        if self.settings.wall_clock_advance && self.idle {
+        let caught_up = self.next_offset >= self.backlog_end;
+        if self.settings.wall_clock_advance && self.idle && caught_up {
             self.partition
                 .engine()
                 .advance_to(crate::clock::wall_clock());
