@@ -31,7 +31,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
@@ -425,6 +425,53 @@ async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the
     let late = "rankwatch_impressions_late_total";
     assert_eq!(value(&scraped[0], late), expected[late]);
     assert_fleet_matches(&scraped[0], &expected);
+}
+
+/// An instance whose state topic holds no snapshot, though the group has
+/// read the partitions (`kafka_state_topic` renamed, or the topic recreated
+/// or lost), reads on from the group's committed offsets, counting each
+/// partition's state as not restored. It had read every partition from its
+/// start again, counting the first half twice with no failure counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_topic_without_snapshots_reads_on_from_the_committed_offsets() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let (first, second) = log_in_halves();
+    let producer = broker.producer();
+    let received = "rankwatch_events_received_total";
+    let mut before = instance(&broker, &[]);
+    produce(&producer, &first).await;
+    wait_for(&[&before], "the first half", |m| {
+        total(m, received) == first.len() as f64
+    });
+    let before = terminate(&mut before);
+    let after = instance(&broker, &["--kafka-state-topic", "elsewhere.state"]);
+    wait_for(&[&after], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    produce(&producer, &second).await;
+    wait_for(&[&after], "the second half", |m| {
+        total(m, received) >= second.len() as f64
+    });
+    std::thread::sleep(Duration::from_secs(2)); // for what reading from the start would add
+    let metrics = scrape(&after).unwrap();
+    let all = (first.len() + second.len()) as f64;
+    assert_eq!(value(&before, received) + value(&metrics, received), all);
+    let first_values: BTreeSet<&[u8]> = first.iter().map(|r| r.value.as_slice()).collect();
+    let partitions_read = broker
+        .records(TOPIC)
+        .values()
+        .filter(|records| {
+            records
+                .iter()
+                .any(|(_, v)| first_values.contains(v.as_slice()))
+        })
+        .count();
+    assert_eq!(
+        value(&metrics, "rankwatch_kafka_restore_failures_total"),
+        partitions_read as f64,
+        "each partition the first half went to"
+    );
 }
 
 /// With `instances` consuming from `broker`: produces half the log, stops

@@ -328,8 +328,9 @@ impl Rebalancer {
             tracing::error!(%error, partition = id, "cannot read the partition's offsets");
             (0, 0)
         });
-        let Some((engine, manifest, recount_until)) = self.restore_one(id, (low, high), assignment)
-        else {
+        let committed = || committed_offset(consumer, &fleet.settings.topic, id);
+        let restored = self.restore_one(id, (low, high), assignment, committed);
+        let Some((engine, manifest, recount_until)) = restored else {
             restore_failed(id, "the state topic cannot be read");
             // Where reading starts is the group's to say: no backlog is known.
             let start = Start {
@@ -376,12 +377,15 @@ impl Rebalancer {
     /// Partition `id`'s engine, manifest and the offset up to which its
     /// lists may be counted again, from its last snapshot; `None` when the
     /// state topic cannot be read, within the assignment's retries. `low`
-    /// and `high` are the partition's first and next offsets.
+    /// and `high` are the partition's first and next offsets; `committed`
+    /// gives the group's committed offset, asked for when there is no
+    /// snapshot.
     fn restore_one(
         &self,
         id: i32,
         (low, high): (i64, i64),
         assignment: &Assignment,
+        committed: impl FnOnce() -> Option<i64>,
     ) -> Option<(Engine, Manifest, i64)> {
         let fleet = &self.fleet;
         // Read again, not taken from the wait: an owner hands over (a last
@@ -416,7 +420,16 @@ impl Rebalancer {
                 };
                 (fleet.empty_engine(), manifest, 0)
             }
-            None => (fleet.empty_engine(), self.first_manifest(low), low),
+            // No snapshot, though the group has read the partition: the
+            // state topic was renamed, recreated or lost. Reading from the
+            // start had counted every list again.
+            None => match committed().filter(|&offset| offset > low) {
+                Some(offset) => {
+                    restore_failed(id, &format!("the state topic holds no snapshot of it, though the group has read it up to offset {offset} (was kafka_state_topic renamed, or the topic recreated?)"));
+                    (fleet.empty_engine(), self.first_manifest(offset), 0)
+                }
+                None => (fleet.empty_engine(), self.first_manifest(low), low),
+            },
         })
     }
 
@@ -723,6 +736,21 @@ fn restore_failed(partition: i32, why: &str) {
         partition,
         "PARTITION STATE NOT RESTORED: {why}; its open lists start empty from the committed offset"
     );
+}
+
+/// The offset the group committed for partition `id` of `topic`, if it
+/// committed one and the broker says so.
+fn committed_offset(consumer: &BaseConsumer<Rebalancer>, topic: &str, id: i32) -> Option<i64> {
+    let mut partitions = TopicPartitionList::new();
+    partitions.add_partition(topic, id);
+    let committed = consumer
+        .committed_offsets(partitions, BROKER_TIMEOUT)
+        .inspect_err(|error| tracing::warn!(%error, partition = id, "cannot read the group's committed offset"))
+        .ok()?;
+    match committed.find_partition(topic, id)?.offset() {
+        Offset::Offset(offset) => Some(offset),
+        _ => None,
+    }
 }
 
 /// Runs the consumer on its own thread until `shutdown`, then hands every
