@@ -43,7 +43,7 @@ instance() { # $1: http port, $2: group, $3: log
   "$BIN" serve --grpc-addr 127.0.0.1:0 --http-addr "127.0.0.1:$1" --wall-clock-advance false \
     --attribution-window 1h --allowed-lateness 1s --shutdown-linger 1s \
     --kafka-mode consume --kafka-brokers "$BROKER" --kafka-topic "$TOPIC" --kafka-group "$2" \
-    >/dev/null 2>"$3" &
+    --kafka-state-topic "$TOPIC.$2.state" >/dev/null 2>"$3" &
   pids+=($!)
 }
 

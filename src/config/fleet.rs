@@ -165,8 +165,20 @@ impl FleetSettings {
         })?;
         let topic = text(&args.kafka_topic, &file.kafka_topic)
             .unwrap_or_else(|| "rankwatch.events".to_owned());
-        let state_topic = text(&args.kafka_state_topic, &file.kafka_state_topic)
-            .unwrap_or_else(|| format!("{topic}.state"));
+        let group =
+            text(&args.kafka_group, &file.kafka_group).unwrap_or_else(|| DEFAULT_GROUP.to_owned());
+        let state_topic = match text(&args.kafka_state_topic, &file.kafka_state_topic) {
+            Some(state_topic) => state_topic,
+            // Manifests do not name their group: a second group on the
+            // default state topic restores the first one's snapshots.
+            None if mode == FleetMode::Consume && group != DEFAULT_GROUP => {
+                return Err(invalid(
+                    "kafka_state_topic",
+                    &format!("consumer group {group:?} needs a state topic of its own: the default, {topic}.state, is the {DEFAULT_GROUP:?} group's, and two groups on one state topic restore each other's snapshots, counting lists twice or losing them; set kafka_state_topic, e.g. to \"{topic}.{group}.state\" (or to \"{topic}.state\" if no other group has used it)"),
+                ))
+            }
+            None => format!("{topic}.state"),
+        };
         let commit_interval = args
             .kafka_commit_interval
             .or(file.kafka_commit_interval)
@@ -192,8 +204,7 @@ impl FleetSettings {
             mode,
             brokers,
             topic,
-            group: text(&args.kafka_group, &file.kafka_group)
-                .unwrap_or_else(|| "rankwatch".to_owned()),
+            group,
             state_topic,
             commit_interval,
             delivery_timeout,
@@ -208,6 +219,9 @@ impl FleetSettings {
         }))
     }
 }
+
+/// The consumer group of the consuming instances unless `kafka_group` is set.
+const DEFAULT_GROUP: &str = "rankwatch";
 
 fn invalid(key: &'static str, message: &str) -> ConfigError {
     ConfigError::Invalid {
@@ -292,6 +306,32 @@ mod tests {
             settings.connection,
             [("security.protocol", "sasl_ssl".to_owned())]
         );
+    }
+
+    #[test]
+    fn a_group_of_its_own_is_refused_the_default_groups_state_topic() {
+        let resolve = |group: Option<&str>, state_topic: Option<&str>| {
+            let args = FleetArgs {
+                kafka_mode: Some(FleetMode::Consume),
+                kafka_brokers: Some("b:9092".into()),
+                kafka_group: group.map(Into::into),
+                kafka_state_topic: state_topic.map(Into::into),
+                ..FleetArgs::default()
+            };
+            FleetSettings::resolve(&args, &FleetFile::default())
+        };
+        let refused = resolve(Some("canary"), None).unwrap_err().to_string();
+        assert!(
+            refused.contains("kafka_state_topic")
+                && refused.contains("\"rankwatch.events.canary.state\""),
+            "{refused}"
+        );
+        let own = resolve(Some("canary"), Some("canary.state"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(own.state_topic, "canary.state");
+        let default = resolve(None, None).unwrap().unwrap();
+        assert_eq!(default.state_topic, "rankwatch.events.state");
     }
 
     #[test]
