@@ -474,6 +474,37 @@ async fn a_state_topic_without_snapshots_reads_on_from_the_committed_offsets() {
     );
 }
 
+/// Records that Java's partitioner put where their key falls (librdkafka's
+/// `murmur2_random`, as the relay and the Python client produce) are not
+/// counted; those of librdkafka's default partitioner (CRC32), which may
+/// split a user's events between partitions whose joins never meet, mostly
+/// fall elsewhere and are counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_off_the_partition_javas_partitioner_gives_are_counted() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let server = instance(&broker, &[]);
+    let records = log_records();
+    let java: FutureProducer = broker
+        .client()
+        .set("partitioner", "murmur2_random")
+        .create()
+        .unwrap();
+    produce(&java, &records).await;
+    let received = "rankwatch_events_received_total";
+    let mismatches = "rankwatch_kafka_partition_mismatches_total";
+    let scraped = wait_for(&[&server], "the records of Java's partitioner", |m| {
+        total(m, received) == records.len() as f64
+    });
+    assert_eq!(value(&scraped[0], mismatches), 0.0);
+    produce(&broker.producer(), &records).await;
+    let scraped = wait_for(&[&server], "the records of librdkafka's default", |m| {
+        total(m, received) == 2.0 * records.len() as f64
+    });
+    let counted = value(&scraped[0], mismatches);
+    assert!(counted > records.len() as f64 / 2.0, "{counted}");
+}
+
 /// With `instances` consuming from `broker`: produces half the log, stops
 /// the first instance with SIGTERM, starts another, produces the rest, and
 /// asserts that the fleet's totals equal the sum of replays by partition

@@ -78,6 +78,8 @@ struct Assignment {
     deadline: Instant,
     /// Reads of the topics retried while the broker cannot be reached.
     retries: Retries,
+    /// The event topic's partitions, if the broker said.
+    partitions: Option<usize>,
 }
 
 impl Assignment {
@@ -271,6 +273,11 @@ impl Rebalancer {
                 .collect(),
             deadline: Instant::now() + self.fleet.settings.handover_timeout,
             retries: Retries::new(self.fleet.settings.handover_timeout),
+            partitions: consumer
+                .fetch_metadata(Some(&topic), BROKER_TIMEOUT)
+                .ok()
+                .and_then(|metadata| Some(metadata.topics().first()?.partitions().len()))
+                .filter(|&count| count > 0),
         };
         tracing::info!(generation = assignment.generation, partitions = ?ids, "partitions assigned");
         let mut taken = TopicPartitionList::new();
@@ -338,6 +345,7 @@ impl Rebalancer {
                 next_offset: 0,
                 recount_until: 0,
                 backlog_end: 0,
+                partitions: assignment.partitions,
             };
             let manifest = Manifest {
                 generation: assignment.generation,
@@ -369,6 +377,7 @@ impl Rebalancer {
             next_offset,
             recount_until,
             backlog_end: high,
+            partitions: assignment.partitions,
         };
         self.start_one(id, feed, start, claim);
         Some(Offset::Offset(next_offset))

@@ -19,6 +19,8 @@ mod generation;
 #[cfg(feature = "kafka")]
 pub mod partition;
 #[cfg(feature = "kafka")]
+mod partitioner;
+#[cfg(feature = "kafka")]
 pub mod relay;
 #[cfg(feature = "kafka")]
 mod reports;

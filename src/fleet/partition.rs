@@ -9,6 +9,7 @@
 //! `user_id` and counted as a key mismatch, so no record stalls the partition.
 
 use super::feed::{Feed, Fetched};
+use super::partitioner::java_partition;
 use super::snapshot::Chunks;
 use crate::event::wire::parse_event_alone;
 use crate::event::{id_hash_bytes, Nanos, Reason, Validator};
@@ -93,6 +94,9 @@ pub struct Start {
     /// wall clock only once the records before it are read, so that a
     /// backlog older than the attribution window is evaluated, not late.
     pub backlog_end: i64,
+    /// The event topic's partitions when it was taken, if known: a record's
+    /// key should fall to this partition among them.
+    pub partitions: Option<usize>,
 }
 
 /// Starts the task of partition `id`, reading its records from `feed`;
@@ -114,6 +118,7 @@ pub fn start(
         next_offset: start.next_offset,
         recount_until: start.recount_until,
         backlog_end: start.backlog_end,
+        partitions: start.partitions,
         changed: false,
         idle: true,
         logged: (Instant::now(), 0),
@@ -136,6 +141,8 @@ struct Applier {
     recount_until: i64,
     /// See [`Start::backlog_end`].
     backlog_end: i64,
+    /// See [`Start::partitions`].
+    partitions: Option<usize>,
     /// Something changed since the last checkpoint.
     changed: bool,
     /// No event was applied since the last wall-clock tick.
@@ -277,6 +284,11 @@ impl Applier {
         if let Some(user_id) = view.user_id() {
             if record.key != Some(user_id.as_bytes()) {
                 metrics::counter!("rankwatch_kafka_key_mismatches_total").increment(1);
+            }
+        }
+        if let (Some(key), Some(partitions)) = (record.key, self.partitions) {
+            if java_partition(key, partitions) != self.partition.id {
+                metrics::counter!("rankwatch_kafka_partition_mismatches_total").increment(1);
             }
         }
         match self.settings.validator.view(view, &batch, now) {

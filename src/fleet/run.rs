@@ -62,6 +62,10 @@ pub fn describe() {
         "rankwatch_kafka_key_mismatches_total",
         "Records whose key is not their event's user_id; evaluated by the user_id."
     );
+    metrics::describe_counter!(
+        "rankwatch_kafka_partition_mismatches_total",
+        "Records on another partition than Java's partitioner (murmur2 of the key) gives their key: produced by a client that partitions otherwise, such as librdkafka's default, so that a user's events may be split between partitions whose joins never meet."
+    );
     metrics::describe_histogram!(
         "rankwatch_kafka_snapshot_duration_seconds",
         metrics::Unit::Seconds,
@@ -99,6 +103,7 @@ pub fn describe() {
         "rankwatch_kafka_handover_timeouts_total",
         "rankwatch_kafka_partitions_superseded_total",
         "rankwatch_kafka_key_mismatches_total",
+        "rankwatch_kafka_partition_mismatches_total",
         "rankwatch_kafka_snapshot_failures_total",
         "rankwatch_kafka_restore_failures_total",
         "rankwatch_kafka_produced_events_total",
