@@ -65,6 +65,9 @@ pub struct FleetArgs {
     /// Consume: how long a newly assigned partition waits for its previous owner, still in the group, to hand it over, and for a broker that cannot be reached to answer [default: 30s].
     #[arg(long, env = "RANKWATCH_KAFKA_HANDOVER_TIMEOUT", value_parser = parse_duration)]
     pub kafka_handover_timeout: Option<Duration>,
+    /// Consume: how long an owned partition may read no record while records wait before it is called stalled (logged, rankwatch_kafka_stalled_partitions) [default: 30s].
+    #[arg(long, env = "RANKWATCH_KAFKA_STALL_TIMEOUT", value_parser = parse_duration)]
+    pub kafka_stall_timeout: Option<Duration>,
     /// Consume: how long a departing instance keeps serving /metrics and GetMetrics after its last commit [default: 30s].
     #[arg(long, env = "RANKWATCH_SHUTDOWN_LINGER", value_parser = parse_duration)]
     pub shutdown_linger: Option<Duration>,
@@ -114,6 +117,8 @@ pub struct FleetFile {
     #[serde(default, deserialize_with = "duration")]
     /// `kafka_handover_timeout`.
     pub kafka_handover_timeout: Option<Duration>,
+    /// `kafka_stall_timeout`.
+    pub kafka_stall_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     /// `shutdown_linger`.
     pub shutdown_linger: Option<Duration>,
@@ -200,6 +205,12 @@ impl FleetSettings {
             .or(file.kafka_handover_timeout)
             .unwrap_or(Duration::from_secs(30));
         super::positive("kafka_handover_timeout", handover_timeout)?;
+        let stall_timeout = args
+            .kafka_stall_timeout
+            .or(file.kafka_stall_timeout)
+            .unwrap_or(Duration::from_secs(30));
+        super::positive("kafka_stall_timeout", stall_timeout)?;
+        super::bounded("kafka_stall_timeout", stall_timeout)?;
         Ok(Some(Self {
             mode,
             brokers,
@@ -209,6 +220,7 @@ impl FleetSettings {
             commit_interval,
             delivery_timeout,
             handover_timeout,
+            stall_timeout,
             shutdown_linger: super::bounded(
                 "shutdown_linger",
                 args.shutdown_linger

@@ -16,7 +16,7 @@
 //! partitions are taken are retried while the broker cannot be reached
 //! ([`super::retry`]).
 
-use super::feed::Feed;
+use super::feed::{self, Feed};
 use super::generation;
 use super::partition::{self, Checkpoint, Partition, PartitionSettings, Start, Work};
 use super::retry::Retries;
@@ -216,6 +216,17 @@ struct Rebalancer {
     /// The consumer itself, whose partition queues the partitions' tasks
     /// read; set before its first poll.
     consumer: OnceLock<Weak<BaseConsumer<Rebalancer>>>,
+    /// Where each owned partition was, and since when, at the checkpoints.
+    progress: Mutex<BTreeMap<i32, Progress>>,
+}
+
+/// Where a partition was at a checkpoint, since when, and whether its
+/// stall was said.
+#[derive(Clone, Copy)]
+struct Progress {
+    next_offset: i64,
+    since: Instant,
+    said: bool,
 }
 
 impl ClientContext for Rebalancer {
@@ -569,6 +580,48 @@ impl Rebalancer {
         }
     }
 
+    /// Exports how far the owned partitions, at `next_offsets`, are behind
+    /// their ends, and says once of each that has not moved for
+    /// `kafka_stall_timeout` while records wait: a record librdkafka cannot
+    /// hand over (a compression codec this build lacks) had stopped a
+    /// partition with nothing to show it.
+    fn watch_progress(&self, consumer: &BaseConsumer<Self>, next_offsets: &BTreeMap<i32, i64>) {
+        let topic = &self.fleet.settings.topic;
+        let mut progress = lock(&self.progress);
+        progress.retain(|id, _| next_offsets.contains_key(id));
+        let (mut behind, mut stalled) = (0, 0);
+        for (&id, &next_offset) in next_offsets {
+            let Some(end) = feed::cached_end(consumer, topic, id) else {
+                continue;
+            };
+            let waiting = (end - next_offset).max(0);
+            behind += waiting;
+            let moved = Progress {
+                next_offset,
+                since: Instant::now(),
+                said: false,
+            };
+            let seen = progress.entry(id).or_insert(moved);
+            if seen.next_offset != next_offset || waiting == 0 {
+                *seen = moved;
+            } else if seen.since.elapsed() >= self.fleet.settings.stall_timeout {
+                stalled += 1;
+                if !seen.said {
+                    seen.said = true;
+                    tracing::warn!(
+                        partition = id,
+                        next_offset,
+                        end,
+                        "PARTITION STALLED: no record read for {} while {waiting} wait; a record this build cannot read (compressed with zstd?) stops a partition: its producers must use none, gzip, snappy or lz4",
+                        humantime::format_duration(self.fleet.settings.stall_timeout)
+                    );
+                }
+            }
+        }
+        metrics::gauge!("rankwatch_kafka_lag_records").set(behind as f64);
+        metrics::gauge!("rankwatch_kafka_stalled_partitions").set(f64::from(stalled));
+    }
+
     /// Checkpoints partitions `ids`, writes their snapshots and commits
     /// their offsets. With `last` they are handed over: their tasks stop
     /// and their figures are retired. The partitions checkpoint and encode
@@ -619,6 +672,9 @@ impl Rebalancer {
             }
         }
         self.commit(consumer, &next_offsets, last);
+        if !last {
+            self.watch_progress(consumer, &next_offsets);
+        }
         metrics::histogram!("rankwatch_kafka_snapshot_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         if bytes > 0 {
@@ -800,6 +856,7 @@ pub fn run(
             state,
             owner,
             consumer: OnceLock::new(),
+            progress: Mutex::new(BTreeMap::new()),
         })?;
     let consumer = Arc::new(consumer);
     let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));

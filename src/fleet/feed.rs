@@ -7,7 +7,8 @@
 //! generation, [`super::generation`]): the `rdkafka` crate reads a
 //! queue one message at a time (`rd_kafka_consume_batch_queue` is not
 //! wrapped), so this module calls librdkafka's C API for the partition
-//! queue, its wake-up callback and the batch read. It owns nothing else.
+//! queue, its wake-up callback and the batch read, and for the partition's
+//! end as the last fetch saw it ([`cached_end`]). It owns nothing else.
 
 #![allow(unsafe_code)] // explained at each block (SAFETY)
 
@@ -18,6 +19,30 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
+
+/// The end (high watermark) of partition `partition` of `topic` as the
+/// consumer's last fetch of it reported, without asking the broker; `None`
+/// until a fetch has reported one.
+pub fn cached_end<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let name = CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` lives, `name`
+    // is NUL-terminated, and the call only writes the two integers.
+    let error = unsafe {
+        rd::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            name.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (error == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
 
 /// A record of the partition, borrowed from librdkafka with its batch.
 pub struct Fetched<'a> {

@@ -66,6 +66,14 @@ pub fn describe() {
         "rankwatch_kafka_partition_mismatches_total",
         "Records on another partition than Java's partitioner (murmur2 of the key) gives their key: produced by a client that partitions otherwise, such as librdkafka's default, so that a user's events may be split between partitions whose joins never meet."
     );
+    metrics::describe_gauge!(
+        "rankwatch_kafka_lag_records",
+        "Records of the owned partitions not read yet, as the last fetch of each saw its end (at the last checkpoint)."
+    );
+    metrics::describe_gauge!(
+        "rankwatch_kafka_stalled_partitions",
+        "Owned partitions that read no record for 30 s while records wait: a record this build cannot read (such as a zstd-compressed batch) stops its partition."
+    );
     metrics::describe_histogram!(
         "rankwatch_kafka_snapshot_duration_seconds",
         metrics::Unit::Seconds,
@@ -112,6 +120,8 @@ pub fn describe() {
         metrics::counter!(name).absolute(0);
     }
     metrics::gauge!("rankwatch_kafka_partitions").set(0.0);
+    metrics::gauge!("rankwatch_kafka_lag_records").set(0.0);
+    metrics::gauge!("rankwatch_kafka_stalled_partitions").set(0.0);
 }
 
 /// Checks every [`PROBE_EVERY`] that the broker answers, until `shutdown`.

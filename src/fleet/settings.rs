@@ -38,6 +38,9 @@ pub struct FleetSettings {
     /// How long a new owner waits for a live previous owner's handover,
     /// and retries the state topic while the broker cannot be reached.
     pub handover_timeout: Duration,
+    /// Consume: how long an owned partition may read no record while
+    /// records wait before it is called stalled.
+    pub stall_timeout: Duration,
     /// How long a departing instance keeps serving its last figures.
     pub shutdown_linger: Duration,
     /// librdkafka properties of the connection: security protocol, SASL, TLS files.

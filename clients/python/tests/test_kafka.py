@@ -136,3 +136,34 @@ def test_flush_or_close_from_on_rejection_raises_and_the_process_lives() -> None
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE_S)
     assert done.returncode == 0 and "raised [True, True]" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_partition_stopped_by_a_record_it_cannot_read_is_said_and_exported(broker: str) -> None:
+    # zstd, which this build's librdkafka cannot decompress: the partition
+    # stops at the batch, and had stopped with no log line and no series.
+    from conftest import Server, sample
+
+    create_topic(broker, "rankwatch.events", 1)
+    server = Server(["--kafka-mode", "consume", "--kafka-brokers", broker, "--kafka-stall-timeout", "2s",
+                     "--shutdown-linger", "0s"])
+    try:
+        producer = kafka.Producer({"bootstrap.servers": broker, "compression.type": "zstd"})
+        for event in lists(seed=3, n_lists=20):
+            producer.produce("rankwatch.events", key=b"u", value=event.SerializeToString())
+        assert producer.flush(PATIENCE_S) == 0
+        deadline = time.monotonic() + PATIENCE_S
+        while sample(server.scrape(), "rankwatch_kafka_stalled_partitions") < 1:
+            assert time.monotonic() < deadline, server.tail()
+            time.sleep(0.2)
+        metrics = server.scrape()
+        assert sample(metrics, "rankwatch_kafka_lag_records") > 0
+        assert sample(metrics, "rankwatch_events_received_total") == 0
+        assert "PARTITION STALLED" in server.tail() and "zstd" in server.tail()
+    finally:
+        server.kill()
+
+
+def test_zstd_compression_is_refused_at_construction() -> None:
+    for key in ("compression.type", "compression.codec"):
+        with pytest.raises(ValueError, match="zstd.*gzip, snappy or lz4"):
+            KafkaCollector("127.0.0.1:9", config={key: "zstd"})

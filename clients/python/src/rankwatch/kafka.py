@@ -62,7 +62,8 @@ class KafkaCollector(EventSink, CallbackGuard):
         is dropped and counted); a batch leaves at the latest `linger` seconds
         after its first record. `on_rejection` hears every record the broker
         did not take (reason `delivery_failed`). `config` adds or overrides
-        librdkafka settings (TLS, SASL, acks, …). Warnings of one error are
+        librdkafka settings (TLS, SASL, acks, …; `compression.type=zstd` is
+        refused: rankwatch cannot read it). Warnings of one error are
         logged at most once per `log_interval` seconds.
         """
         settings: Dict[str, Any] = {
@@ -81,6 +82,10 @@ class KafkaCollector(EventSink, CallbackGuard):
             "logger": logging.getLogger(f"{__name__}.librdkafka"),
         }
         settings.update(config or {})
+        for key in ("compression.type", "compression.codec"):
+            if str(settings.get(key, "")).lower() == "zstd":
+                raise ValueError(f"{key}=zstd: rankwatch reads records compressed with gzip, snappy or lz4, or not at "
+                                 "all, and a zstd batch stops its partition; choose one of those")
         self._topic = topic
         self._on_rejection = on_rejection
         self._throttle = Throttle(log_interval)
