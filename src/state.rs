@@ -60,6 +60,52 @@ pub enum StateError {
     },
 }
 
+/// The settings of two fingerprints that differ, as `key was A, is B`
+/// (a fingerprint is `k=… metrics=… windows=…`, each key once, in order).
+fn settings_changed(saved: &str, running: &str) -> String {
+    let fields = |fingerprint: &str| -> Vec<(String, String)> {
+        let mut fields: Vec<(String, String)> = Vec::new();
+        for word in fingerprint.split(' ') {
+            match word.split_once('=') {
+                Some((key, value))
+                    if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase()) =>
+                {
+                    fields.push((key.to_owned(), value.to_owned()))
+                }
+                _ => match fields.last_mut() {
+                    Some((_, value)) => *value = format!("{value} {word}"),
+                    None => fields.push((String::new(), word.to_owned())),
+                },
+            }
+        }
+        fields
+    };
+    let (saved, running) = (fields(saved), fields(running));
+    let value = |fields: &[(String, String)], key: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or_else(|| "unset".to_owned(), |(_, v)| v.clone())
+    };
+    let mut keys: Vec<&str> = Vec::new();
+    for (key, _) in saved.iter().chain(&running) {
+        if !keys.contains(&key.as_str()) {
+            keys.push(key);
+        }
+    }
+    keys.iter()
+        .filter(|key| value(&saved, key) != value(&running, key))
+        .map(|key| {
+            format!(
+                "{key} was {}, is {}",
+                value(&saved, key),
+                value(&running, key)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A state directory the server cannot save to, found at start.
 #[derive(Debug, thiserror::Error)]
 #[error("state_dir {} {problem}", dir.display())]
@@ -274,8 +320,8 @@ impl StateFile {
             return Err(StateError::Incompatible {
                 path: self.path.clone(),
                 reason: format!(
-                    "saved under {fingerprint}, running with {}",
-                    self.fingerprint
+                    "saved under other settings ({}); to keep its figures, restart with the settings it was saved under and put the file back as {FILE_NAME}",
+                    settings_changed(&fingerprint, &self.fingerprint)
                 ),
             });
         }
@@ -413,6 +459,25 @@ mod tests {
         assert!(matches!(file.load(), Err(StateError::Corrupt { .. })));
         let aside = file.set_aside().unwrap();
         assert!(aside.exists() && !file.path().exists());
+    }
+
+    #[test]
+    fn an_incompatible_file_says_which_settings_changed_and_how_to_keep_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, settings) = engine_with_traffic();
+        let windows = [std::time::Duration::from_secs(60)];
+        let saved = StateFile::new(dir.path(), settings.fingerprint(&windows));
+        saved.save(&engine.to_state()).unwrap();
+        let mut other = settings.clone();
+        other.k = vec![1, 3];
+        let running = StateFile::new(dir.path(), other.fingerprint(&windows));
+        let message = running.load().err().unwrap().to_string();
+        assert!(
+            message.contains("k was [1, 5, 10, 20], is [1, 3]")
+                && !message.contains("metrics")
+                && message.contains("put the file back as rankwatch.state"),
+            "{message}"
+        );
     }
 
     #[test]
