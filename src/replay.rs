@@ -187,12 +187,14 @@ pub struct Replayed {
 /// The latest event time read and where, and the time of the last event read.
 #[derive(Default)]
 struct Latest {
+    /// The latest event time read.
     time: Option<Nanos>,
     /// The log and line of the event with `time`.
     at: Option<(usize, u64)>,
     /// The index in its chunk of the event that raised `time` in the chunk
     /// being routed, if one did.
     raised_at: Option<usize>,
+    /// The time of the last event read.
     last: Option<Nanos>,
 }
 
@@ -352,9 +354,8 @@ fn read_logs(
 
 /// Parses `chunk` into `runs` with `validator` on `threads` threads, and
 /// routes its events into `batch` in order as each run is parsed, noting
-/// their times in `latest`; the
-/// other threads meanwhile add the coverage of the lists the batch before
-/// finalized. A batch that fills up stops the routing, which goes on once
+/// their times in `latest`; the other threads meanwhile add the coverage
+/// of the lists the batch before finalized. A batch that fills up stops the routing, which goes on once
 /// it is applied. Tells `rejected` of each bad line, by its index in the
 /// chunk.
 fn parse_and_route<'c>(

@@ -27,7 +27,7 @@ fn set_reachable(readiness: &Readiness, up: bool) {
     metrics::gauge!("rankwatch_kafka_broker_up").set(f64::from(u8::from(up)));
 }
 
-/// Describes the fleet's series, and creates the counters at zero so that
+/// Describes the fleet's series, and creates them at zero so that
 /// `rate()` and alerts see them from the start.
 pub fn describe() {
     metrics::describe_gauge!(
@@ -105,6 +105,12 @@ pub fn describe() {
         metrics::Unit::Seconds,
         "Relay: time from producing a batch's records to the broker's acknowledgement of all."
     );
+    start_at_zero();
+}
+
+/// Sets the fleet's counters and gauges to zero, as they are before any
+/// partition is taken or any record produced.
+fn start_at_zero() {
     for name in [
         "rankwatch_kafka_partitions_assigned_total",
         "rankwatch_kafka_partitions_revoked_total",
