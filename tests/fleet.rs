@@ -505,6 +505,53 @@ async fn records_off_the_partition_javas_partitioner_gives_are_counted() {
     assert!(counted > records.len() as f64 / 2.0, "{counted}");
 }
 
+/// An idle partition whose watermark follows the wall clock writes no
+/// snapshot while nothing of its open state changes: each tick had marked
+/// it changed, and an idle instance wrote every open list to the state
+/// topic every second.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_partition_writes_no_snapshot_while_its_open_lists_stay_as_they_are() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let brokers = broker.address();
+    let server = Server::start(&[
+        "--kafka-mode",
+        "consume",
+        "--kafka-brokers",
+        &brokers,
+        "--attribution-window",
+        "1h",
+        "--shutdown-linger",
+        "0s",
+    ]);
+    wait_for(&[&server], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    let now = rankwatch::event::format_rfc3339(rankwatch::clock::wall_clock());
+    let lists: Vec<Produced> = (0..40)
+        .map(|i| event_record(&format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b"],"time":"{now}"}}}}"#)))
+        .collect();
+    produce(&broker.producer(), &lists).await;
+    wait_for(&[&server], "the lists, open", |m| {
+        total(m, "rankwatch_open_impressions") == lists.len() as f64
+    });
+    std::thread::sleep(Duration::from_secs(3)); // their snapshots written
+    let written = || {
+        broker
+            .records(STATE_TOPIC)
+            .values()
+            .map(Vec::len)
+            .sum::<usize>()
+    };
+    let before = written();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        written(),
+        before,
+        "records written to the state topic while idle"
+    );
+}
+
 /// With `instances` consuming from `broker`: produces half the log, stops
 /// the first instance with SIGTERM, starts another, produces the rest, and
 /// asserts that the fleet's totals equal the sum of replays by partition

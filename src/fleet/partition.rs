@@ -239,10 +239,14 @@ impl Applier {
     fn advance_if_idle(&mut self) {
         let caught_up = self.next_offset >= self.backlog_end;
         if self.settings.wall_clock_advance && self.idle && caught_up {
-            self.partition
-                .engine()
-                .advance_to(crate::clock::wall_clock());
-            self.changed = true;
+            let mut engine = self.partition.engine();
+            let held = |e: &Engine| (e.open_impressions(), e.waiting_interactions());
+            let before = held(&engine);
+            engine.advance_to(crate::clock::wall_clock());
+            // The open state changed only if lists closed or interactions
+            // gave up: `T` alone is not worth a snapshot of every open list
+            // each second (a restored owner's wall clock moves it again).
+            self.changed |= held(&engine) != before;
         }
         self.idle = true;
     }
