@@ -167,3 +167,33 @@ def test_zstd_compression_is_refused_at_construction() -> None:
     for key in ("compression.type", "compression.codec"):
         with pytest.raises(ValueError, match="zstd.*gzip, snappy or lz4"):
             KafkaCollector("127.0.0.1:9", config={key: "zstd"})
+
+
+def test_a_kafka_collector_dropped_without_close_delivers_its_records_and_stops(
+    broker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+    import threading
+
+    create_topic(broker, "rankwatch.events", 1)
+    with caplog.at_level(logging.WARNING, logger="rankwatch"):
+        client = KafkaCollector(broker, linger=5.0)  # the records wait in the producer
+        for i in range(10):
+            client.impression(user_id=f"u{i}", items=["a"])
+        del client
+        gc.collect()
+        deadline = time.monotonic() + PATIENCE_S
+        while any(t.name.startswith("rankwatch-kafka") for t in threading.enumerate()):
+            assert time.monotonic() < deadline, [t.name for t in threading.enumerate()]
+            time.sleep(0.05)
+    assert any("dropped without close()" in r.getMessage() for r in caplog.records), caplog.text
+    consumer = kafka.Consumer({"bootstrap.servers": broker, "group.id": "rankwatch-test",
+                               "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["rankwatch.events"])
+    read = 0
+    deadline = time.monotonic() + PATIENCE_S
+    while read < 10:
+        assert time.monotonic() < deadline, f"read {read} of 10 records"
+        message = consumer.poll(1.0)
+        read += message is not None and message.error() is None
+    consumer.close()

@@ -9,13 +9,16 @@ what the broker took. Needs the `kafka` extra (confluent-kafka).
 Records the broker did not take and brokers that cannot be reached are
 logged to the `rankwatch.kafka` logger at WARNING, at most once per error per
 `log_interval`; librdkafka's own log goes to `rankwatch.kafka.librdkafka`.
+A collector dropped without `close` flushes its records and stops in the
+background, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict, Mapping, Optional
+import weakref
+from typing import Any, Callable, Dict, Mapping, Optional
 
 try:
     from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -23,7 +26,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installed ex
     raise ImportError("KafkaCollector needs confluent-kafka: pip install 'rankwatch[kafka]'") from missing
 
 from rankwatch.events import user_of
-from rankwatch.sink import CallbackGuard, EventSink, require_event, watch_exit
+from rankwatch.sink import EXIT_TIMEOUT_S, CallbackGuard, EventSink, require_event, watch_exit
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -78,7 +81,7 @@ class KafkaCollector(EventSink, CallbackGuard):
             # A misspelled topic must fail, not be created by a broker that
             # auto-creates topics with its default partition count.
             "allow.auto.create.topics": False,
-            "error_cb": self._error,
+            "error_cb": _weakly(self._error),
             "logger": logging.getLogger(f"{__name__}.librdkafka"),
         }
         settings.update(config or {})
@@ -96,8 +99,13 @@ class KafkaCollector(EventSink, CallbackGuard):
         self._accepted = 0
         self._failed = 0
         self._closed = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="rankwatch-kafka", daemon=True)
+        # The producer and the poller hold the collector weakly, so that one
+        # dropped without close can be collected and its records flushed.
+        self._on_delivery = _weakly(self._delivered)
+        self._poller = threading.Thread(target=_serve_reports, args=(self._producer, self._closed),
+                                        name="rankwatch-kafka", daemon=True)
         self._poller.start()
+        weakref.finalize(self, _abandon, self._producer, self._closed).atexit = False
         watch_exit(self)
 
     def send(self, event: pb.Event) -> bool:
@@ -112,7 +120,7 @@ class KafkaCollector(EventSink, CallbackGuard):
                 self._topic,
                 key=user_of(event).encode("utf-8"),
                 value=event.SerializeToString(),
-                on_delivery=self._delivered,
+                on_delivery=self._on_delivery,
             )
         except (BufferError, KafkaException):
             return self._drop()
@@ -167,11 +175,6 @@ class KafkaCollector(EventSink, CallbackGuard):
         self._throttle.warn(logger, "drops", "rankwatch dropped an event: %s", reason)
         return False
 
-    def _poll(self) -> None:
-        """Serves delivery reports until the client closes."""
-        while not self._closed.is_set():
-            self._producer.poll(POLL_INTERVAL_S)
-
     def _delivered(self, error: Optional[KafkaError], message: Message) -> None:
         """Counts one delivery report, and hands a failure to the callback."""
         with self._counts:
@@ -183,3 +186,39 @@ class KafkaCollector(EventSink, CallbackGuard):
                             "rankwatch record not delivered to %s: %s", self._topic, error.str())
         if self._on_rejection is not None:
             self._call_back(RejectedEvent(pb.Event.FromString(message.value()), "delivery_failed", str(error)), logger)
+
+
+def _serve_reports(producer: Producer, closed: threading.Event) -> None:
+    """Serves delivery reports until the client closes."""
+    while not closed.is_set():
+        producer.poll(POLL_INTERVAL_S)
+
+
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """`method`, called only while its object lives: librdkafka keeps its
+    callbacks for the producer's life, which must not keep the collector alive."""
+    bound = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        target = bound()
+        if target is not None:
+            target(*args)
+
+    return call
+
+
+def _abandon(producer: Producer, closed: threading.Event) -> None:
+    """Flushes in the background what a `KafkaCollector` dropped without
+    `close` leaves, for up to `EXIT_TIMEOUT_S`, then stops its poller (this
+    runs wherever the garbage collector found it)."""
+    if closed.is_set():
+        return
+    logger.warning("rankwatch: a KafkaCollector was dropped without close(); its %d undelivered record(s) are "
+                   "flushed in the background, then it stops. Keep one per process, and close it at shutdown",
+                   len(producer))
+
+    def finish() -> None:
+        producer.flush(EXIT_TIMEOUT_S)
+        closed.set()
+
+    threading.Thread(target=finish, name="rankwatch-kafka-close", daemon=True).start()
