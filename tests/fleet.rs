@@ -150,12 +150,7 @@ fn instance(broker: &Broker, extra: &[&str]) -> Server {
 
 /// A consuming instance that waits `handover_timeout` for a previous owner.
 fn instance_waiting(broker: &Broker, handover_timeout: &str, extra: &[&str]) -> Server {
-    let brokers = broker.address();
     let mut args = vec![
-        "--kafka-mode",
-        "consume",
-        "--kafka-brokers",
-        &brokers,
         "--wall-clock-advance",
         "false",
         "--shutdown-linger",
@@ -164,6 +159,15 @@ fn instance_waiting(broker: &Broker, handover_timeout: &str, extra: &[&str]) -> 
         handover_timeout,
     ];
     args.extend_from_slice(extra);
+    consuming(broker, &args)
+}
+
+/// A consuming instance of `broker` with `settings`, the defaults otherwise
+/// (its idle partitions' watermarks follow the wall clock).
+fn consuming(broker: &Broker, settings: &[&str]) -> Server {
+    let brokers = broker.address();
+    let mut args = vec!["--kafka-mode", "consume", "--kafka-brokers", &brokers];
+    args.extend_from_slice(settings);
     Server::start(&args)
 }
 
@@ -405,15 +409,7 @@ async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the
     broker.create_topic(TOPIC).await;
     let records = log_records();
     produce(&broker.producer(), &records).await;
-    let brokers = broker.address();
-    let server = Server::start(&[
-        "--kafka-mode",
-        "consume",
-        "--kafka-brokers",
-        &brokers,
-        "--shutdown-linger",
-        "3s",
-    ]);
+    let server = consuming(&broker, &[]);
     let read = |m: &[BTreeMap<String, f64>]| {
         total(m, "rankwatch_events_received_total") == records.len() as f64
             && total(m, "rankwatch_open_impressions") == 0.0
@@ -513,17 +509,7 @@ async fn records_off_the_partition_javas_partitioner_gives_are_counted() {
 async fn an_idle_partition_writes_no_snapshot_while_its_open_lists_stay_as_they_are() {
     let broker = Broker::in_memory();
     broker.create_topic(TOPIC).await;
-    let brokers = broker.address();
-    let server = Server::start(&[
-        "--kafka-mode",
-        "consume",
-        "--kafka-brokers",
-        &brokers,
-        "--attribution-window",
-        "1h",
-        "--shutdown-linger",
-        "0s",
-    ]);
+    let server = consuming(&broker, &["--attribution-window", "1h"]);
     wait_for(&[&server], "the partitions", |m| {
         total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
     });
