@@ -163,7 +163,13 @@ def test_a_collector_dropped_without_close_delivers_its_events_and_frees_its_str
     # the server's max_streams for the life of the process.
     with caplog.at_level(logging.WARNING, logger="rankwatch"):
         for round in range(3):
-            client = Collector(server.grpc_addr, linger=3600)  # the events wait in the queue
+            if round == 1:  # a callback that refers to the collector, as many do
+                held: list = []
+                client = Collector(server.grpc_addr, linger=3600, on_rejection=lambda _, held=held: held[0].stats())
+                held.append(client)
+                del held
+            else:
+                client = Collector(server.grpc_addr, linger=3600)  # the events wait in the queue
             for i in range(10):
                 client.impression(user_id=f"u{round}-{i}", items=["a"])
             del client
@@ -178,6 +184,21 @@ def test_a_collector_dropped_without_close_delivers_its_events_and_frees_its_str
         assert (received(server), streams, senders) == (30, 0, []), server.tail()
     dropped = [r.getMessage() for r in caplog.records if "without close()" in r.getMessage()]
     assert len(dropped) == 3 and "its 10 unsent event(s)" in dropped[0], caplog.text
+
+
+def test_a_process_that_exits_right_after_dropping_a_collector_says_what_it_left_unsent() -> None:
+    script = textwrap.dedent("""
+        import logging, sys
+        logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+        from rankwatch import Collector, events
+        client = Collector("127.0.0.1:9")  # nothing listens there
+        for i in range(5):
+            client.send(events.impression(user_id="u", items=["a"]))
+        del client
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE_S)
+    assert done.returncode == 0, done.stderr
+    assert "5 event(s) were never sent" in done.stdout, done.stdout + done.stderr
 
 
 def test_arguments_of_the_wrong_kind_raise_at_the_call_naming_the_field() -> None:

@@ -130,17 +130,20 @@ class Collector(EventSink):
             channel = grpc.insecure_channel(target, options=options)
         else:
             channel = grpc.secure_channel(target, credentials, options=options)
+        self._on_rejection_callback = on_rejection
         self._streamer = _Streamer(
             EventBuffer(queue_size, batch_size, max_batch_bytes, linger, queue_bytes),
             channel,
             target,
-            on_rejection,
+            None if on_rejection is None else _through_weakly(self),
             max_inflight_batches,
             (retry_backoff, max_retry_backoff),
             Throttle(log_interval),
         )
         # Dropped without close: the streamer, which its threads hold, sends
-        # what it holds and closes on its own.
+        # what it holds and closes on its own. It reaches the callback through
+        # this collector, weakly: a callback that refers to the collector (a
+        # closure, a method of its owner) would otherwise keep it alive.
         weakref.finalize(self, self._streamer.abandon).atexit = False
 
     def send(self, event: pb.Event) -> bool:
@@ -181,6 +184,18 @@ class Collector(EventSink):
     def stats(self) -> SinkStats:
         """A snapshot of the counters."""
         return self._streamer.stats()
+
+
+def _through_weakly(collector: Collector) -> RejectionCallback:
+    """Hands a rejection to `collector`'s `on_rejection` while the collector lives."""
+    held = weakref.ref(collector)
+
+    def call(rejected: RejectedEvent) -> None:
+        live = held()
+        if live is not None and live._on_rejection_callback is not None:
+            live._on_rejection_callback(rejected)
+
+    return call
 
 
 class _Streamer(CallbackGuard):
@@ -273,8 +288,8 @@ class _Streamer(CallbackGuard):
     def close(self, timeout: Optional[float]) -> bool:
         """`Collector.close`."""
         self._refuse_in_callback("close")
-        watch_exit(self, False)
         if self._forked:
+            watch_exit(self, False)
             self._closed = True
             return True  # what the parent queued before the fork is the parent's to send
         if not self._closing.acquire(timeout=-1 if timeout is None else timeout):
@@ -283,6 +298,9 @@ class _Streamer(CallbackGuard):
             if not self._closed:
                 self._close(timeout)
                 self._closed = True
+            # Only now: a process that exits while a close (in the background,
+            # say) is under way still hears what it leaves unsent.
+            watch_exit(self, False)
             return self.stats().pending == 0
         finally:
             self._closing.release()
