@@ -314,7 +314,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     match replayed {
         Ok(replayed) => {
             if let Some(far) = &replayed.far_ahead {
-                eprintln!("{}", far_ahead_notice(far, &replayed.report));
+                eprintln!("{}", far_ahead_notice(far));
             }
             print_report(&replayed.report, args.format)
         }
@@ -325,19 +325,16 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     }
 }
 
-/// What a replay says of an event that set `T` far past the log's end.
-fn far_ahead_notice(far: &replay::FarAhead, report: &Report) -> String {
-    let gap = std::time::Duration::from_secs(
-        far.time.saturating_sub(far.last).unsigned_abs() / NANOS_PER_SECOND as u64,
-    );
+/// What a replay says of an event that moved `T` far ahead of later events.
+fn far_ahead_notice(far: &replay::FarAhead) -> String {
+    let by = std::time::Duration::from_secs(far.by.unsigned_abs() / NANOS_PER_SECOND as u64);
     format!(
-        "rankwatch: {}:{}: its time, {}, is the latest of the log, {} past the last event's ({}): every list shown more than the attribution window before it closed when it came, and {} impressions were late. If that time is wrong, fix or drop the line",
+        "rankwatch: {}:{}: its time, {}, moved the latest event time {} ahead, and {} later events were older than it by more than attribution window + allowed lateness: lists shown before it closed when it came, and those events came late for their lists. If that time is wrong, fix or drop the line",
         far.path.display(),
         far.line,
         format_rfc3339(far.time),
-        humantime::format_duration(gap),
-        format_rfc3339(far.last),
-        report.counters.late.get("impressions").copied().unwrap_or(0),
+        humantime::format_duration(by),
+        far.behind,
     )
 }
 

@@ -158,64 +158,128 @@ fn running_processes() -> Option<usize> {
         .and_then(|count| count.trim().parse().ok())
 }
 
-/// An event whose time is far past that of the log's last event: the
-/// latest time of the log, which sets `T` (docs/SPEC.md §3). Every list
-/// shown more than the attribution window before it closed when it came,
-/// and the impressions after it older than that were late. A clock gone
-/// wrong on one line looks like this; `serve` would have rejected it as
-/// `time_in_future`, but a log has no wall clock to check against.
+/// An event that moved `T` ahead by more than attribution window +
+/// allowed lateness, with later events older than it by more than that:
+/// their lists closed, or came late, because of it (docs/SPEC.md §3). A
+/// clock gone wrong on one line looks like this; `serve` would have
+/// rejected a time in the future as `time_in_future`, but a log has no wall
+/// clock to check against.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FarAhead {
     /// The log it is in (`-` for standard input).
     pub path: PathBuf,
     /// 1-based line number.
     pub line: u64,
-    /// Its time: the latest of the log.
+    /// Its time.
     pub time: Nanos,
-    /// The time of the log's last event.
-    pub last: Nanos,
+    /// How far it moved `T` ahead.
+    pub by: Nanos,
+    /// Later events older than `time` by more than window + lateness.
+    pub behind: u64,
 }
 
 /// What a replay reports besides the figures.
 pub struct Replayed {
     /// The figures.
     pub report: Report,
-    /// The event that set `T` far past the log's end, if one did.
+    /// The event that moved `T` ahead of the most later events, if one did.
     pub far_ahead: Option<FarAhead>,
 }
 
-/// The latest event time read and where, and the time of the last event read.
-#[derive(Default)]
-struct Latest {
-    /// The latest event time read.
-    time: Option<Nanos>,
-    /// The log and line of the event with `time`.
-    at: Option<(usize, u64)>,
-    /// The index in its chunk of the event that raised `time` in the chunk
-    /// being routed, if one did.
-    raised_at: Option<usize>,
-    /// The time of the last event read.
-    last: Option<Nanos>,
+/// Events that moved `T` ahead by more than window + lateness, the last
+/// few, each with the later events left behind it: what [`FarAhead`] is
+/// found among.
+struct Jumps {
+    /// Window + lateness.
+    slack: Nanos,
+    /// `T`, the latest event time read.
+    latest: Option<Nanos>,
+    /// The last [`JUMPS_KEPT`] jumps, oldest first.
+    kept: Vec<Jump>,
+    /// The index in its chunk of each jump of the chunk being routed that
+    /// has no line number yet.
+    unplaced: usize,
 }
 
-impl Latest {
-    /// Notes the accepted event of time `time` at `index` in its chunk.
-    fn read(&mut self, index: usize, time: Nanos) {
-        if self.time.is_none_or(|latest| time > latest) {
-            self.time = Some(time);
-            self.raised_at = Some(index);
+/// One event that moved `T` far ahead.
+struct Jump {
+    time: Nanos,
+    by: Nanos,
+    /// Its log and line, or its index in the chunk being routed.
+    at: Result<(usize, u64), usize>,
+    behind: u64,
+}
+
+/// Jumps looked after at once: a log with more gaps than this between a
+/// wrong line and the events behind it names none.
+const JUMPS_KEPT: usize = 8;
+
+impl Jumps {
+    fn new(slack: Nanos) -> Self {
+        Self {
+            slack,
+            latest: None,
+            kept: Vec::new(),
+            unplaced: 0,
         }
-        self.last = Some(time);
     }
 
-    /// The event that set `T` more than `slack` past the last event's time.
-    fn far_ahead(&self, paths: &[PathBuf], slack: Nanos) -> Option<FarAhead> {
-        let (time, last, (path, line)) = (self.time?, self.last?, self.at?);
-        (time.saturating_sub(last) > slack).then(|| FarAhead {
+    /// Notes the accepted event of time `time` at `index` in its chunk.
+    fn read(&mut self, index: usize, time: Nanos) {
+        match self.latest {
+            Some(latest) if time > latest => {
+                if time.saturating_sub(latest) > self.slack {
+                    if self.kept.len() == JUMPS_KEPT {
+                        self.kept.remove(0);
+                    }
+                    self.kept.push(Jump {
+                        time,
+                        by: time.saturating_sub(latest),
+                        at: Err(index),
+                        behind: 0,
+                    });
+                    self.unplaced += 1;
+                }
+                self.latest = Some(time);
+            }
+            Some(latest) if time < latest.saturating_sub(self.slack) => {
+                let slack = self.slack;
+                for jump in &mut self.kept {
+                    if time < jump.time.saturating_sub(slack) {
+                        jump.behind += 1;
+                    }
+                }
+            }
+            Some(_) => {}
+            None => self.latest = Some(time),
+        }
+    }
+
+    /// Gives the jumps of the chunk just routed, from log `path` whose
+    /// first line is `first_line`, their line numbers.
+    fn place(&mut self, path: usize, first_line: u64) {
+        for jump in self.kept.iter_mut().rev().take(self.unplaced) {
+            if let Err(index) = jump.at {
+                jump.at = Ok((path, first_line + index as u64 + 1));
+            }
+        }
+        self.unplaced = 0;
+    }
+
+    /// The jump with the most events behind it, if any has one.
+    fn far_ahead(&self, paths: &[PathBuf]) -> Option<FarAhead> {
+        let jump = self
+            .kept
+            .iter()
+            .filter(|jump| jump.behind > 0)
+            .max_by_key(|jump| jump.behind)?;
+        let (path, line) = jump.at.ok()?;
+        Some(FarAhead {
             path: paths[path].clone(),
             line,
-            time,
-            last,
+            time: jump.time,
+            by: jump.by,
+            behind: jump.behind,
         })
     }
 }
@@ -248,11 +312,11 @@ pub fn replay(
         .attribution_window
         .saturating_add(setup.join.allowed_lateness);
     let mut engine = ShardedEngine::new(setup.join, setup.evaluator, options.threads);
-    let mut latest = Latest::default();
+    let mut jumps = Jumps::new(slack);
     let read = read_logs(
         paths,
         &mut engine,
-        (&setup.validator, &mut latest),
+        (&setup.validator, &mut jumps),
         options,
         progress,
         on_bad_line,
@@ -262,7 +326,7 @@ pub fn replay(
     match read {
         Ok(()) => Ok(Replayed {
             report,
-            far_ahead: latest.far_ahead(paths, slack),
+            far_ahead: jumps.far_ahead(paths),
         }),
         Err(unread) => Err(ReplayError {
             path: unread.path,
@@ -274,11 +338,11 @@ pub fn replay(
 }
 
 /// Applies the lines of `paths` to `engine` in order, up to the first read
-/// failure, noting in `latest` the latest event time and where it is.
+/// failure, noting in `jumps` the events that moved `T` far ahead.
 fn read_logs(
     paths: &[PathBuf],
     engine: &mut ShardedEngine,
-    (validator, latest): (&Validator, &mut Latest),
+    (validator, jumps): (&Validator, &mut Jumps),
     options: ReplayOptions,
     mut progress: impl FnMut(u64),
     mut on_bad_line: impl FnMut(BadLine<'_>),
@@ -316,7 +380,7 @@ fn read_logs(
                 })
             };
             let parsing = (validator, threads);
-            let routed_into = (&mut batch, &mut *latest);
+            let routed_into = (&mut batch, &mut *jumps);
             parse_and_route(
                 engine,
                 routed_into,
@@ -326,9 +390,7 @@ fn read_logs(
                 &mut runs,
                 rejected,
             );
-            if let Some(index) = latest.raised_at.take() {
-                latest.at = Some((path_index, line_number + index as u64 + 1));
-            }
+            jumps.place(path_index, line_number);
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
             let read_next = || {
@@ -354,13 +416,13 @@ fn read_logs(
 
 /// Parses `chunk` into `runs` with `validator` on `threads` threads, and
 /// routes its events into `batch` in order as each run is parsed, noting
-/// their times in `latest`; the other threads meanwhile add the coverage
+/// their times in `jumps`; the other threads meanwhile add the coverage
 /// of the lists the batch before finalized. A batch that fills up stops the routing, which goes on once
 /// it is applied. Tells `rejected` of each bad line, by its index in the
 /// chunk.
 fn parse_and_route<'c>(
     engine: &mut ShardedEngine,
-    (batch, latest): (&mut Batch, &mut Latest),
+    (batch, jumps): (&mut Batch, &mut Jumps),
     chunk: &'c Chunk,
     (validator, threads): (&Validator, usize),
     spare: &mut Vec<Vec<Parsed<'static>>>,
@@ -373,7 +435,7 @@ fn parse_and_route<'c>(
         runs.push(run);
         if stop.is_none() {
             let from = (runs.len() - 1, 0);
-            stop = route(&mut router, (batch, latest), runs, from, &mut rejected);
+            stop = route(&mut router, (batch, jumps), runs, from, &mut rejected);
         }
     });
     drop(router);
@@ -381,18 +443,18 @@ fn parse_and_route<'c>(
         engine.apply(batch, runs);
         let (mut router, coverage) = engine.routing();
         coverage.into_iter().for_each(|job| job());
-        stop = route(&mut router, (batch, latest), runs, from, &mut rejected);
+        stop = route(&mut router, (batch, jumps), runs, from, &mut rejected);
     }
 }
 
 /// Routes the lines of `runs` from `(run, line)` on into `batch` in
 /// order, up to one that fills the batch: then what comes after it, for
 /// routing once the batch is applied. Notes each event's time in
-/// `latest`, and tells `rejected` of each bad line, by their index in the
+/// `jumps`, and tells `rejected` of each bad line, by their index in the
 /// chunk.
 fn route(
     router: &mut Router<'_>,
-    (batch, latest): (&mut Batch, &mut Latest),
+    (batch, jumps): (&mut Batch, &mut Jumps),
     runs: &[Vec<Parsed<'_>>],
     (first_run, first_line): (usize, usize),
     mut rejected: impl FnMut(usize, &Rejection),
@@ -409,7 +471,7 @@ fn route(
                         line: line as u32,
                     };
                     router.route(batch, event, at);
-                    latest.read(run_start + line, event.time());
+                    jumps.read(run_start + line, event.time());
                     if batch.is_full() {
                         return Some((run, line + 1));
                     }

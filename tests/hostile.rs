@@ -94,33 +94,41 @@ fn a_positive_grade_too_small_to_sum_is_rejected_and_a_small_one_evaluated() {
 }
 
 #[test]
-fn one_line_of_a_far_future_time_is_named_with_what_it_did() {
-    // 40 lists a minute apart, each clicked; line 11 comes from a clock 73
-    // years fast, so T jumps there and the lists after it are late.
+fn a_line_that_moves_time_far_ahead_of_later_lines_is_named() {
+    // Lists a minute apart over three hours, each clicked.
     let mut lines = Vec::new();
-    for i in 0..40 {
-        let (minute, hour) = (i % 60, 10 + i / 60);
+    for i in 0..180 {
+        let (hour, minute) = (10 + i / 60, i % 60);
         lines.push(format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a","b"],"time":"2026-11-01T{hour}:{minute:02}:00Z"}}}}"#));
         lines.push(format!(r#"{{"interaction":{{"userId":"u{i}","itemId":"b","requestId":"r{i}","type":"click","time":"2026-11-01T{hour}:{minute:02}:05Z"}}}}"#));
     }
-    let far = r#"{"interaction":{"userId":"u5","itemId":"b","type":"click","time":"2099-01-01T00:00:00Z"}}"#;
     let log = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
-    let output = replay(&["-"], Some(log(&lines).as_bytes()));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = |lines: &[String]| {
+        let output = replay(&["-"], Some(log(lines).as_bytes()));
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    assert!(!stderr(&lines).contains("ahead"), "an ordinary log");
+    // One click from a clock an hour fast, long before the log's end: the
+    // 110 events of the next 55 minutes are then late (it had gone unsaid).
+    let mut skewed = lines.clone();
+    let fast = r#"{"interaction":{"userId":"u5","itemId":"b","type":"click","time":"2026-11-01T11:10:00Z"}}"#;
+    skewed.insert(20, fast.to_owned());
+    let said = stderr(&skewed);
     assert!(
-        !stderr.contains("latest of the log"),
-        "an ordinary log: {stderr}"
+        said.contains("-:21: its time, 2026-11-01T11:10:00.000Z, moved the latest event time 1h 55s ahead, and 110 later events were older")
+            && said.contains("fix or drop the line"),
+        "{said}"
     );
-    lines.insert(10, far.to_owned());
-    let output = replay(&["-"], Some(log(&lines).as_bytes()));
-    assert!(output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    // One 73 years fast: every later event is behind it.
+    let mut far = lines;
+    let future = r#"{"interaction":{"userId":"u5","itemId":"b","type":"click","time":"2099-01-01T00:00:00Z"}}"#;
+    far.insert(10, future.to_owned());
+    let said = stderr(&far);
     assert!(
-        stderr.contains("-:11: its time, 2099-01-01T00:00:00.000Z, is the latest of the log")
-            && stderr.contains("(2026-11-01T10:39:05.000Z)")
-            && stderr.contains("35 impressions were late")
-            && stderr.contains("fix or drop the line"),
-        "{stderr}"
+        said.contains("-:11: its time, 2099-01-01T00:00:00.000Z")
+            && said.contains(", and 350 later events"),
+        "{said}"
     );
 }
 
