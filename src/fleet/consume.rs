@@ -612,7 +612,7 @@ impl Rebalancer {
                         partition = id,
                         next_offset,
                         end,
-                        "PARTITION STALLED: no record read for {} while {waiting} wait; a record this build cannot read (compressed with zstd?) stops a partition: its producers must use none, gzip, snappy or lz4",
+                        "PARTITION STALLED: no record read for {} while {waiting} wait: a batch this build cannot read (compressed with zstd: producers must use none, gzip, snappy or lz4), or a transaction its producer left open, holds the partition",
                         humantime::format_duration(self.fleet.settings.stall_timeout)
                     );
                 }
