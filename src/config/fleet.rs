@@ -117,6 +117,7 @@ pub struct FleetFile {
     #[serde(default, deserialize_with = "duration")]
     /// `kafka_handover_timeout`.
     pub kafka_handover_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
     /// `kafka_stall_timeout`.
     pub kafka_stall_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
@@ -305,7 +306,7 @@ mod tests {
             ..FleetArgs::default()
         };
         let file: FleetFile = toml::from_str(
-            "kafka_brokers = \"b:9092\"\nkafka_topic = \"other\"\nkafka_commit_interval = \"250ms\"\nkafka_security_protocol = \"sasl_ssl\"",
+            "kafka_brokers = \"b:9092\"\nkafka_topic = \"other\"\nkafka_commit_interval = \"250ms\"\nkafka_stall_timeout = \"10s\"\nkafka_security_protocol = \"sasl_ssl\"",
         )
         .unwrap();
         let settings = FleetSettings::resolve(&args, &file).unwrap().unwrap();
@@ -313,6 +314,7 @@ mod tests {
         assert_eq!(settings.state_topic, "events.state");
         assert_eq!(settings.group, "rankwatch");
         assert_eq!(settings.commit_interval, Duration::from_millis(250));
+        assert_eq!(settings.stall_timeout, Duration::from_secs(10));
         assert_eq!(settings.shutdown_linger, Duration::from_secs(30));
         assert_eq!(
             settings.connection,

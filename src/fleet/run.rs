@@ -72,7 +72,7 @@ pub fn describe() {
     );
     metrics::describe_gauge!(
         "rankwatch_kafka_stalled_partitions",
-        "Owned partitions that read no record for 30 s while records wait: a record this build cannot read (such as a zstd-compressed batch) stops its partition."
+        "Owned partitions that read no record for kafka_stall_timeout while records wait: a batch this build cannot read (compressed with zstd) or a transaction left open holds its partition."
     );
     metrics::describe_histogram!(
         "rankwatch_kafka_snapshot_duration_seconds",
