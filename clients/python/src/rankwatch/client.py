@@ -41,7 +41,7 @@ import grpc
 
 from rankwatch.batching import EventBuffer
 from rankwatch.ingest import IngestStream
-from rankwatch.sink import EXIT_TIMEOUT_S, CallbackGuard, EventSink, require_event, watch_exit
+from rankwatch.sink import EXIT_TIMEOUT_S, CallbackGuard, EventSink, require_event, watch_exit, weakly
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -135,7 +135,7 @@ class Collector(EventSink):
             EventBuffer(queue_size, batch_size, max_batch_bytes, linger, queue_bytes),
             channel,
             target,
-            None if on_rejection is None else _through_weakly(self),
+            None if on_rejection is None else weakly(self._rejected),
             max_inflight_batches,
             (retry_backoff, max_retry_backoff),
             Throttle(log_interval),
@@ -185,17 +185,12 @@ class Collector(EventSink):
         """A snapshot of the counters."""
         return self._streamer.stats()
 
-
-def _through_weakly(collector: Collector) -> RejectionCallback:
-    """Hands a rejection to `collector`'s `on_rejection` while the collector lives."""
-    held = weakref.ref(collector)
-
-    def call(rejected: RejectedEvent) -> None:
-        live = held()
-        if live is not None and live._on_rejection_callback is not None:
-            live._on_rejection_callback(rejected)
-
-    return call
+    def _rejected(self, rejected: RejectedEvent) -> None:
+        """Hands a rejection to `on_rejection`, which the streamer reaches
+        through this, weakly."""
+        callback = self._on_rejection_callback
+        if callback is not None:
+            callback(rejected)
 
 
 class _Streamer(CallbackGuard):

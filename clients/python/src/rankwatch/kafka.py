@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 try:
     from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -26,7 +26,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installed ex
     raise ImportError("KafkaCollector needs confluent-kafka: pip install 'rankwatch[kafka]'") from missing
 
 from rankwatch.events import user_of
-from rankwatch.sink import EXIT_TIMEOUT_S, CallbackGuard, EventSink, require_event, watch_exit
+from rankwatch.sink import EXIT_TIMEOUT_S, CallbackGuard, EventSink, require_event, watch_exit, weakly
 from rankwatch.stats import RejectedEvent, RejectionCallback, SinkStats
 from rankwatch.throttle import DEFAULT_INTERVAL_S, Throttle
 from rankwatch.v1 import rankwatch_pb2 as pb
@@ -81,7 +81,7 @@ class KafkaCollector(EventSink, CallbackGuard):
             # A misspelled topic must fail, not be created by a broker that
             # auto-creates topics with its default partition count.
             "allow.auto.create.topics": False,
-            "error_cb": _weakly(self._error),
+            "error_cb": weakly(self._error),
             "logger": logging.getLogger(f"{__name__}.librdkafka"),
         }
         settings.update(config or {})
@@ -101,7 +101,7 @@ class KafkaCollector(EventSink, CallbackGuard):
         self._closed = threading.Event()
         # The producer and the poller hold the collector weakly, so that one
         # dropped without close can be collected and its records flushed.
-        self._on_delivery = _weakly(self._delivered)
+        self._on_delivery = weakly(self._delivered)
         self._poller = threading.Thread(target=_serve_reports, args=(self._producer, self._closed),
                                         name="rankwatch-kafka", daemon=True)
         self._poller.start()
@@ -192,19 +192,6 @@ def _serve_reports(producer: Producer, closed: threading.Event) -> None:
     """Serves delivery reports until the client closes."""
     while not closed.is_set():
         producer.poll(POLL_INTERVAL_S)
-
-
-def _weakly(method: Callable[..., None]) -> Callable[..., None]:
-    """`method`, called only while its object lives: librdkafka keeps its
-    callbacks for the producer's life, which must not keep the collector alive."""
-    bound = weakref.WeakMethod(method)
-
-    def call(*args: Any) -> None:
-        target = bound()
-        if target is not None:
-            target(*args)
-
-    return call
 
 
 def _abandon(producer: Producer, closed: threading.Event) -> None:

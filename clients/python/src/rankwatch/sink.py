@@ -10,7 +10,7 @@ import logging
 import threading
 import weakref
 from types import TracebackType
-from typing import Mapping, Optional, Protocol, Sequence, Type, TypeVar
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Type, TypeVar
 
 from rankwatch import events
 from rankwatch.events import EventTime, InterleavingSpec
@@ -68,6 +68,20 @@ def watch_exit(sink: Counted, watched: bool = True) -> None:
         _UNCLOSED.add(sink)
     else:
         _UNCLOSED.discard(sink)
+
+
+def weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """`method`, called only while its object lives: for what a client's own
+    threads or librdkafka hold for their lifetime, which must not keep the
+    client alive once serving code has dropped it."""
+    bound = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        target = bound()
+        if target is not None:
+            target(*args)
+
+    return call
 
 
 class CallbackGuard:
