@@ -196,17 +196,16 @@ struct Jumps {
     latest: Option<Nanos>,
     /// The last [`JUMPS_KEPT`] jumps, oldest first.
     kept: Vec<Jump>,
-    /// The index in its chunk of each jump of the chunk being routed that
-    /// has no line number yet.
-    unplaced: usize,
+    /// The log of the chunk being routed, and the line number before its first.
+    chunk: (usize, u64),
 }
 
 /// One event that moved `T` far ahead.
 struct Jump {
     time: Nanos,
     by: Nanos,
-    /// Its log and line, or its index in the chunk being routed.
-    at: Result<(usize, u64), usize>,
+    /// Its log and line.
+    at: (usize, u64),
     behind: u64,
 }
 
@@ -220,7 +219,7 @@ impl Jumps {
             slack,
             latest: None,
             kept: Vec::new(),
-            unplaced: 0,
+            chunk: (0, 0),
         }
     }
 
@@ -235,10 +234,9 @@ impl Jumps {
                     self.kept.push(Jump {
                         time,
                         by: time.saturating_sub(latest),
-                        at: Err(index),
+                        at: (self.chunk.0, self.chunk.1 + index as u64 + 1),
                         behind: 0,
                     });
-                    self.unplaced += 1;
                 }
                 self.latest = Some(time);
             }
@@ -255,15 +253,10 @@ impl Jumps {
         }
     }
 
-    /// Gives the jumps of the chunk just routed, from log `path` whose
-    /// first line is `first_line`, their line numbers.
-    fn place(&mut self, path: usize, first_line: u64) {
-        for jump in self.kept.iter_mut().rev().take(self.unplaced) {
-            if let Err(index) = jump.at {
-                jump.at = Ok((path, first_line + index as u64 + 1));
-            }
-        }
-        self.unplaced = 0;
+    /// Numbers the lines of the chunk routed next, of log `path`, after
+    /// line `before` of it.
+    fn begin_chunk(&mut self, path: usize, before: u64) {
+        self.chunk = (path, before);
     }
 
     /// The jump with the most events behind it, if any has one.
@@ -273,7 +266,7 @@ impl Jumps {
             .iter()
             .filter(|jump| jump.behind > 0)
             .max_by_key(|jump| jump.behind)?;
-        let (path, line) = jump.at.ok()?;
+        let (path, line) = jump.at;
         Some(FarAhead {
             path: paths[path].clone(),
             line,
@@ -380,6 +373,7 @@ fn read_logs(
                 })
             };
             let parsing = (validator, threads);
+            jumps.begin_chunk(path_index, line_number);
             let routed_into = (&mut batch, &mut *jumps);
             parse_and_route(
                 engine,
@@ -390,7 +384,6 @@ fn read_logs(
                 &mut runs,
                 rejected,
             );
-            jumps.place(path_index, line_number);
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
             let read_next = || {
