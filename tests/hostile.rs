@@ -109,22 +109,25 @@ fn a_line_that_moves_time_far_ahead_of_later_lines_is_named() {
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
     assert!(!stderr(&lines).contains("ahead"), "an ordinary log");
+    // The log with a click of `time` inserted before line `at` (0-based).
+    let with_click_at = |at: usize, time: &str| {
+        let mut skewed = lines.clone();
+        let click = format!(
+            r#"{{"interaction":{{"userId":"u5","itemId":"b","type":"click","time":"{time}"}}}}"#
+        );
+        skewed.insert(at, click);
+        stderr(&skewed)
+    };
     // One click from a clock an hour fast, long before the log's end: the
     // 110 events of the next 55 minutes are then late (it had gone unsaid).
-    let mut skewed = lines.clone();
-    let fast = r#"{"interaction":{"userId":"u5","itemId":"b","type":"click","time":"2026-11-01T11:10:00Z"}}"#;
-    skewed.insert(20, fast.to_owned());
-    let said = stderr(&skewed);
+    let said = with_click_at(20, "2026-11-01T11:10:00Z");
     assert!(
         said.contains("-:21: its time, 2026-11-01T11:10:00.000Z, moved the latest event time 1h 55s ahead, and 110 later events were older")
             && said.contains("fix or drop the line"),
         "{said}"
     );
     // One 73 years fast: every later event is behind it.
-    let mut far = lines;
-    let future = r#"{"interaction":{"userId":"u5","itemId":"b","type":"click","time":"2099-01-01T00:00:00Z"}}"#;
-    far.insert(10, future.to_owned());
-    let said = stderr(&far);
+    let said = with_click_at(10, "2099-01-01T00:00:00Z");
     assert!(
         said.contains("-:11: its time, 2099-01-01T00:00:00.000Z")
             && said.contains(", and 350 later events"),
