@@ -153,7 +153,9 @@ fn prepare_state_file(
     let Some(dir) = settings.state_dir.as_deref() else {
         return Ok(None);
     };
-    let file = StateFile::new(dir, engine.fingerprint(&settings.windows)).lock()?;
+    let file = StateFile::new(dir, engine.fingerprint(&settings.windows))
+        .with_join_rules(engine.join_rules())
+        .lock()?;
     if file.prepare()? {
         tracing::warn!(path = %file.path().display(), "removed the temporary file of a save that was cut short");
     }

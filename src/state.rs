@@ -2,7 +2,8 @@
 //!
 //! One file, `rankwatch.state`, in the state directory: a header (magic,
 //! format version, payload length, xxh3 checksum) and the postcard-encoded
-//! state with the fingerprint of the settings it was computed under. A save
+//! state with the fingerprint of the settings it was computed under, then
+//! its join rules (which builds before them do not read). A save
 //! writes a temporary file, syncs it and renames it over the old one, so a
 //! crash leaves either the old state or the new one, never half of one; a
 //! failed save removes its temporary file, and so does the check of the
@@ -61,14 +62,16 @@ pub enum StateError {
 }
 
 /// The settings of two fingerprints that differ, as `key was A, is B`
-/// (a fingerprint is `k=… metrics=… windows=…`, each key once, in order).
-fn settings_changed(saved: &str, running: &str) -> String {
+/// (a fingerprint is `k=… metrics=… windows=…`, each key once, in order;
+/// join rules are written the same way).
+pub fn settings_changed(saved: &str, running: &str) -> String {
     let fields = |fingerprint: &str| -> Vec<(String, String)> {
         let mut fields: Vec<(String, String)> = Vec::new();
         for word in fingerprint.split(' ') {
             match word.split_once('=') {
                 Some((key, value))
-                    if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase()) =>
+                    if !key.is_empty()
+                        && key.chars().all(|c| c.is_ascii_lowercase() || c == '_') =>
                 {
                     fields.push((key.to_owned(), value.to_owned()))
                 }
@@ -104,6 +107,16 @@ fn settings_changed(saved: &str, running: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A state read back.
+pub struct Loaded {
+    /// The state.
+    pub state: EngineState,
+    /// The join rules it was computed under that differ from the running
+    /// ones, as `key was A, is B; …`; `None` when they are the same, or
+    /// were not saved.
+    pub join_rules_changed: Option<String>,
 }
 
 /// A state directory the server cannot save to, found at start.
@@ -143,6 +156,8 @@ fn ensure_dir(dir: &Path) -> Result<(), UnusableDir> {
 pub struct StateFile {
     path: PathBuf,
     fingerprint: String,
+    /// The running join rules ([`crate::engine::EngineSettings::join_rules`]).
+    join_rules: String,
     /// The directory's lock, once [`Self::lock`] took it: released as the
     /// last clone is dropped (or the process ends).
     lock: Option<std::sync::Arc<File>>,
@@ -154,8 +169,15 @@ impl StateFile {
         Self {
             path: dir.join(FILE_NAME),
             fingerprint,
+            join_rules: String::new(),
             lock: None,
         }
+    }
+
+    /// Saves `join_rules` beside the state, and compares a restored
+    /// state's with them.
+    pub fn with_join_rules(self, join_rules: String) -> Self {
+        Self { join_rules, ..self }
     }
 
     /// Takes the directory for this process alone, for as long as this
@@ -241,7 +263,8 @@ impl StateFile {
             path: self.path.clone(),
             source,
         };
-        let payload = postcard::to_stdvec(&(&self.fingerprint, state))
+        // The join rules last: a build before them reads the rest as it did.
+        let payload = postcard::to_stdvec(&(&self.fingerprint, state, &self.join_rules))
             .map_err(|e| io_error(io::Error::other(e.to_string())))?;
         let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
         bytes.extend_from_slice(MAGIC);
@@ -273,7 +296,7 @@ impl StateFile {
     }
 
     /// Reads the saved state; `None` when there is none.
-    pub fn load(&self) -> Result<Option<EngineState>, StateError> {
+    pub fn load(&self) -> Result<Option<Loaded>, StateError> {
         let bytes = match fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -313,8 +336,14 @@ impl StateFile {
         if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
             return Err(corrupt("checksum mismatch"));
         }
-        let (fingerprint, mut state) = postcard::from_bytes::<(String, EngineState)>(payload)
-            .map_err(|e| corrupt(&format!("undecodable: {e}")))?;
+        let undecodable = |e: postcard::Error| corrupt(&format!("undecodable: {e}"));
+        let ((fingerprint, mut state), rest) =
+            postcard::take_from_bytes::<(String, EngineState)>(payload).map_err(undecodable)?;
+        // None from a build before join rules were saved.
+        let join_rules = match rest {
+            [] => None,
+            rest => Some(postcard::from_bytes::<String>(rest).map_err(undecodable)?),
+        };
         state.coverage_passed_on = version == COVERAGE_PASSED_ON;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
@@ -328,7 +357,13 @@ impl StateFile {
         if let Some(inconsistency) = state.inconsistency() {
             return Err(corrupt(&format!("inconsistent: {inconsistency}")));
         }
-        Ok(Some(state))
+        let join_rules_changed = join_rules
+            .filter(|saved| *saved != self.join_rules)
+            .map(|saved| settings_changed(&saved, &self.join_rules));
+        Ok(Some(Loaded {
+            state,
+            join_rules_changed,
+        }))
     }
 
     /// Moves an unusable file aside (keeping it for a person to inspect)
@@ -389,7 +424,7 @@ mod tests {
         let (mut engine, settings) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "fingerprint".into());
         file.save(&engine.to_state()).unwrap();
-        let state = file.load().unwrap().unwrap();
+        let state = file.load().unwrap().unwrap().state;
         let mut restored = Engine::from_state(
             settings.join(&[std::time::Duration::from_secs(60)]),
             settings.evaluator(),
@@ -478,6 +513,41 @@ mod tests {
                 && message.contains("put the file back as rankwatch.state"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn join_rules_are_read_back_and_a_build_before_them_reads_the_state_as_it_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _) = engine_with_traffic();
+        let rules = "attribution_window=5m allowed_lateness=30s";
+        let saved = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(rules.into());
+        saved.save(&engine.to_state()).unwrap();
+        assert!(saved.load().unwrap().unwrap().join_rules_changed.is_none());
+        let running = StateFile::new(dir.path(), "k=[1]".into())
+            .with_join_rules("attribution_window=10m allowed_lateness=30s".into());
+        let changed = running.load().unwrap().unwrap().join_rules_changed;
+        assert_eq!(
+            changed.as_deref(),
+            Some("attribution_window was 5m, is 10m")
+        );
+        // What a build before join rules decodes: the fingerprint and the state.
+        let bytes = fs::read(saved.path()).unwrap();
+        let (fingerprint, _): (String, EngineState) =
+            postcard::from_bytes(&bytes[HEADER_LEN..]).unwrap();
+        assert_eq!(fingerprint, "k=[1]");
+        // A file such a build wrote: no rules to compare, nothing said.
+        let payload = postcard::to_stdvec(&("k=[1]", engine.to_state())).unwrap();
+        let mut before = bytes[..HEADER_LEN].to_vec();
+        before[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        before[20..28].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
+        before.extend_from_slice(&payload);
+        fs::write(saved.path(), before).unwrap();
+        assert!(running
+            .load()
+            .unwrap()
+            .unwrap()
+            .join_rules_changed
+            .is_none());
     }
 
     #[test]

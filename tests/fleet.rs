@@ -470,6 +470,33 @@ async fn a_state_topic_without_snapshots_reads_on_from_the_committed_offsets() {
     );
 }
 
+/// A partition's snapshot taken by an instance with another attribution
+/// window is restored, and the instance says that its figures mix lists
+/// joined under both (they had mixed silently).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_taken_under_another_attribution_window_is_restored_with_a_warning() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let (first, _) = log_in_halves();
+    let received = "rankwatch_events_received_total";
+    let mut before = instance(&broker, &[]);
+    produce(&broker.producer(), &first).await;
+    wait_for(&[&before], "the first half", |m| {
+        total(m, received) == first.len() as f64
+    });
+    terminate(&mut before);
+    let after = instance(&broker, &["--attribution-window", "10m"]);
+    wait_for_line(&after, "attribution_window was 5m, is 10m");
+    wait_for(&[&after], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    let metrics = scrape(&after).unwrap();
+    assert_eq!(
+        value(&metrics, "rankwatch_kafka_restore_failures_total"),
+        0.0
+    );
+}
+
 /// Records that Java's partitioner put where their key falls (librdkafka's
 /// `murmur2_random`, as the relay and the Python client produce) are not
 /// counted; those of librdkafka's default partitioner (CRC32), which may
@@ -971,6 +998,7 @@ async fn a_snapshot_larger_than_the_producer_queue_is_written_whole() {
             handed_over: true,
             owner: "rankwatch-test".to_owned(),
             generation: Some(4),
+            join_rules: Some("attribution_window=5m".to_owned()),
         };
         let written = state.write_all(vec![Pending::new(3, Some(payload), manifest)]);
         (written, state.last_manifest(3).unwrap())
@@ -1351,6 +1379,7 @@ async fn claim(broker: &Broker, partition: i32, generation: i32) -> i64 {
             handed_over: false,
             owner: CLAIMANT.to_owned(),
             generation: Some(generation),
+            join_rules: None,
         };
         state.write_manifest(partition, &claim).unwrap();
         state.last_manifest(partition).unwrap().unwrap().offset

@@ -266,16 +266,25 @@ async fn an_inconsistent_state_file_is_set_aside_and_counted() {
 
     // The saved state ends with its one user's open impression, in
     // fixed-width fields: group 0, no interleaving lineup, one item, no
-    // credits; then no waiting interactions.
+    // credits; then no waiting interactions; then the join settings.
     let path = dir.path().join("rankwatch.state");
     let saved = std::fs::read(&path).unwrap();
     let (header, payload) = saved.split_at(28);
     let mut tail = vec![0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0];
     tail.extend(rankwatch::event::id_hash("item-a").to_le_bytes());
     tail.push(0x00);
-    assert!(payload.ends_with(&tail), "the state file format changed");
+    let join_settings = b"attribution_window=5m";
+    let state_end = payload
+        .windows(join_settings.len())
+        .position(|w| w == join_settings)
+        .expect("the join settings follow the state")
+        - 1; // their length, one byte
+    assert!(
+        payload[..state_end].ends_with(&tail),
+        "the state file format changed"
+    );
     let mut payload = payload.to_vec();
-    let group = payload.len() - tail.len();
+    let group = state_end - tail.len();
     payload[group..group + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     let mut forged = header[..12].to_vec();
     forged.extend((payload.len() as u64).to_le_bytes());
@@ -387,9 +396,59 @@ async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflow
     }
     assert!(log.iter().any(|l| l.contains("state restored")), "{log:#?}");
     assert!(
-        !log.iter().any(|l| l.contains("beyond the limits")),
+        !log.iter()
+            .any(|l| l.contains("beyond the limits") || l.contains("other join settings")),
         "{log:#?}"
     );
+}
+
+/// The attribution window, the allowed lateness and the grades change what
+/// a list counts without changing what a state holds: a restart under
+/// other values restores the state, and says that its figures since start
+/// mix lists joined under both (they had mixed silently).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_another_attribution_window_says_the_figures_mix_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let server = Server::start(&args);
+    send(&server, &log_lines()).await;
+    let finalized = |server: &Server| -> f64 {
+        parse_metrics(&server.get("/metrics").1)
+            .iter()
+            .filter(|(series, _)| series.starts_with("rankwatch_lists_finalized_total{"))
+            .map(|(_, lists)| lists)
+            .sum()
+    };
+    let lists = finalized(&server);
+    assert!(lists > 0.0);
+    assert_eq!(server.stop().await, Some(0));
+
+    let changed = [
+        &args[..],
+        &["--attribution-window", "10m", "--grade", "click=2"],
+    ]
+    .concat();
+    let server = Server::start(&changed);
+    let mut log = Vec::new();
+    let said = loop {
+        match server.log.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) if line.contains("other join settings") => break line,
+            Ok(line) => log.push(line),
+            Err(_) => panic!("nothing said of the join settings within 10 s: {log:#?}"),
+        }
+    };
+    assert!(
+        said.contains("attribution_window was 5m, is 10m")
+            && said.contains(r#"("click", 1.0)"#)
+            && said.contains(r#"("click", 2.0)"#)
+            && !said.contains("allowed_lateness"),
+        "{said}"
+    );
+    assert_eq!(finalized(&server), lists, "the state was restored");
+    let failures =
+        parse_metrics(&server.get("/metrics").1)["rankwatch_state_restore_failures_total"];
+    assert_eq!(failures, 0.0);
 }
 
 /// A state saved by the build before format 9 (`tests/data/state-format-8`:

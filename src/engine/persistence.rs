@@ -49,20 +49,27 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     metrics::counter!(STATE_RESTORE_FAILURES_TOTAL).absolute(0);
     let Some(file) = file else { return fresh() };
     match file.load() {
-        Ok(Some(state)) => {
+        Ok(Some(loaded)) => {
             let limits = engine.join(windows);
             let (max_open, max_waiting, max_groups) = (
                 limits.max_open_impressions,
                 limits.max_waiting_interactions,
                 limits.max_groups,
             );
-            let restored = Engine::from_state(limits, engine.evaluator(), state);
+            let restored = Engine::from_state(limits, engine.evaluator(), loaded.state);
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),
                 waiting_interactions = restored.waiting_interactions(),
                 "state restored"
             );
+            if let Some(changed) = loaded.join_rules_changed {
+                tracing::warn!(
+                    %changed,
+                    path = %file.path().display(),
+                    "state restored under other join settings than it was computed under: its figures since start mix lists joined under both, and the rolling windows until they pass; to count only under the new settings, stop the server and move the state file out of state_dir"
+                );
+            }
             warn_beyond_limits(&restored, (max_open, max_waiting, max_groups));
             restored
         }

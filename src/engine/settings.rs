@@ -107,6 +107,20 @@ impl EngineSettings {
         fingerprint
     }
 
+    /// The settings that decide what each list counts without changing
+    /// what a state holds: the attribution window, the allowed lateness
+    /// and the grades. Saved beside a state and compared at restore, where
+    /// a change is warned of, not refused: the figures since start then mix
+    /// lists joined under both.
+    pub fn join_rules(&self) -> String {
+        format!(
+            "attribution_window={} allowed_lateness={} grades={:?}",
+            humantime::format_duration(self.attribution_window),
+            humantime::format_duration(self.allowed_lateness),
+            self.grades.pairs()
+        )
+    }
+
     /// The list evaluator for these settings.
     pub fn evaluator(&self) -> ListEvaluator {
         ListEvaluator::new(self.metrics.clone(), &self.k)

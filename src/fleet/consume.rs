@@ -116,6 +116,8 @@ pub struct Fleet {
     windows: Vec<Duration>,
     partition: PartitionSettings,
     fingerprint: String,
+    /// The join rules snapshots are computed under.
+    join_rules: String,
     /// The partitions owned now; the consumer thread changes it, scrapes read it.
     owned: DashMap<i32, Owned>,
     /// Figures of the partitions this instance owned before and handed over.
@@ -134,6 +136,7 @@ impl Fleet {
         let retired = Engine::new(engine.join(&windows), engine.evaluator());
         Self {
             settings,
+            join_rules: engine.join_rules(),
             engine,
             windows,
             partition,
@@ -421,6 +424,7 @@ impl Rebalancer {
         Some(match restored {
             Some(restored) if restored.manifest.fingerprint == fleet.fingerprint => {
                 let manifest = restored.manifest;
+                warn_if_joined_otherwise(id, manifest.join_rules.as_deref(), &fleet.join_rules);
                 let recount_until = if manifest.handed_over {
                     manifest.next_offset
                 } else {
@@ -432,10 +436,18 @@ impl Rebalancer {
                 (engine, manifest, recount_until)
             }
             Some(restored) => {
-                restore_failed(id, "it was computed under other metric settings");
+                let changed = crate::state::settings_changed(
+                    &restored.manifest.fingerprint,
+                    &fleet.fingerprint,
+                );
+                restore_failed(
+                    id,
+                    &format!("it was computed under other metric settings ({changed})"),
+                );
                 let manifest = Manifest {
                     chunks: 0,
                     fingerprint: fleet.fingerprint.clone(),
+                    join_rules: Some(fleet.join_rules.clone()),
                     ..restored.manifest
                 };
                 (fleet.empty_engine(), manifest, 0)
@@ -481,6 +493,7 @@ impl Rebalancer {
             handed_over: false,
             owner: self.owner.clone(),
             generation: None,
+            join_rules: Some(self.fleet.join_rules.clone()),
         }
     }
 
@@ -787,11 +800,25 @@ impl Rebalancer {
                     next_offset,
                     handed_over: last,
                     fingerprint: self.fleet.fingerprint.clone(),
+                    join_rules: Some(self.fleet.join_rules.clone()),
                     ..previous
                 },
             ),
         };
         Ok((next_offset, Some(snapshot)))
+    }
+}
+
+/// Warns that partition `partition`'s state, computed under the join rules
+/// `saved` (when known), is restored under other `running` ones.
+fn warn_if_joined_otherwise(partition: i32, saved: Option<&str>, running: &str) {
+    if let Some(saved) = saved.filter(|saved| *saved != running) {
+        let changed = crate::state::settings_changed(saved, running);
+        tracing::warn!(
+            partition,
+            %changed,
+            "partition restored under other join settings than its snapshot was computed under: its figures mix lists joined under both; every instance of a group must share them"
+        );
     }
 }
 

@@ -93,6 +93,12 @@ pub struct Manifest {
     /// builds before it read without it.
     #[serde(skip)]
     pub generation: Option<i32>,
+    /// The join rules the state was computed under
+    /// ([`crate::engine::EngineSettings::join_rules`]); `None` when unknown.
+    /// Stored after the generation, and only with one, which builds before
+    /// it read without it.
+    #[serde(skip)]
+    pub join_rules: Option<String>,
 }
 
 /// A partition's last manifest and where it lies in the state partition.
@@ -105,20 +111,28 @@ pub struct LastManifest {
     pub end: i64,
 }
 
-/// A manifest as stored: its fields, then its generation if known.
+/// A manifest as stored: its fields, then its generation if known, then
+/// its join rules if known.
 fn encode_manifest(manifest: &Manifest) -> postcard::Result<Vec<u8>> {
     let mut encoded = postcard::to_stdvec(manifest)?;
     if let Some(generation) = manifest.generation {
         encoded.extend(postcard::to_stdvec(&generation)?);
+        if let Some(join_rules) = &manifest.join_rules {
+            encoded.extend(postcard::to_stdvec(join_rules)?);
+        }
     }
     Ok(encoded)
 }
 
-/// A stored manifest, with or without its generation.
+/// A stored manifest, with or without its generation and join rules.
 fn decode_manifest(bytes: &[u8]) -> postcard::Result<Manifest> {
     let (mut manifest, rest): (Manifest, _) = postcard::take_from_bytes(bytes)?;
     if !rest.is_empty() {
-        manifest.generation = Some(postcard::from_bytes(rest)?);
+        let (generation, rest) = postcard::take_from_bytes(rest)?;
+        manifest.generation = Some(generation);
+        if !rest.is_empty() {
+            manifest.join_rules = Some(postcard::from_bytes(rest)?);
+        }
     }
     Ok(manifest)
 }
@@ -619,6 +633,7 @@ mod tests {
             handed_over: false,
             owner: "rankwatch-1".to_owned(),
             generation: None,
+            join_rules: None,
         }
     }
 
@@ -638,6 +653,33 @@ mod tests {
         // A manifest such a build wrote reads with its generation unknown.
         let written_before = postcard::to_stdvec(&manifest()).unwrap();
         assert_eq!(decode_manifest(&written_before).unwrap(), manifest());
+    }
+
+    #[test]
+    fn a_manifest_keeps_its_join_rules_and_builds_before_them_read_the_rest() {
+        let known = Manifest {
+            generation: Some(7),
+            join_rules: Some("attribution_window=5m".to_owned()),
+            ..manifest()
+        };
+        let encoded = encode_manifest(&known).unwrap();
+        assert_eq!(decode_manifest(&encoded).unwrap(), known);
+        // What a build before join rules decodes: the fields, then the generation.
+        let (mut old, rest): (Manifest, _) = postcard::take_from_bytes(&encoded).unwrap();
+        old.generation = Some(postcard::from_bytes(rest).unwrap());
+        assert_eq!(old.join_rules, None);
+        old.join_rules = known.join_rules.clone();
+        assert_eq!(old, known);
+        // Without a generation the rules are not stored: a build before
+        // would have read them as one.
+        let unknown = Manifest {
+            join_rules: Some("attribution_window=5m".to_owned()),
+            ..manifest()
+        };
+        assert_eq!(
+            decode_manifest(&encode_manifest(&unknown).unwrap()).unwrap(),
+            manifest()
+        );
     }
 
     #[test]

@@ -77,8 +77,8 @@ fuzz_target!(|bytes: &[u8]| {
     let fixture = &*FIXTURE;
     for contents in [bytes.to_vec(), wrap(&fixture.prefix, bytes)] {
         std::fs::write(fixture.file.path(), &contents).expect("the fuzz state file can be written");
-        if let Ok(Some(state)) = fixture.file.load() {
-            serve(fixture, state);
+        if let Ok(Some(loaded)) = fixture.file.load() {
+            serve(fixture, loaded.state);
         }
     }
 });
