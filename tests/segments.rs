@@ -520,6 +520,41 @@ async fn a_restart_keeps_segments_and_their_folds() {
     );
 }
 
+/// A restart under a lower `max_segment_values` keeps the values it
+/// restored, as it keeps open lists past a lower `max_open_impressions`,
+/// and says so with them (it had said nothing): new values fold until the
+/// kept ones fall below the limit, which they never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_fewer_segment_values_says_it_kept_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = [
+        &SEGMENTED[..],
+        &["--wall-clock-advance", "false", "--state-dir", state_dir],
+    ]
+    .concat();
+    let server = Server::start(&args);
+    send(&server, &log()[..5]).await; // de and fr kept
+    assert_eq!(server.stop().await, Some(0));
+    let lower: Vec<&str> = args
+        .iter()
+        .map(|&arg| if arg == "2" { "1" } else { arg })
+        .collect();
+    let server = Server::start(&lower);
+    let mut log = Vec::new();
+    let said = loop {
+        match server.log.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(line) if line.contains("beyond the limits") => break line,
+            Ok(line) => log.push(line),
+            Err(_) => panic!("nothing said of the limits within 10 s: {log:#?}"),
+        }
+    };
+    assert!(
+        said.contains("segment_values.country=2 max_segment_values=1"),
+        "{said}"
+    );
+}
+
 /// The table's coverage rows carry the segment values, as its metric rows do.
 #[test]
 fn the_tables_coverage_rows_name_their_segment_values() {

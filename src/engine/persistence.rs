@@ -51,10 +51,11 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     match file.load() {
         Ok(Some(loaded)) => {
             let limits = engine.join(windows);
-            let (max_open, max_waiting, max_groups) = (
+            let limits_in_force = (
                 limits.max_open_impressions,
                 limits.max_waiting_interactions,
                 limits.max_groups,
+                limits.segments.max_values,
             );
             let restored = Engine::from_state(limits, engine.evaluator(), loaded.state);
             tracing::info!(
@@ -70,7 +71,7 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
                     "state restored under other join settings than it was computed under: its figures since start mix lists joined under both, and the rolling windows until they pass; to count only under the new settings, stop the server and move the state file out of state_dir"
                 );
             }
-            warn_beyond_limits(&restored, (max_open, max_waiting, max_groups));
+            warn_beyond_limits(&restored, limits_in_force);
             restored
         }
         Ok(None) => fresh(),
@@ -92,37 +93,37 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
 }
 
 /// Warns of each limit that the `restored` engine holds more than
-/// (`max_open_impressions`, `max_waiting_interactions`, `max_groups`, in
-/// that order): limits are not part of a state's fingerprint, so a restart
-/// may set them lower than what was saved.
+/// (`max_open_impressions`, `max_waiting_interactions`, `max_groups`,
+/// `max_segment_values`, in that order): limits are not part of a state's
+/// fingerprint, so a restart may set them lower than what was saved.
 fn warn_beyond_limits(
     restored: &Engine,
-    (max_open, max_waiting, max_groups): (usize, usize, usize),
+    (max_open, max_waiting, max_groups, max_segment_values): (usize, usize, usize, usize),
 ) {
-    let held = [
+    let groups = restored
+        .group_names()
+        .iter()
+        .filter(|g| !g.is_overflow())
+        .count();
+    let mut held = vec![
         (
-            "open_impressions",
+            "open_impressions".to_owned(),
             restored.open_impressions(),
             "max_open_impressions",
             max_open,
         ),
         (
-            "waiting_interactions",
+            "waiting_interactions".to_owned(),
             restored.waiting_interactions(),
             "max_waiting_interactions",
             max_waiting,
         ),
-        (
-            "groups",
-            restored
-                .group_names()
-                .iter()
-                .filter(|g| !g.is_overflow())
-                .count(),
-            "max_groups",
-            max_groups,
-        ),
+        ("groups".to_owned(), groups, "max_groups", max_groups),
     ];
+    held.extend(restored.kept_segment_values().map(|(label, kept)| {
+        let what = format!("segment_values.{label}");
+        (what, kept, "max_segment_values", max_segment_values)
+    }));
     let beyond: Vec<String> = held
         .into_iter()
         .filter(|(_, held, _, limit)| held > limit)
@@ -131,7 +132,7 @@ fn warn_beyond_limits(
     if !beyond.is_empty() {
         tracing::warn!(
             beyond = %beyond.join(" "),
-            "state restored beyond the limits in force, set lower since it was saved: all of it is kept, and new impressions, interactions and groups meet the limits (shed or folded, and counted) until it falls below them"
+            "state restored beyond the limits in force, set lower since it was saved: all of it is kept, and new impressions, interactions and groups meet the limits (shed or folded, and counted) until it falls below them; segment values stay kept, and every new one folds into __other__"
         );
     }
 }

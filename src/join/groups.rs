@@ -381,6 +381,12 @@ impl Groups {
         self.segments.iter().map(|s| (s.label.as_str(), s.folded))
     }
 
+    /// Per segment label, in order: the label and the distinct values
+    /// kept (besides `__other__`).
+    pub fn kept(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.segments.iter().map(|s| (s.label.as_str(), s.kept))
+    }
+
     /// Adds the fold counts of `other` to these, label by label.
     pub(super) fn add_folded(&mut self, other: &Groups) {
         for theirs in &other.segments {

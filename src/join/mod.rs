@@ -480,6 +480,13 @@ impl Engine {
         self.groups.folded()
     }
 
+    /// Per segment label, in order: the label and the distinct values of
+    /// it kept, at most `max_segment_values` (but in a restored state
+    /// saved under a higher one).
+    pub fn kept_segment_values(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.groups.kept()
+    }
+
     /// Aggregates of every group, indexed by group id.
     pub fn aggregates(&self) -> &[GroupAggregates] {
         &self.aggregates
