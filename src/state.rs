@@ -98,15 +98,58 @@ pub fn settings_changed(saved: &str, running: &str) -> String {
     }
     keys.iter()
         .filter(|key| value(&saved, key) != value(&running, key))
-        .map(|key| {
-            format!(
-                "{key} was {}, is {}",
-                value(&saved, key),
-                value(&running, key)
-            )
+        .flat_map(|key| {
+            let (was, is) = (value(&saved, key), value(&running, key));
+            match (struct_fields(&was), struct_fields(&is)) {
+                (Some(was), Some(is)) if was.len() == is.len() => was
+                    .into_iter()
+                    .zip(is)
+                    .filter(|(was, is)| was != is)
+                    .map(|((field, was), (_, is))| {
+                        let name = setting_name(field);
+                        format!(
+                            "{name} was {}, is {}",
+                            was.to_lowercase(),
+                            is.to_lowercase()
+                        )
+                    })
+                    .collect(),
+                _ => vec![format!("{key} was {was}, is {is}")],
+            }
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The fields of a value printed as `Name { field: value, … }` (the
+/// metric settings in a fingerprint), in order; a field's value may
+/// itself be such a value.
+fn struct_fields(value: &str) -> Option<Vec<(&str, &str)>> {
+    let (_, body) = value.split_once(" { ")?;
+    let body = body.strip_suffix(" }")?;
+    let mut fields = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (at, c) in body.char_indices().chain([(body.len(), ',')]) {
+        match c {
+            '{' | '[' | '(' => depth += 1,
+            '}' | ']' | ')' => depth -= 1,
+            ',' if depth == 0 => {
+                fields.push(body[start..at].trim().split_once(": ")?);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    Some(fields)
+}
+
+/// The setting a field of the metric settings is set by.
+fn setting_name(field: &str) -> &str {
+    match field {
+        "err_max_grade" => "g_max",
+        "rbp_persistence" => "rbp_p",
+        field => field,
+    }
 }
 
 /// A state read back.
@@ -511,6 +554,17 @@ mod tests {
             message.contains("k was [1, 5, 10, 20], is [1, 3]")
                 && !message.contains("metrics")
                 && message.contains("put the file back as rankwatch.state"),
+            "{message}"
+        );
+        // Metric settings are named as the settings call them, one by one.
+        let mut other = settings.clone();
+        other.metrics.gain = crate::metrics::Gain::Exponential;
+        other.metrics.discount = crate::metrics::Discount::Jarvelin { base: 3.0 };
+        other.metrics.rbp_persistence = 0.5;
+        let running = StateFile::new(dir.path(), other.fingerprint(&windows));
+        let message = running.load().err().unwrap().to_string();
+        assert!(
+            message.contains("(gain was linear, is exponential; discount was log2, is jarvelin { base: 3.0 }; rbp_p was 0.8, is 0.5)"),
             "{message}"
         );
     }
