@@ -185,3 +185,29 @@ async fn a_health_watch_hears_not_serving_as_soon_as_the_drain_begins() {
         .expect("no health update within 5 s of SIGTERM");
     assert_eq!(next.unwrap().unwrap().status(), ServingStatus::NotServing);
 }
+
+/// The status line `request` gets from the HTTP listener of `server`.
+fn status_line(server: &Server, request: &str) -> String {
+    let mut stream = TcpStream::connect(server.http).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response);
+    response.lines().next().unwrap_or_default().to_owned()
+}
+
+/// An HTTP/1.1 request without a Host header is answered 400 (RFC 9112
+/// §3.2: a server must); it had been answered 200. HTTP/1.0 needs none.
+#[test]
+fn an_http_1_1_request_without_a_host_header_is_a_bad_request() {
+    let server = Server::start(&[]);
+    let without = "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n";
+    assert_eq!(status_line(&server, without), "HTTP/1.1 400 Bad Request");
+    let with = "GET /healthz HTTP/1.1\r\nHost: rankwatch\r\nConnection: close\r\n\r\n";
+    assert_eq!(status_line(&server, with), "HTTP/1.1 200 OK");
+    let old = "GET /healthz HTTP/1.0\r\n\r\n";
+    assert!(status_line(&server, old).ends_with(" 200 OK"));
+}

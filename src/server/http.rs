@@ -5,9 +5,10 @@ use crate::clock::wall_clock;
 use crate::engine::EngineHandle;
 use crate::engine::Readiness;
 use crate::export::prometheus;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode, Version};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -48,6 +49,16 @@ pub fn router(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(shared)
+}
+
+/// Answers an HTTP/1.1 request without a `Host` header 400, as a server
+/// must (RFC 9112 §3.2), before any route sees it.
+pub async fn require_host(request: Request, next: Next) -> Response {
+    if request.version() == Version::HTTP_11 && !request.headers().contains_key(header::HOST) {
+        let problem = "an HTTP/1.1 request must carry a Host header\n";
+        return (StatusCode::BAD_REQUEST, problem).into_response();
+    }
+    next.run(request).await
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -159,7 +159,8 @@ pub async fn run(
     .layer(axum::middleware::from_fn_with_state(
         permits,
         reports::hold_http,
-    ));
+    ))
+    .layer(axum::middleware::from_fn(http::require_host));
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
         .with_graceful_shutdown(serving.clone().cancelled_owned());
     tasks.spawn(telemetry::keep_up(recorder, shutdown));
