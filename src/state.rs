@@ -3,13 +3,14 @@
 //! One file, `rankwatch.state`, in the state directory: a header (magic,
 //! format version, payload length, xxh3 checksum) and the postcard-encoded
 //! state with the fingerprint of the settings it was computed under, then
-//! its join rules (which builds before them do not read). A save
+//! its [`JoinRules`] (which builds before them do not read). A save
 //! writes a temporary file, syncs it and renames it over the old one, so a
 //! crash leaves either the old state or the new one, never half of one; a
 //! failed save removes its temporary file, and so does the check of the
 //! directory at start for one a crash left.
 
 use crate::join::EngineState;
+use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -62,16 +63,14 @@ pub enum StateError {
 }
 
 /// The settings of two fingerprints that differ, as `key was A, is B`
-/// (a fingerprint is `k=… metrics=… windows=…`, each key once, in order;
-/// join rules are written the same way).
+/// (a fingerprint is `k=… metrics=… windows=…`, each key once, in order).
 pub fn settings_changed(saved: &str, running: &str) -> String {
     let fields = |fingerprint: &str| -> Vec<(String, String)> {
         let mut fields: Vec<(String, String)> = Vec::new();
         for word in fingerprint.split(' ') {
             match word.split_once('=') {
                 Some((key, value))
-                    if !key.is_empty()
-                        && key.chars().all(|c| c.is_ascii_lowercase() || c == '_') =>
+                    if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase()) =>
                 {
                     fields.push((key.to_owned(), value.to_owned()))
                 }
@@ -152,13 +151,74 @@ fn setting_name(field: &str) -> &str {
     }
 }
 
+/// The settings that decide what each list counts without changing what
+/// a state holds, so not part of its fingerprint: saved beside a state and
+/// compared at restore, where a change is warned of, not refused (the
+/// figures since start then mix lists joined under both).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JoinRules {
+    /// How long after an impression its interactions count.
+    pub attribution_window: std::time::Duration,
+    /// How far the watermark trails the latest event time.
+    pub allowed_lateness: std::time::Duration,
+    /// The grade of each interaction type, sorted by type.
+    pub grades: Vec<(String, f64)>,
+}
+
+impl JoinRules {
+    /// What differs between `saved` and these rules, as `name was A, is B;
+    /// …` (grades compared as numbers); `None` when nothing does.
+    pub fn changed_since(&self, saved: &JoinRules) -> Option<String> {
+        let duration = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        let mut changed = Vec::new();
+        for (name, was, is) in [
+            (
+                "attribution_window",
+                saved.attribution_window,
+                self.attribution_window,
+            ),
+            (
+                "allowed_lateness",
+                saved.allowed_lateness,
+                self.allowed_lateness,
+            ),
+        ] {
+            if was != is {
+                changed.push(format!("{name} was {}, is {}", duration(was), duration(is)));
+            }
+        }
+        let grade = |rules: &JoinRules, kind: &str| {
+            let grade = rules.grades.iter().find(|(known, _)| known == kind);
+            grade.map(|&(_, grade)| grade)
+        };
+        let shown =
+            |grade: Option<f64>| grade.map_or_else(|| "unset".to_owned(), |g| g.to_string());
+        let mut kinds: Vec<&str> = saved
+            .grades
+            .iter()
+            .chain(&self.grades)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for kind in kinds {
+            let (was, is) = (grade(saved, kind), grade(self, kind));
+            if was != is {
+                let (was, is) = (shown(was), shown(is));
+                changed.push(format!("grade of {kind} was {was}, is {is}"));
+            }
+        }
+        (!changed.is_empty()).then(|| changed.join("; "))
+    }
+}
+
 /// A state read back.
 pub struct Loaded {
     /// The state.
     pub state: EngineState,
-    /// The join rules it was computed under that differ from the running
-    /// ones, as `key was A, is B; …`; `None` when they are the same, or
-    /// were not saved.
+    /// What differs between the join rules it was computed under and the
+    /// running ones ([`JoinRules::changed_since`]); `None` when nothing
+    /// does, or they were not saved.
     pub join_rules_changed: Option<String>,
 }
 
@@ -199,8 +259,8 @@ fn ensure_dir(dir: &Path) -> Result<(), UnusableDir> {
 pub struct StateFile {
     path: PathBuf,
     fingerprint: String,
-    /// The running join rules ([`crate::engine::EngineSettings::join_rules`]).
-    join_rules: String,
+    /// The running join rules.
+    join_rules: JoinRules,
     /// The directory's lock, once [`Self::lock`] took it: released as the
     /// last clone is dropped (or the process ends).
     lock: Option<std::sync::Arc<File>>,
@@ -212,14 +272,14 @@ impl StateFile {
         Self {
             path: dir.join(FILE_NAME),
             fingerprint,
-            join_rules: String::new(),
+            join_rules: JoinRules::default(),
             lock: None,
         }
     }
 
     /// Saves `join_rules` beside the state, and compares a restored
     /// state's with them.
-    pub fn with_join_rules(self, join_rules: String) -> Self {
+    pub fn with_join_rules(self, join_rules: JoinRules) -> Self {
         Self { join_rules, ..self }
     }
 
@@ -382,11 +442,9 @@ impl StateFile {
         let undecodable = |e: postcard::Error| corrupt(&format!("undecodable: {e}"));
         let ((fingerprint, mut state), rest) =
             postcard::take_from_bytes::<(String, EngineState)>(payload).map_err(undecodable)?;
-        // None from a build before join rules were saved.
-        let join_rules = match rest {
-            [] => None,
-            rest => Some(postcard::from_bytes::<String>(rest).map_err(undecodable)?),
-        };
+        // None from a build before join rules were saved; rules this build
+        // cannot read leave the state as usable as before they were saved.
+        let join_rules = postcard::from_bytes::<JoinRules>(rest).ok();
         state.coverage_passed_on = version == COVERAGE_PASSED_ON;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
@@ -400,9 +458,7 @@ impl StateFile {
         if let Some(inconsistency) = state.inconsistency() {
             return Err(corrupt(&format!("inconsistent: {inconsistency}")));
         }
-        let join_rules_changed = join_rules
-            .filter(|saved| *saved != self.join_rules)
-            .map(|saved| settings_changed(&saved, &self.join_rules));
+        let join_rules_changed = join_rules.and_then(|saved| self.join_rules.changed_since(&saved));
         Ok(Some(Loaded {
             state,
             join_rules_changed,
@@ -571,37 +627,57 @@ mod tests {
 
     #[test]
     fn join_rules_are_read_back_and_a_build_before_them_reads_the_state_as_it_did() {
+        use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let (engine, _) = engine_with_traffic();
-        let rules = "attribution_window=5m allowed_lateness=30s";
-        let saved = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(rules.into());
+        let rules = JoinRules {
+            attribution_window: Duration::from_secs(300),
+            allowed_lateness: Duration::from_secs(30),
+            grades: vec![("click".into(), 1.0), ("view".into(), 0.0)],
+        };
+        let saved = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(rules.clone());
         saved.save(&engine.to_state()).unwrap();
-        assert!(saved.load().unwrap().unwrap().join_rules_changed.is_none());
-        let running = StateFile::new(dir.path(), "k=[1]".into())
-            .with_join_rules("attribution_window=10m allowed_lateness=30s".into());
-        let changed = running.load().unwrap().unwrap().join_rules_changed;
-        assert_eq!(
-            changed.as_deref(),
-            Some("attribution_window was 5m, is 10m")
-        );
-        // What a build before join rules decodes: the fingerprint and the state.
-        let bytes = fs::read(saved.path()).unwrap();
-        let (fingerprint, _): (String, EngineState) =
-            postcard::from_bytes(&bytes[HEADER_LEN..]).unwrap();
-        assert_eq!(fingerprint, "k=[1]");
-        // A file such a build wrote: no rules to compare, nothing said.
-        let payload = postcard::to_stdvec(&("k=[1]", engine.to_state())).unwrap();
-        let mut before = bytes[..HEADER_LEN].to_vec();
-        before[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        before[20..28].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
-        before.extend_from_slice(&payload);
-        fs::write(saved.path(), before).unwrap();
+        // A grade of -0 is 0: compared as numbers.
+        let same = JoinRules {
+            grades: vec![("click".into(), 1.0), ("view".into(), -0.0)],
+            ..rules.clone()
+        };
+        let running = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(same);
         assert!(running
             .load()
             .unwrap()
             .unwrap()
             .join_rules_changed
             .is_none());
+        let other = JoinRules {
+            attribution_window: Duration::from_secs(600),
+            grades: vec![("click".into(), 2.0), ("view".into(), 0.0)],
+            ..rules
+        };
+        let running = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(other);
+        let changed = running.load().unwrap().unwrap().join_rules_changed;
+        assert_eq!(
+            changed.as_deref(),
+            Some("attribution_window was 5m, is 10m; grade of click was 1, is 2")
+        );
+        // What a build before join rules decodes: the fingerprint and the state.
+        let bytes = fs::read(saved.path()).unwrap();
+        let (fingerprint, _): (String, EngineState) =
+            postcard::from_bytes(&bytes[HEADER_LEN..]).unwrap();
+        assert_eq!(fingerprint, "k=[1]");
+        // A file such a build wrote, or rules this build cannot read: the
+        // state is restored, and nothing is said.
+        let payload = postcard::to_stdvec(&("k=[1]", engine.to_state())).unwrap();
+        for tail in [&b""[..], b"\xff\xff\xff", b"\x05abc"] {
+            let mut file = bytes[..HEADER_LEN].to_vec();
+            let payload = [&payload[..], tail].concat();
+            file[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            file[20..28].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
+            file.extend_from_slice(&payload);
+            fs::write(saved.path(), file).unwrap();
+            let loaded = running.load().unwrap().unwrap();
+            assert!(loaded.join_rules_changed.is_none(), "{tail:?}");
+        }
     }
 
     #[test]

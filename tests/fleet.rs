@@ -998,7 +998,7 @@ async fn a_snapshot_larger_than_the_producer_queue_is_written_whole() {
             handed_over: true,
             owner: "rankwatch-test".to_owned(),
             generation: Some(4),
-            join_rules: Some("attribution_window=5m".to_owned()),
+            join_rules: Some(rankwatch::state::JoinRules::default()),
         };
         let written = state.write_all(vec![Pending::new(3, Some(payload), manifest)]);
         (written, state.last_manifest(3).unwrap())

@@ -66,7 +66,7 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
             );
             if let Some(changed) = loaded.join_rules_changed {
                 tracing::warn!(
-                    %changed,
+                    ?changed,
                     path = %file.path().display(),
                     "state restored under other join settings than it was computed under: its figures since start mix lists joined under both, and the rolling windows until they pass; to count only under the new settings, stop the server and move the state file out of state_dir"
                 );

@@ -7,6 +7,7 @@ use crate::event::{GradeTable, Validator};
 use crate::export::ReportConfig;
 use crate::join::{JoinSettings, SegmentSettings};
 use crate::metrics::{CoverageMode, ListEvaluator, MetricSettings};
+use crate::state::JoinRules;
 use std::time::Duration;
 
 /// Join and metric settings, resolved and validated.
@@ -108,17 +109,13 @@ impl EngineSettings {
     }
 
     /// The settings that decide what each list counts without changing
-    /// what a state holds: the attribution window, the allowed lateness
-    /// and the grades. Saved beside a state and compared at restore, where
-    /// a change is warned of, not refused: the figures since start then mix
-    /// lists joined under both.
-    pub fn join_rules(&self) -> String {
-        format!(
-            "attribution_window={} allowed_lateness={} grades={:?}",
-            humantime::format_duration(self.attribution_window),
-            humantime::format_duration(self.allowed_lateness),
-            self.grades.pairs()
-        )
+    /// what a state holds, saved beside it.
+    pub fn join_rules(&self) -> JoinRules {
+        JoinRules {
+            attribution_window: self.attribution_window,
+            allowed_lateness: self.allowed_lateness,
+            grades: self.grades.pairs().to_vec(),
+        }
     }
 
     /// The list evaluator for these settings.

@@ -24,6 +24,7 @@ use super::snapshot::{LastManifest, Manifest, Pending, SnapshotError, StateTopic
 use super::FleetSettings;
 use crate::engine::EngineSettings;
 use crate::join::{Engine, EngineState};
+use crate::state::JoinRules;
 use dashmap::DashMap;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -117,7 +118,7 @@ pub struct Fleet {
     partition: PartitionSettings,
     fingerprint: String,
     /// The join rules snapshots are computed under.
-    join_rules: String,
+    join_rules: JoinRules,
     /// The partitions owned now; the consumer thread changes it, scrapes read it.
     owned: DashMap<i32, Owned>,
     /// Figures of the partitions this instance owned before and handed over.
@@ -424,7 +425,7 @@ impl Rebalancer {
         Some(match restored {
             Some(restored) if restored.manifest.fingerprint == fleet.fingerprint => {
                 let manifest = restored.manifest;
-                warn_if_joined_otherwise(id, manifest.join_rules.as_deref(), &fleet.join_rules);
+                warn_if_joined_otherwise(id, manifest.join_rules.as_ref(), &fleet.join_rules);
                 let recount_until = if manifest.handed_over {
                     manifest.next_offset
                 } else {
@@ -811,12 +812,11 @@ impl Rebalancer {
 
 /// Warns that partition `partition`'s state, computed under the join rules
 /// `saved` (when known), is restored under other `running` ones.
-fn warn_if_joined_otherwise(partition: i32, saved: Option<&str>, running: &str) {
-    if let Some(saved) = saved.filter(|saved| *saved != running) {
-        let changed = crate::state::settings_changed(saved, running);
+fn warn_if_joined_otherwise(partition: i32, saved: Option<&JoinRules>, running: &JoinRules) {
+    if let Some(changed) = saved.and_then(|saved| running.changed_since(saved)) {
         tracing::warn!(
             partition,
-            %changed,
+            ?changed,
             "partition restored under other join settings than its snapshot was computed under: its figures mix lists joined under both; every instance of a group must share them"
         );
     }

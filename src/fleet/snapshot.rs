@@ -16,6 +16,7 @@
 //! metadata would do, but not every broker returns it).
 
 use crate::join::EngineState;
+use crate::state::JoinRules;
 use postcard::ser_flavors::Flavor;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -93,12 +94,11 @@ pub struct Manifest {
     /// builds before it read without it.
     #[serde(skip)]
     pub generation: Option<i32>,
-    /// The join rules the state was computed under
-    /// ([`crate::engine::EngineSettings::join_rules`]); `None` when unknown.
+    /// The join rules the state was computed under; `None` when unknown.
     /// Stored after the generation, and only with one, which builds before
     /// it read without it.
     #[serde(skip)]
-    pub join_rules: Option<String>,
+    pub join_rules: Option<JoinRules>,
 }
 
 /// A partition's last manifest and where it lies in the state partition.
@@ -130,9 +130,8 @@ fn decode_manifest(bytes: &[u8]) -> postcard::Result<Manifest> {
     if !rest.is_empty() {
         let (generation, rest) = postcard::take_from_bytes(rest)?;
         manifest.generation = Some(generation);
-        if !rest.is_empty() {
-            manifest.join_rules = Some(postcard::from_bytes(rest)?);
-        }
+        // Unknown when unreadable: they only ever add a warning.
+        manifest.join_rules = postcard::from_bytes(rest).ok();
     }
     Ok(manifest)
 }
@@ -659,7 +658,7 @@ mod tests {
     fn a_manifest_keeps_its_join_rules_and_builds_before_them_read_the_rest() {
         let known = Manifest {
             generation: Some(7),
-            join_rules: Some("attribution_window=5m".to_owned()),
+            join_rules: Some(JoinRules::default()),
             ..manifest()
         };
         let encoded = encode_manifest(&known).unwrap();
@@ -673,7 +672,7 @@ mod tests {
         // Without a generation the rules are not stored: a build before
         // would have read them as one.
         let unknown = Manifest {
-            join_rules: Some("attribution_window=5m".to_owned()),
+            join_rules: Some(JoinRules::default()),
             ..manifest()
         };
         assert_eq!(
