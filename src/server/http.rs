@@ -51,14 +51,46 @@ pub fn router(
         .with_state(shared)
 }
 
-/// Answers an HTTP/1.1 request without a `Host` header 400, as a server
-/// must (RFC 9112 §3.2), before any route sees it.
+/// Answers 400 to an HTTP/1.1 request without a `Host` header and to any
+/// request with several or one that is not a host, as a server must (RFC
+/// 9112 §3.2), before any route sees it.
 pub async fn require_host(request: Request, next: Next) -> Response {
-    if request.version() == Version::HTTP_11 && !request.headers().contains_key(header::HOST) {
-        let problem = "an HTTP/1.1 request must carry a Host header\n";
+    if let Some(problem) = host_problem(&request) {
         return (StatusCode::BAD_REQUEST, problem).into_response();
     }
     next.run(request).await
+}
+
+/// What is wrong with `request`'s `Host` header, if anything.
+fn host_problem(request: &Request) -> Option<&'static str> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if request.version() == Version::HTTP_11 => {
+            Some("an HTTP/1.1 request must carry a Host header\n")
+        }
+        (None, _) => None,
+        (Some(_), Some(_)) => Some("a request must carry one Host header, not several\n"),
+        (Some(host), None) => (!is_host(host.as_bytes()))
+            .then_some("the Host header must be a host, with a port or not, or empty\n"),
+    }
+}
+
+/// Whether `value` is a host with an optional port (an `authority` with
+/// no user information), or empty, as a `Host` header may be.
+fn is_host(value: &[u8]) -> bool {
+    if value.is_empty() {
+        return true;
+    }
+    let Ok(authority) = axum::http::uri::Authority::try_from(value) else {
+        return false;
+    };
+    let authority = authority.as_str();
+    // The port follows the last colon past an IPv6 address's brackets.
+    let after_host = authority.rfind(']').map_or(0, |bracket| bracket + 1);
+    let port = authority[after_host..]
+        .split_once(':')
+        .map(|(_, port)| port);
+    !authority.contains('@') && port.is_none_or(|port| port.bytes().all(|b| b.is_ascii_digit()))
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
