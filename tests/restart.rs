@@ -361,6 +361,47 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
     );
 }
 
+/// The per-user limits too: a user's open lists, and the interactions
+/// credited to one list, beyond them are kept and named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let server = Server::start(&args);
+    let mut sent: Vec<String> = (0..3).map(|i| format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u1","itemIds":["a","b"],"time":"2026-11-02T09:00:0{i}Z"}}}}"#)).collect();
+    sent.extend((0..2).map(|i| format!(r#"{{"interaction":{{"eventId":"e{i}","userId":"u1","itemId":"a","requestId":"r0","type":"click","time":"2026-11-02T09:00:05Z"}}}}"#)));
+    send(&server, &sent).await;
+    assert_eq!(server.stop().await, Some(0));
+    let lower = [
+        &args[..],
+        &[
+            "--max-open-impressions-per-user",
+            "1",
+            "--max-interactions-per-impression",
+            "1",
+        ],
+    ]
+    .concat();
+    let server = Server::start(&lower);
+    let mut log = Vec::new();
+    let said = loop {
+        match server.log.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) if line.contains("beyond the limits") => break line,
+            Ok(line) => log.push(line),
+            Err(_) => panic!("nothing said of the limits within 10 s: {log:#?}"),
+        }
+    };
+    assert!(
+        said.contains("open_impressions_of_one_user=3 max_open_impressions_per_user=1")
+            && said.contains(
+                "interactions_credited_to_one_impression=2 max_interactions_per_impression=1"
+            )
+            && !said.contains("waiting"),
+        "{said}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflowed() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 
 use super::{EngineHandle, EngineSettings};
 use crate::clock::Every;
-use crate::join::Engine;
+use crate::join::{Engine, JoinSettings};
 use crate::state::StateFile;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -50,14 +50,8 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     let Some(file) = file else { return fresh() };
     match file.load() {
         Ok(Some(loaded)) => {
-            let limits = engine.join(windows);
-            let limits_in_force = (
-                limits.max_open_impressions,
-                limits.max_waiting_interactions,
-                limits.max_groups,
-                limits.segments.max_values,
-            );
-            let restored = Engine::from_state(limits, engine.evaluator(), loaded.state);
+            let restored =
+                Engine::from_state(engine.join(windows), engine.evaluator(), loaded.state);
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),
@@ -71,7 +65,7 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
                     "state restored under other join settings than it was computed under: its figures since start mix lists joined under both, and the rolling windows until they pass; to count only under the new settings, stop the server and move the state file out of state_dir"
                 );
             }
-            warn_beyond_limits(&restored, limits_in_force);
+            warn_beyond_limits(&restored, &engine.join(windows));
             restored
         }
         Ok(None) => fresh(),
@@ -92,34 +86,50 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     }
 }
 
-/// Warns of each limit that the `restored` engine holds more than
-/// (`max_open_impressions`, `max_waiting_interactions`, `max_groups`,
-/// `max_segment_values`, in that order): limits are not part of a state's
-/// fingerprint, so a restart may set them lower than what was saved.
-fn warn_beyond_limits(
-    restored: &Engine,
-    (max_open, max_waiting, max_groups, max_segment_values): (usize, usize, usize, usize),
-) {
+/// Warns of each limit in `limits` that the `restored` engine holds more
+/// than: limits are not part of a state's fingerprint, so a restart may set
+/// them lower than what was saved.
+fn warn_beyond_limits(restored: &Engine, limits: &JoinSettings) {
     let groups = restored
         .group_names()
         .iter()
         .filter(|g| !g.is_overflow())
         .count();
+    let one_user = restored.most_held_by_one_user();
     let mut held = vec![
         (
             "open_impressions".to_owned(),
             restored.open_impressions(),
             "max_open_impressions",
-            max_open,
+            limits.max_open_impressions,
         ),
         (
             "waiting_interactions".to_owned(),
             restored.waiting_interactions(),
             "max_waiting_interactions",
-            max_waiting,
+            limits.max_waiting_interactions,
         ),
-        ("groups".to_owned(), groups, "max_groups", max_groups),
+        ("groups".to_owned(), groups, "max_groups", limits.max_groups),
+        (
+            "open_impressions_of_one_user".to_owned(),
+            one_user.open_impressions,
+            "max_open_impressions_per_user",
+            limits.max_open_impressions_per_user,
+        ),
+        (
+            "waiting_interactions_of_one_user".to_owned(),
+            one_user.waiting_interactions,
+            "max_waiting_interactions_per_user",
+            limits.max_waiting_interactions_per_user,
+        ),
+        (
+            "interactions_credited_to_one_impression".to_owned(),
+            one_user.credited_to_one_impression,
+            "max_interactions_per_impression",
+            limits.max_interactions_per_impression,
+        ),
     ];
+    let max_segment_values = limits.segments.max_values;
     held.extend(restored.kept_segment_values().map(|(label, kept)| {
         let what = format!("segment_values.{label}");
         (what, kept, "max_segment_values", max_segment_values)

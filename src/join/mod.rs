@@ -168,6 +168,17 @@ const CLOSING_PREFETCH_EVERY: u32 = 16;
 /// 16 lists (some 80 events, in a typical mix) before it closes.
 const CLOSING_PREFETCH_AHEAD: usize = 32;
 
+/// The most one user holds ([`Engine::most_held_by_one_user`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HeldByOneUser {
+    /// Open impressions of one user.
+    pub open_impressions: usize,
+    /// Waiting interactions of one user.
+    pub waiting_interactions: usize,
+    /// Interactions credited to one open impression.
+    pub credited_to_one_impression: usize,
+}
+
 /// The attribution engine.
 pub struct Engine {
     settings: JoinSettings,
@@ -536,6 +547,22 @@ impl Engine {
     /// Interactions waiting for their impression.
     pub fn waiting_interactions(&self) -> usize {
         self.waiting_interactions
+    }
+
+    /// The most that one user holds: open impressions, waiting
+    /// interactions, and interactions credited to one of its open lists.
+    /// Looks at every user: for a state just restored, which may hold more
+    /// than the per-user limits in force.
+    pub fn most_held_by_one_user(&self) -> HeldByOneUser {
+        let mut most = HeldByOneUser::default();
+        for user in self.shards.iter().flat_map(|shard| shard.values()) {
+            most.open_impressions = most.open_impressions.max(user.open.len());
+            most.waiting_interactions = most.waiting_interactions.max(user.waiting().len());
+            let credited = user.open.iter().map(OpenImpression::credit_count).max();
+            most.credited_to_one_impression =
+                most.credited_to_one_impression.max(credited.unwrap_or(0));
+        }
+        most
     }
 
     /// Items numbered in the item table: about 24 to 40 bytes each beside
