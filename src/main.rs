@@ -327,7 +327,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
 
 /// What a replay says of an event that moved `T` far ahead of later events.
 fn far_ahead_notice(far: &replay::FarAhead) -> String {
-    let by = std::time::Duration::from_secs(far.by.unsigned_abs() / NANOS_PER_SECOND as u64);
+    let by = std::time::Duration::from_secs(far.by / NANOS_PER_SECOND as u64);
     format!(
         "rankwatch: {}:{}: its time, {}, moved the latest event time {} ahead, and {} later events were older than it by more than attribution window + allowed lateness: lists shown before it closed when it came, and those events came late for their lists. If that time is wrong, fix or drop the line",
         far.path.display(),

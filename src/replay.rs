@@ -172,8 +172,9 @@ pub struct FarAhead {
     pub line: u64,
     /// Its time.
     pub time: Nanos,
-    /// How far it moved `T` ahead.
-    pub by: Nanos,
+    /// How far it moved `T` ahead, in nanoseconds (more than `Nanos` holds
+    /// between times at the ends of its range).
+    pub by: u64,
     /// Later events older than `time` by more than window + lateness.
     pub behind: u64,
 }
@@ -203,7 +204,7 @@ struct Jumps {
 /// One event that moved `T` far ahead.
 struct Jump {
     time: Nanos,
-    by: Nanos,
+    by: u64,
     /// Its log and line.
     at: (usize, u64),
     behind: u64,
@@ -233,7 +234,7 @@ impl Jumps {
                     }
                     self.kept.push(Jump {
                         time,
-                        by: time.saturating_sub(latest),
+                        by: time.abs_diff(latest),
                         at: (self.chunk.0, self.chunk.1 + index as u64 + 1),
                         behind: 0,
                     });

@@ -133,6 +133,18 @@ fn a_line_that_moves_time_far_ahead_of_later_lines_is_named() {
             && said.contains(", and 350 later events"),
         "{said}"
     );
+    // From one end of the times a log may hold to the other: the jump is
+    // told whole (it had been cut at the 292 years a signed time holds).
+    let ends = [
+        r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a"],"time":"1678-01-01T00:00:00Z"}}"#,
+        r#"{"interaction":{"userId":"u2","itemId":"a","type":"click","time":"2262-01-01T00:00:00Z"}}"#,
+        r#"{"impression":{"requestId":"r2","userId":"u3","itemIds":["a"],"time":"1678-01-01T00:00:01Z"}}"#,
+    ];
+    let said = stderr(&ends.map(str::to_owned));
+    assert!(
+        said.contains("moved the latest event time 583years 11months 25days"),
+        "{said}"
+    );
 }
 
 #[test]
