@@ -156,8 +156,8 @@ fn prepare_state_file(
     let file = StateFile::new(dir, engine.fingerprint(&settings.windows))
         .with_join_rules(engine.join_rules())
         .lock()?;
-    if file.prepare()? {
-        tracing::warn!(path = %file.path().display(), "removed the temporary file of a save that was cut short");
+    if let Some(temporary) = file.prepare()? {
+        tracing::warn!(path = %temporary.display(), "removed the temporary file of a save that was cut short");
     }
     Ok(Some(file))
 }

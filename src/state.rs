@@ -344,8 +344,9 @@ impl StateFile {
 
     /// Checks at start that the state directory is usable: a directory
     /// (created if missing) where a file can be written. Removes the
-    /// temporary file a save cut short left behind; returns whether there was one.
-    pub fn prepare(&self) -> Result<bool, UnusableDir> {
+    /// temporary file a save cut short left behind; returns its path if
+    /// there was one.
+    pub fn prepare(&self) -> Result<Option<PathBuf>, UnusableDir> {
         let dir = self.dir();
         let unusable = |problem| UnusableDir::new(dir, problem);
         ensure_dir(dir)?;
@@ -357,7 +358,7 @@ impl StateFile {
             .map_err(|error| {
                 unusable(format!("is not writable ({error}): fix its permissions or free space, or point state_dir at a writable directory"))
             })?;
-        Ok(stale)
+        Ok(stale.then_some(temporary))
     }
 
     /// Writes `state` atomically; returns the bytes written.
@@ -548,7 +549,11 @@ mod tests {
         let (engine, _) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "fingerprint".into());
         fs::write(file.temporary(), b"half a state").unwrap();
-        assert!(file.prepare().unwrap(), "a stale temporary file was there");
+        assert_eq!(
+            file.prepare().unwrap(),
+            Some(file.temporary()),
+            "a stale temporary file was there"
+        );
         assert!(!file.temporary().exists());
         // The rename over a directory that is not empty fails.
         fs::create_dir_all(file.path().join("in-the-way")).unwrap();
@@ -557,7 +562,7 @@ mod tests {
             Err(StateError::Io { .. })
         ));
         assert!(!file.temporary().exists());
-        assert!(!file.prepare().unwrap());
+        assert_eq!(file.prepare().unwrap(), None);
     }
 
     #[test]
