@@ -346,14 +346,7 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
     ]
     .concat();
     let server = Server::start(&lower);
-    let mut log = Vec::new();
-    let said = loop {
-        match server.log.recv_timeout(Duration::from_secs(10)) {
-            Ok(line) if line.contains("beyond the limits") => break line,
-            Ok(line) => log.push(line),
-            Err(_) => panic!("nothing said of the limits within 10 s: {log:#?}"),
-        }
-    };
+    let said = server.logged("beyond the limits");
     assert!(
         said.contains(&format!("open_impressions={open} max_open_impressions=1"))
             && said.contains(&format!("groups={groups} max_groups=1")),
@@ -384,14 +377,7 @@ async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_t
     ]
     .concat();
     let server = Server::start(&lower);
-    let mut log = Vec::new();
-    let said = loop {
-        match server.log.recv_timeout(Duration::from_secs(10)) {
-            Ok(line) if line.contains("beyond the limits") => break line,
-            Ok(line) => log.push(line),
-            Err(_) => panic!("nothing said of the limits within 10 s: {log:#?}"),
-        }
-    };
+    let said = server.logged("beyond the limits");
     assert!(
         said.contains("open_impressions_of_one_user=3 max_open_impressions_per_user=1")
             && said.contains(
@@ -464,14 +450,7 @@ async fn a_restart_under_another_attribution_window_says_the_figures_mix_both() 
     ]
     .concat();
     let server = Server::start(&changed);
-    let mut log = Vec::new();
-    let said = loop {
-        match server.log.recv_timeout(Duration::from_secs(10)) {
-            Ok(line) if line.contains("other join settings") => break line,
-            Ok(line) => log.push(line),
-            Err(_) => panic!("nothing said of the join settings within 10 s: {log:#?}"),
-        }
-    };
+    let said = server.logged("other join settings");
     assert!(
         said.contains(r#"changed="attribution_window was 5m, is 10m; grade of click was 1, is 2""#),
         "{said}"

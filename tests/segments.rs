@@ -541,14 +541,7 @@ async fn a_restart_under_fewer_segment_values_says_it_kept_more() {
         .map(|&arg| if arg == "2" { "1" } else { arg })
         .collect();
     let server = Server::start(&lower);
-    let mut log = Vec::new();
-    let said = loop {
-        match server.log.recv_timeout(std::time::Duration::from_secs(10)) {
-            Ok(line) if line.contains("beyond the limits") => break line,
-            Ok(line) => log.push(line),
-            Err(_) => panic!("nothing said of the limits within 10 s: {log:#?}"),
-        }
-    };
+    let said = server.logged("beyond the limits");
     assert!(
         said.contains("segment_values.country=2 max_segment_values=1"),
         "{said}"

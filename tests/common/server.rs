@@ -111,6 +111,19 @@ impl Server {
             .into_inner()
     }
 
+    /// The first line logged from here on that contains `text`, waiting up
+    /// to 10 s for it; panics, showing the lines logged meanwhile, without one.
+    pub fn logged(&self, text: &str) -> String {
+        let mut log = Vec::new();
+        loop {
+            match self.log.recv_timeout(Duration::from_secs(10)) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(line) => log.push(line),
+                Err(_) => panic!("nothing logged with {text:?} within 10 s: {log:#?}"),
+            }
+        }
+    }
+
     /// GETs `path` on the HTTP listener: status code and body.
     pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
