@@ -228,13 +228,14 @@ impl Jumps {
     fn read(&mut self, index: usize, time: Nanos) {
         match self.latest {
             Some(latest) if time > latest => {
-                if time.saturating_sub(latest) > self.slack {
+                let by = time.abs_diff(latest);
+                if by > self.slack.unsigned_abs() {
                     if self.kept.len() == JUMPS_KEPT {
                         self.kept.remove(0);
                     }
                     self.kept.push(Jump {
                         time,
-                        by: time.abs_diff(latest),
+                        by,
                         at: (self.chunk.0, self.chunk.1 + index as u64 + 1),
                         behind: 0,
                     });

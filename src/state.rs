@@ -96,28 +96,30 @@ pub fn settings_changed(saved: &str, running: &str) -> String {
         }
     }
     keys.iter()
-        .filter(|key| value(&saved, key) != value(&running, key))
         .flat_map(|key| {
             let (was, is) = (value(&saved, key), value(&running, key));
+            if was == is {
+                return Vec::new();
+            }
             match (struct_fields(&was), struct_fields(&is)) {
                 (Some(was), Some(is)) if was.len() == is.len() => was
                     .into_iter()
                     .zip(is)
                     .filter(|(was, is)| was != is)
                     .map(|((field, was), (_, is))| {
-                        let name = setting_name(field);
-                        format!(
-                            "{name} was {}, is {}",
-                            was.to_lowercase(),
-                            is.to_lowercase()
-                        )
+                        changed(setting_name(field), was.to_lowercase(), is.to_lowercase())
                     })
                     .collect(),
-                _ => vec![format!("{key} was {was}, is {is}")],
+                _ => vec![changed(key, &was, &is)],
             }
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// One setting that changed, as the messages of this module say it.
+fn changed(name: &str, was: impl std::fmt::Display, is: impl std::fmt::Display) -> String {
+    format!("{name} was {was}, is {is}")
 }
 
 /// The fields of a value printed as `Name { field: value, … }` (the
@@ -170,7 +172,7 @@ impl JoinRules {
     /// …` (grades compared as numbers); `None` when nothing does.
     pub fn changed_since(&self, saved: &JoinRules) -> Option<String> {
         let duration = |d: std::time::Duration| humantime::format_duration(d).to_string();
-        let mut changed = Vec::new();
+        let mut changes = Vec::new();
         for (name, was, is) in [
             (
                 "attribution_window",
@@ -184,7 +186,7 @@ impl JoinRules {
             ),
         ] {
             if was != is {
-                changed.push(format!("{name} was {}, is {}", duration(was), duration(is)));
+                changes.push(changed(name, duration(was), duration(is)));
             }
         }
         let grade = |rules: &JoinRules, kind: &str| {
@@ -204,11 +206,10 @@ impl JoinRules {
         for kind in kinds {
             let (was, is) = (grade(saved, kind), grade(self, kind));
             if was != is {
-                let (was, is) = (shown(was), shown(is));
-                changed.push(format!("grade of {kind} was {was}, is {is}"));
+                changes.push(changed(&format!("grade of {kind}"), shown(was), shown(is)));
             }
         }
-        (!changed.is_empty()).then(|| changed.join("; "))
+        (!changes.is_empty()).then(|| changes.join("; "))
     }
 }
 
