@@ -224,7 +224,7 @@ fn grades(
         return Err(invalid(
             "grades",
             format!(
-                "grade of {name:?} is {grade:?}; a grade is 0 or a number of at least {:?}",
+                "grade of {name:?} is {grade:?}; a grade is 0 or a finite number of at least {:?}",
                 crate::event::MIN_POSITIVE_GRADE
             ),
         ));
@@ -536,7 +536,13 @@ fn max_grade(args: &EngineArgs, file: &FileSettings, gain: Gain) -> Result<f64, 
 
 /// A number that must be finite and greater than `min`.
 fn greater_than(key: &'static str, value: f64, min: f64) -> Result<f64, ConfigError> {
-    if !(value.is_finite() && value > min) {
+    if !value.is_finite() {
+        return Err(invalid(
+            key,
+            format!("{value:?} is not a finite number: give one greater than {min:?}"),
+        ));
+    }
+    if value <= min {
         return Err(invalid(
             key,
             format!("{value:?} must be a number greater than {min:?}"),
@@ -703,5 +709,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(duration.contains("30s"), "{duration}");
+    }
+
+    #[test]
+    fn a_number_that_is_not_finite_is_told_so() {
+        for (value, shown) in [(f64::INFINITY, "inf"), (f64::NAN, "NaN")] {
+            let bad = EngineArgs {
+                half_life: Some(value),
+                ..Default::default()
+            };
+            let error = EngineSettings::resolve(&bad, &FileSettings::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(&format!(
+                    "{shown} is not a finite number: give one greater than 1.0"
+                )),
+                "{error}"
+            );
+        }
+        let grade = EngineArgs {
+            grades: Some(vec![("click".into(), f64::INFINITY)]),
+            ..Default::default()
+        };
+        let error = EngineSettings::resolve(&grade, &FileSettings::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("is inf; a grade is 0 or a finite number"),
+            "{error}"
+        );
     }
 }
