@@ -11,10 +11,11 @@ use crate::event::{json::parse_line, Nanos, Reason, Rejection, Validator};
 use crate::export::{Report, ReportConfig};
 use crate::join::{Batch, EventAt, JoinSettings, Parsed, Router, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
-use flate2::read::MultiGzDecoder;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+mod gzip;
 
 /// A log that could not be read to its end (a bad line is not an error):
 /// the report of every line before the failure, and what failed.
@@ -518,7 +519,7 @@ fn text<'a>(mut raw: impl Read + 'a, named_gzip: bool) -> io::Result<Box<dyn Rea
     }
     let raw = io::Cursor::new(head).chain(raw);
     let mut decoded: Box<dyn Read + 'a> = if gzip {
-        Box::new(MultiGzDecoder::new(raw))
+        Box::new(gzip::Members::new(raw))
     } else {
         Box::new(raw)
     };

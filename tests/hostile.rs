@@ -705,24 +705,42 @@ fn replay_of_a_file_named_gz_that_is_not_gzip_exits_3_saying_so() {
 
 #[test]
 fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let (path, log, lines) = gzipped_log(dir.path());
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .unwrap()
-        .write_all(b"not gzip at all")
-        .unwrap();
-    let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
-    assert_eq!(code, Some(3), "{message}");
-    assert_eq!(
-        message,
-        format!(
-            "rankwatch: cannot read {} past its line {lines}: invalid gzip header; the report covers the lines read before it",
-            path.display()
-        )
-    );
+    let gzip = std::fs::read(&path).unwrap();
+    // Bytes too few for a gzip header, and enough: neither is another member.
+    let cases = [
+        (&b"x"[..], "78"),
+        (b"not gzip at all", "6e 6f 74 20"),
+        (b"\0\0\0\0\0x", "00 00 00 00"),
+    ];
+    for (garbage, shown) in cases {
+        std::fs::write(&path, [&gzip[..], garbage].concat()).unwrap();
+        let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+        assert_eq!(code, Some(3), "{message}");
+        assert_eq!(
+            message,
+            format!(
+                "rankwatch: cannot read {} past its line {lines}: the gzip data ends at byte {}, and what follows (starting {shown}) is not another gzip member: a damaged member, or other data appended to the file; the report covers the lines read before it",
+                path.display(),
+                gzip.len(),
+            )
+        );
+        assert_eq!(report, report_of_lines(&log, lines));
+    }
+}
+
+#[test]
+fn replay_of_a_gzip_padded_with_zeros_reads_every_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, lines) = gzipped_log(dir.path());
+    // Zeros after the last member (as a tape or a block device pads a
+    // file) hold no data, and gzip itself reads past them.
+    let padded = [std::fs::read(&path).unwrap(), vec![0; 4096]].concat();
+    std::fs::write(&path, padded).unwrap();
+    let output = replay(&["--format", "json", path.to_str().unwrap()], None);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report, report_of_lines(&log, lines));
 }
 
