@@ -186,8 +186,8 @@ async fn a_health_watch_hears_not_serving_as_soon_as_the_drain_begins() {
     assert_eq!(next.unwrap().unwrap().status(), ServingStatus::NotServing);
 }
 
-/// The status line `request` gets from the HTTP listener of `server`.
-fn status_line(server: &Server, request: &str) -> String {
+/// The response `request` gets from the HTTP listener of `server`, whole.
+fn response_to(server: &Server, request: &str) -> String {
     let mut stream = TcpStream::connect(server.http).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -195,7 +195,12 @@ fn status_line(server: &Server, request: &str) -> String {
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = Vec::new();
     let _ = stream.read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// The status line `request` gets from the HTTP listener of `server`.
+fn status_line(server: &Server, request: &str) -> String {
+    let response = response_to(server, request);
     response.lines().next().unwrap_or_default().to_owned()
 }
 
@@ -221,4 +226,30 @@ fn a_request_without_one_valid_host_header_is_a_bad_request() {
     assert_eq!(request("1.1", "Host: [::1]:9090\r\n"), "200");
     assert_eq!(request("1.1", "Host: 127.0.0.1\r\n"), "200");
     assert_eq!(request("1.0", ""), "200");
+}
+
+/// A request refused for its Host header is refused for that alone: a
+/// POST without one had been answered 400 with the `Allow` header of a
+/// 405, as if its method were the fault.
+#[test]
+fn a_bad_host_is_answered_without_the_allowed_methods() {
+    let server = Server::start(&[]);
+    let post = |hosts: &str| {
+        let request = format!(
+            "POST /metrics HTTP/1.1\r\n{hosts}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let response = response_to(&server, &request).to_ascii_lowercase();
+        let head = response
+            .split("\r\n\r\n")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        head
+    };
+    let without_host = post("");
+    assert!(without_host.starts_with("http/1.1 400 "), "{without_host}");
+    assert!(!without_host.contains("\r\nallow:"), "{without_host}");
+    let with_host = post("Host: rankwatch\r\n");
+    assert!(with_host.starts_with("http/1.1 405 "), "{with_host}");
+    assert!(with_host.contains("\r\nallow: get,head"), "{with_host}");
 }

@@ -159,8 +159,12 @@ pub async fn run(
     .layer(axum::middleware::from_fn_with_state(
         permits,
         reports::hold_http,
-    ))
-    .layer(axum::middleware::from_fn(http::require_host));
+    ));
+    // Around the whole router, not each route: a request refused for its
+    // Host never reaches the routing that would add a 405's `Allow` header.
+    let routes = axum::Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn(http::require_host));
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
         .with_graceful_shutdown(serving.clone().cancelled_owned());
     tasks.spawn(telemetry::keep_up(recorder, shutdown));
