@@ -647,6 +647,15 @@ fn failed_replay(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
     (output.status.code(), report, last)
 }
 
+/// The report and message of a replay of `bytes`, written to `path`,
+/// that stops with exit code 3 (a log it could not read to its end).
+fn replay_stopping_at(path: &std::path::Path, bytes: &[u8]) -> (serde_json::Value, String) {
+    std::fs::write(path, bytes).unwrap();
+    let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{message}");
+    (report, message)
+}
+
 /// The report of the first `lines` lines of `log`, replayed from standard input.
 fn report_of_lines(log: &[u8], lines: usize) -> serde_json::Value {
     let end = log
@@ -689,9 +698,7 @@ fn replay_of_a_file_named_gz_that_is_not_gzip_exits_3_saying_so() {
     let shifted = [&b"x"[..], &std::fs::read(&path).unwrap()].concat();
     for (name, bytes) in [("plain.jsonl.gz", log), ("shifted.jsonl.gz", shifted)] {
         let path = dir.path().join(name);
-        std::fs::write(&path, bytes).unwrap();
-        let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
-        assert_eq!(code, Some(3), "{message}");
+        let (report, message) = replay_stopping_at(&path, &bytes);
         assert_eq!(
             message,
             format!(
@@ -715,9 +722,7 @@ fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
         (b"\0\0\0\0\0x", "00 00 00 00"),
     ];
     for (garbage, shown) in cases {
-        std::fs::write(&path, [&gzip[..], garbage].concat()).unwrap();
-        let (code, report, message) = failed_replay(&[path.to_str().unwrap()]);
-        assert_eq!(code, Some(3), "{message}");
+        let (report, message) = replay_stopping_at(&path, &[&gzip[..], garbage].concat());
         assert_eq!(
             message,
             format!(

@@ -596,6 +596,13 @@ fn metric_settings(args: &EngineArgs, file: &FileSettings) -> Result<MetricSetti
 mod tests {
     use super::*;
 
+    /// Why `args`, with no settings file, are refused.
+    fn refusal(args: &EngineArgs) -> String {
+        EngineSettings::resolve(args, &FileSettings::default())
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn flags_override_file_which_overrides_defaults() {
         let file: FileSettings =
@@ -657,9 +664,7 @@ mod tests {
                 expected_split: Some(bad),
                 ..EngineArgs::default()
             };
-            let error = EngineSettings::resolve(&args, &FileSettings::default())
-                .unwrap_err()
-                .to_string();
+            let error = refusal(&args);
             assert!(error.contains("expected_split"), "{error}");
         }
     }
@@ -697,9 +702,7 @@ mod tests {
             half_life: Some(1.0),
             ..Default::default()
         };
-        let error = EngineSettings::resolve(&bad, &FileSettings::default())
-            .unwrap_err()
-            .to_string();
+        let error = refusal(&bad);
         assert!(error.contains("half_life"), "{error}");
         let unknown = toml::from_str::<FileSettings>("attribution_windw = \"5m\"")
             .unwrap_err()
@@ -718,9 +721,7 @@ mod tests {
                 half_life: Some(value),
                 ..Default::default()
             };
-            let error = EngineSettings::resolve(&bad, &FileSettings::default())
-                .unwrap_err()
-                .to_string();
+            let error = refusal(&bad);
             assert!(
                 error.contains(&format!(
                     "{shown} is not a finite number: give one greater than 1.0"
@@ -732,9 +733,7 @@ mod tests {
             grades: Some(vec![("click".into(), f64::INFINITY)]),
             ..Default::default()
         };
-        let error = EngineSettings::resolve(&grade, &FileSettings::default())
-            .unwrap_err()
-            .to_string();
+        let error = refusal(&grade);
         assert!(
             error.contains("is inf; a grade is 0 or a finite number"),
             "{error}"
