@@ -720,6 +720,7 @@ fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
         (&b"x"[..], "78"),
         (b"not gzip at all", "6e 6f 74 20"),
         (b"\0\0\0\0\0x", "00 00 00 00"),
+        (b"\x1f\x9d\x90hello", "1f 9d 90 68"),
     ];
     for (garbage, shown) in cases {
         let (report, message) = replay_stopping_at(&path, &[&gzip[..], garbage].concat());
@@ -733,6 +734,25 @@ fn replay_of_a_gzip_with_trailing_garbage_reports_every_line_and_exits_3() {
         );
         assert_eq!(report, report_of_lines(&log, lines));
     }
+}
+
+#[test]
+fn replay_of_a_gzip_whose_later_member_is_damaged_says_where_that_member_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log, lines) = gzipped_log(dir.path());
+    let gzip = std::fs::read(&path).unwrap();
+    // A member's header with an unknown compression method (7, not 8).
+    let damaged = [&gzip[..], b"\x1f\x8b\x07\0\0\0\0\0\0\xff"].concat();
+    let (report, message) = replay_stopping_at(&path, &damaged);
+    assert_eq!(
+        message,
+        format!(
+            "rankwatch: cannot read {} past its line {lines}: in the gzip member that starts at byte {}: invalid gzip header; the report covers the lines read before it",
+            path.display(),
+            gzip.len(),
+        )
+    );
+    assert_eq!(report, report_of_lines(&log, lines));
 }
 
 #[test]

@@ -567,7 +567,7 @@ fn metric_settings(args: &EngineArgs, file: &FileSettings) -> Result<MetricSetti
     if !(rbp_p > 0.0 && rbp_p < 1.0) {
         return Err(invalid(
             "rbp_p",
-            format!("{rbp_p} must be a number between 0 and 1, exclusive"),
+            format!("{rbp_p:?} must be a number between 0 and 1, exclusive"),
         ));
     }
     let log_base = greater_than(
@@ -736,6 +736,15 @@ mod tests {
         let error = refusal(&grade);
         assert!(
             error.contains("is inf; a grade is 0 or a finite number"),
+            "{error}"
+        );
+        let huge = EngineArgs {
+            rbp_p: Some(1e308),
+            ..Default::default()
+        };
+        let error = refusal(&huge);
+        assert!(
+            error.contains(": 1e308 must be a number between 0 and 1"),
             "{error}"
         );
     }
