@@ -5,7 +5,9 @@ over the DevTools protocol, and checks that every surface's chart holds both
 demo models with numeric values (the better model ahead), that a phone-sized
 screen needs no sideways scrolling, and that the console logged no error and
 no script threw. Then, against `rankwatch serve` given one list of each model,
-that the page calls no comparison settled from so few lists. Screenshots are kept in target/artifacts/ (status.png for a
+that the page calls no comparison settled from so few lists; and that
+models named as a JavaScript object's own properties ("constructor") chart
+like any other. Screenshots are kept in target/artifacts/ (status.png for a
 laptop, status-phone.png for a phone).
 
 Usage: python tests/browser/status_page.py --binary target/release/rankwatch
@@ -298,6 +300,36 @@ def check_few_lists(binary: str, page: DevTools) -> None:
         server.wait(timeout=30)
 
 
+def check_names_objects_have(binary: str, page: DevTools) -> None:
+    """Models and a surface named as every JavaScript object's own
+    properties chart like any other: a model called "constructor" had
+    stopped the page from drawing anything, for every viewer."""
+    server, addresses = start(binary, "serve", "--attribution-window", "1s", "--allowed-lateness", "0s")
+    models = ("constructor", "toString")
+    try:
+        shown = time.time()
+        with rankwatch.Collector(addresses["grpc_addr"]) as collector:
+            for user, model in zip(("u1", "u2"), models):
+                collector.impression(user_id=user, items=["x", "y"], model=model, surface="hasOwnProperty",
+                                     request_id=user, time=shown)
+                collector.interaction(user_id=user, item_id="x", type="click", request_id=user, time=shown)
+            if not collector.flush(timeout=30):
+                raise Failure("the server did not acknowledge the lists within 30 s")
+        page.call("Page.navigate", url=f"http://{addresses['http_addr']}/")
+        deadline = time.monotonic() + 30
+        while True:
+            cards = charts(page)
+            if [(card["surface"], sorted(card["lines"])) for card in cards] == [("hasOwnProperty", list(models))]:
+                break
+            if time.monotonic() > deadline:
+                state = page.evaluate("document.getElementById('state').textContent")
+                raise Failure(f"within 30 s the page charted {cards} ({state!r})")
+            time.sleep(0.5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def check_history_on_reload(page: DevTools, http: str) -> None:
     """A page opened later starts with the history the server kept (a sample
     every 10 s), not with its first poll."""
@@ -349,6 +381,7 @@ def run(binary: str, artifacts: Path) -> None:
 
         check_history_on_reload(page, http)
         check_few_lists(binary, page)
+        check_names_objects_have(binary, page)
         errors = page.console_errors()
         if errors:
             raise Failure("the console logged:\n  " + "\n  ".join(errors))

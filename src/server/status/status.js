@@ -19,6 +19,11 @@ let failures = 0;
 
 const $ = (id) => document.getElementById(id);
 
+// An empty map keyed by names that clients chose (models, surfaces): with
+// no prototype, a model called "constructor" or "toString" is a key like
+// any other, not a property every object inherits.
+const byName = () => Object.create(null);
+
 function element(tag, attributes, text) {
   const node = tag.startsWith("svg:")
     ? document.createElementNS(SVG, tag.slice(4))
@@ -170,7 +175,7 @@ function place(group) {
 
 // The points of every (surface and segments, model) on the chosen metric: {place: {model: [{t, mean, se}]}}.
 function series(chosen) {
-  const bySurface = {};
+  const bySurface = byName();
   for (const poll of history) {
     const report = poll.reports[chosen.window];
     if (!report) continue;
@@ -178,7 +183,7 @@ function series(chosen) {
       const entry = group.metrics[chosen.key];
       if (!entry) continue;
       const se = entry["se_" + chosen.scope];
-      const models = (bySurface[place(group)] = bySurface[place(group)] || {});
+      const models = (bySurface[place(group)] = bySurface[place(group)] || byName());
       (models[group.model] = models[group.model] || []).push({
         t: poll.t,
         mean: entry[chosen.scope],
@@ -274,8 +279,8 @@ const MIN_LISTS = 30;
 
 // The lists of each model at each place of `report`: {place: {model: lists}}.
 function listsByPlace(report) {
-  const lists = {};
-  for (const g of report.groups || []) (lists[place(g)] = lists[place(g)] || {})[g.model] = g.lists;
+  const lists = byName();
+  for (const g of report.groups || []) (lists[place(g)] = lists[place(g)] || byName())[g.model] = g.lists;
   return lists;
 }
 
@@ -356,11 +361,11 @@ function renderPositions() {
   const groups = ((latest && latest.groups) || []).filter((g) => (g.positions || []).length > 0);
   if (groups.length === 0) return;
   container.append(element("h3", {}, "Click-through rate by rank, since start"));
-  const bySurface = {};
+  const bySurface = byName();
   for (const g of groups) (bySurface[place(g)] = bySurface[place(g)] || []).push(g);
   const grid = element("div", { class: "surfaces" });
   for (const surface of Object.keys(bySurface).sort()) {
-    const lines = {};
+    const lines = byName();
     for (const g of bySurface[surface]) {
       lines[g.model] = g.positions.filter((p) => p.lists > 0)
         .map((p) => ({ rank: p.rank, ctr: (p.interactions.click || 0) / p.lists }));
