@@ -364,20 +364,16 @@ async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
     assert_eq!(metrics["rankwatch_streams_refused_total"], refused as f64);
 }
 
-/// A report whose client does not read it holds one of
-/// `max_concurrent_reports` until the client goes (the memory of unread
-/// answers stays bounded); past it, reports are refused at once, counted,
-/// and the client told why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
+/// A server with `max_concurrent_reports` = `max`, holding 200 groups of
+/// 16 cutoffs, their lists final once an event an hour later moves `T`
+/// on: a report of some megabytes, more than HTTP/2 buffers for a stream
+/// whatever its reader's window (400 KiB).
+async fn server_with_a_large_report(max: &str) -> Server {
     let k = (1..=16)
         .map(|k| k.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let server = Server::exact(&["--max-concurrent-reports", "1", "--k", &k]);
-    // 200 groups of 16 cutoffs, their lists final once an event an hour
-    // later moves `T` on: a report of some megabytes, more than HTTP/2
-    // buffers for a stream whatever its reader's window (400 KiB).
+    let server = Server::exact(&["--max-concurrent-reports", max, "--k", &k]);
     let mut events: Vec<_> = (0..200)
         .map(|i| {
             event(&format!(
@@ -393,9 +389,13 @@ async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
         events,
     };
     server.collector().await.ingest_batch(batch).await.unwrap();
+    server
+}
 
-    // A reader with a window of 1 KiB that never reads the answer's body:
-    // the server is left holding the rest of the report.
+/// A `GetMetrics` call whose reader, with a window of 1 KiB, never reads
+/// the answer's body: the server holds the rest of the report until the
+/// returned call and client are dropped.
+async fn unread_report(server: &Server) -> UnreadReport {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
         .unwrap()
         .initial_stream_window_size(Some(1024))
@@ -410,6 +410,23 @@ async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
         tonic::codegen::http::uri::PathAndQuery::from_static("/rankwatch.v1.Evaluation/GetMetrics");
     let request = tonic::Request::new(proto::GetMetricsRequest::default());
     let unread = reader.server_streaming(request, path, codec).await.unwrap();
+    (unread, reader)
+}
+
+/// A call whose answer is not read, and its client.
+type UnreadReport = (
+    tonic::Response<tonic::Streaming<proto::Report>>,
+    tonic::client::Grpc<tonic::transport::Channel>,
+);
+
+/// A report whose client does not read it holds one of
+/// `max_concurrent_reports` until the client goes (the memory of unread
+/// answers stays bounded); past it, reports are refused at once, counted,
+/// and the client told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
+    let server = server_with_a_large_report("1").await;
+    let unread = unread_report(&server).await;
 
     let answer = server
         .evaluation()
@@ -434,7 +451,7 @@ async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
     assert_eq!(server.get("/healthz").0, 200, "probes are never refused");
 
     // Once the reader is gone, its permit is free again.
-    drop((unread, reader));
+    drop(unread);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let metrics = loop {
         let (status, body) = server.get("/metrics");
@@ -456,6 +473,36 @@ async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
     assert_eq!(
         metrics[r#"rankwatch_limit{limit="max_concurrent_reports"}"#],
         1.0
+    );
+}
+
+/// A quarter of `max_concurrent_reports` is kept for `/metrics`: clients
+/// of `GetMetrics` that hold every other permit (a flood of queries, or
+/// answers left unread) no longer make Prometheus's scrapes fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_held_by_queries_leave_room_for_scrapes() {
+    let server = server_with_a_large_report("4").await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(unread_report(&server).await);
+    }
+    let answer = server
+        .evaluation()
+        .await
+        .get_metrics(proto::GetMetricsRequest::default())
+        .await;
+    let refused = answer.expect_err("a fourth query was answered while three are held");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    let (status, body) = server.get("/metrics");
+    assert_eq!(status, 200, "{body}");
+    let metrics = parse_metrics(&body);
+    assert_eq!(
+        metrics[r#"rankwatch_reports_refused_total{endpoint="GetMetrics"}"#],
+        1.0
+    );
+    assert_eq!(
+        metrics[r#"rankwatch_reports_refused_total{endpoint="metrics"}"#],
+        0.0
     );
 }
 

@@ -92,7 +92,7 @@ pub struct ServerArgs {
     pub max_http_connections: Option<usize>,
     /// Limit: most reports held for their readers at once.
     #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_REPORTS",
-        help = help("Limit: most reports (/metrics, /api/status, /api/history, GetMetrics) rendered or held for their readers at once; more are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted", defaults::MAX_CONCURRENT_REPORTS))]
+        help = help("Limit: most reports (/metrics, /api/status, /api/history, GetMetrics) rendered or held for their readers at once; more are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted. A quarter of them (at least one, from 2 on) is kept for /metrics", defaults::MAX_CONCURRENT_REPORTS))]
     pub max_concurrent_reports: Option<usize>,
     /// Limit: most open gRPC connections.
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",

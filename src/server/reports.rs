@@ -6,6 +6,10 @@
 //! 3 GB. At most `max_concurrent_reports` are rendered or held at once;
 //! past that a request is refused at once (HTTP 503 with `Retry-After`,
 //! gRPC `RESOURCE_EXHAUSTED`) and counted in [`REPORTS_REFUSED_TOTAL`].
+//! A quarter of them (at least one, when there are two or more) only
+//! `/metrics` may take: any client that reaches the gRPC listener could
+//! otherwise hold every permit with `GetMetrics` calls, and Prometheus's
+//! scrapes would fail.
 //!
 //! A report is handed to its connection a slice at a time ([`Sliced`]):
 //! HTTP/1 and HTTP/2 ask for the next slice only once they have room for
@@ -25,7 +29,7 @@ use tonic::Status;
 
 /// The HTTP routes that answer with a report, and their `endpoint` label.
 const HTTP_REPORTS: [(&str, &str); 3] = [
-    ("/metrics", "metrics"),
+    ("/metrics", SCRAPE),
     ("/api/status", "api_status"),
     ("/api/history", "api_history"),
 ];
@@ -36,24 +40,40 @@ const GRPC_REPORT: &str = "GetMetrics";
 /// Bytes of a report handed to its connection at a time.
 const SLICE: usize = 64 * 1024;
 
+/// The `endpoint` label of Prometheus's scrapes, which have permits of their own.
+const SCRAPE: &str = "metrics";
+
 /// Permits for the reports rendered or held at once.
 #[derive(Clone, Debug)]
-pub struct ReportPermits(Arc<Semaphore>);
+pub struct ReportPermits {
+    /// Permits any report may take.
+    shared: Arc<Semaphore>,
+    /// Permits only a scrape of `/metrics` may take, tried first.
+    scrapes: Arc<Semaphore>,
+}
 
 impl ReportPermits {
-    /// Room for `max` reports at once; the refusals are counted from 0.
+    /// Room for `max` reports at once, a quarter of it (at least one when
+    /// `max` is two or more) kept for scrapes; the refusals are counted from 0.
     pub fn new(max: usize) -> Self {
         for (_, endpoint) in HTTP_REPORTS {
             metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).absolute(0);
         }
         metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => GRPC_REPORT).absolute(0);
-        Self(Arc::new(Semaphore::new(max)))
+        let scrapes = if max >= 2 { (max / 4).max(1) } else { 0 };
+        Self {
+            shared: Arc::new(Semaphore::new(max - scrapes)),
+            scrapes: Arc::new(Semaphore::new(scrapes)),
+        }
     }
 
     /// A permit for one report to `endpoint`, or `None` (counted) when all
-    /// are held.
+    /// it may take are held.
     pub fn try_hold(&self, endpoint: &'static str) -> Option<OwnedSemaphorePermit> {
-        let permit = self.0.clone().try_acquire_owned().ok();
+        let own = (endpoint == SCRAPE)
+            .then(|| self.scrapes.clone().try_acquire_owned().ok())
+            .flatten();
+        let permit = own.or_else(|| self.shared.clone().try_acquire_owned().ok());
         if permit.is_none() {
             metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).increment(1);
         }
