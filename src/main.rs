@@ -169,14 +169,32 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<replay::ReplayError>() => {
-            eprintln!("rankwatch: {error:#}; the report covers the lines read before it");
+            let message = message_of(&error);
+            eprintln!("rankwatch: {message}; the report covers the lines read before it");
             ExitCode::from(REPLAY_INCOMPLETE)
         }
         Err(error) => {
-            eprintln!("rankwatch: {error:#}");
+            eprintln!("rankwatch: {}", message_of(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes joined by ": ", leaving out a cause that the
+/// message so far already ends with: an error that quotes its cause, or
+/// one wrapped in an error of the same words, as the gRPC transport's are,
+/// had been told twice ("transport error: transport error").
+fn message_of(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.is_empty() {
+            message = text;
+        } else if !message.ends_with(&text) {
+            message = format!("{message}: {text}");
+        }
+    }
+    message
 }
 
 fn init_logging() {
@@ -187,6 +205,10 @@ fn init_logging() {
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        // A line that cannot be written (whatever read the server's log has
+        // gone) is dropped: reporting the failure on standard error would
+        // fail the same way and panic, stopping the engine.
+        .log_internal_errors(false)
         .init();
 }
 

@@ -76,6 +76,27 @@ async fn query_prints_the_replay_report_of_the_same_events() {
     assert_eq!(rows(&table).len(), 3 + 9 * 4 + 2 + (2 + 9 + 2));
 }
 
+/// A server that cannot be reached is told once per cause: the transport's
+/// errors wrap errors that say the same ("transport error: transport error:
+/// tcp connect error: tcp connect error: …").
+#[test]
+fn a_server_that_cannot_be_reached_is_told_without_repeats() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let output = query(&["--grpc-addr", &address, "--timeout", "5s"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let causes: Vec<&str> = stderr.trim_end().split(": ").collect();
+    assert!(causes.len() >= 3, "{stderr}");
+    assert_eq!(
+        causes[..2],
+        ["rankwatch", &format!("connecting to {address}")]
+    );
+    assert!(causes.windows(2).all(|pair| pair[0] != pair[1]), "{stderr}");
+    assert!(stderr.contains("Connection refused"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfigured_window_is_refused_with_the_configured_ones() {
     let server = Server::start(&[]);

@@ -190,6 +190,44 @@ async fn a_client_that_vanishes_mid_stream_leaves_the_server_healthy() {
     assert_eq!(ack.sequence, 1);
 }
 
+/// A server whose log nobody reads any more (a log shipper that died, a
+/// pipe into `head`) drops the lines it cannot write and goes on: its
+/// engine had stopped at the next line it logged, while the probes stayed
+/// green and SIGTERM was never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_log_reader_went_away_goes_on_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let mut server = Server::start_unread(&args);
+    let t = r#""time":"2026-11-01T10:00:00Z""#;
+    let first = event(&format!(
+        r#"{{"impression":{{"requestId":"r1","userId":"u1","itemIds":["a","b"],{t}}}}}"#
+    ));
+    let mut client = server.collector().await;
+    for (sequence, request) in [(1, "r1"), (2, "r2")] {
+        let mut event = first.clone();
+        if let Some(proto::event::Kind::Impression(impression)) = &mut event.kind {
+            impression.request_id = request.into();
+        }
+        let batch = EventBatch {
+            sequence,
+            events: vec![event],
+        };
+        let ack = client.ingest_batch(batch).await.unwrap().into_inner();
+        assert_eq!(ack.accepted, 1);
+    }
+    assert_eq!(server.report().await.open_impressions, 2);
+    assert_eq!(server.get("/readyz").0, 200);
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+    // What it held was saved on the way out.
+    let restarted = Server::start(&args);
+    assert_eq!(restarted.report().await.open_impressions, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_past_the_limit_are_refused_and_counted() {
     let server = Server::start(&["--max-streams", "1"]);

@@ -33,6 +33,16 @@ pub fn serve_command(args: &[&str]) -> Command {
 impl Server {
     /// Starts `rankwatch serve` on port 0 with `args`, and waits for its addresses.
     pub fn start(args: &[&str]) -> Server {
+        Server::started(args, true)
+    }
+
+    /// [`Server::start`], then closes the reading end of its standard
+    /// error, as a log shipper that died would: what it logs next fails.
+    pub fn start_unread(args: &[&str]) -> Server {
+        Server::started(args, false)
+    }
+
+    fn started(args: &[&str], read_log: bool) -> Server {
         let mut child = serve_command(args)
             .env("RANKWATCH_LOG", "info")
             .stdout(Stdio::null())
@@ -57,13 +67,15 @@ impl Server {
                 break;
             }
         }
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
+        if read_log {
+            std::thread::spawn(move || {
+                for line in lines.map_while(Result::ok) {
+                    if sender.send(line).is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            });
+        }
         Server {
             child,
             grpc: grpc.expect("server logs its gRPC address"),
