@@ -483,6 +483,40 @@ async fn every_malformed_message_over_grpc() {
     assert_eq!(metrics["rankwatch_events_received_total"], 0.0);
 }
 
+/// An interleaving whose bytes cannot be read rejects its own event, and
+/// the message says so of the interleaving: it had said the whole
+/// `EventBatch` was malformed, of an event the batch's ack rejected alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interleaving_that_cannot_be_read_rejects_its_event_alone() {
+    use common::server::ingest_raw_bytes;
+    let server = Server::exact(&[]);
+    let impression = event(
+        r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z","interleaving":{"rankers":["ZZ","other"],"teams":[0,1]}}}"#,
+    );
+    let mut bytes = EventBatch {
+        sequence: 1,
+        events: vec![impression],
+    }
+    .encode_to_vec();
+    let at = bytes.windows(2).position(|w| w == b"ZZ").unwrap();
+    bytes[at..at + 2].copy_from_slice(&[0xff, 0xfe]);
+    let ack = ingest_raw_bytes(&server, bytes).await.unwrap();
+    assert_eq!(ack.accepted, 0);
+    let rejection = &ack.rejections[0];
+    assert_eq!(
+        (
+            rejection.index,
+            rejection.reason.as_str(),
+            rejection.message.as_str()
+        ),
+        (
+            0,
+            "invalid_interleaving",
+            "interleaving cannot be read: a string field is not valid UTF-8"
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_is_not_grpc_gets_http_415() {
     use tonic::codegen::{http, Service};

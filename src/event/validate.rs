@@ -128,7 +128,9 @@ impl Validator {
                             None => None,
                             Some(bytes) => {
                                 Some(super::wire::parse_interleaving(bytes).map_err(|e| {
-                                    Rejection::new(Reason::InvalidInterleaving, e.to_string())
+                                    let message =
+                                        format!("interleaving cannot be read: {}", e.detail());
+                                    Rejection::new(Reason::InvalidInterleaving, message)
                                 })?)
                             }
                         },

@@ -21,6 +21,14 @@ use super::time::from_timestamp;
 #[error("malformed EventBatch: {0}")]
 pub struct WireError(&'static str);
 
+impl WireError {
+    /// What is wrong, without saying where: a part read on its own (an
+    /// impression's interleaving) is not the batch.
+    pub fn detail(&self) -> &'static str {
+        self.0
+    }
+}
+
 /// An `EventBatch`, borrowed from its bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchView<'a> {
