@@ -13,8 +13,9 @@ const BUFFER: usize = 32 << 10;
 /// Bytes after the gzip data that its error quotes.
 const QUOTED: usize = 4;
 
-/// The first two bytes of a gzip member.
+/// The first byte of a gzip member.
 const ID1: u8 = 0x1f;
+/// The second byte of a gzip member.
 const ID2: u8 = 0x8b;
 
 /// The log's bytes, counted, buffered.
