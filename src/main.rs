@@ -153,6 +153,15 @@ fn keep_freed_memory() {
 /// before a log could not be read to its end.
 const REPLAY_INCOMPLETE: u8 = 3;
 
+/// Writes a line to standard error, as `eprintln!` does, but drops it when
+/// it cannot be written (whatever read standard error has gone): a report
+/// on standard output must not be lost to a panic over a notice.
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// Bad lines printed before the rest are only counted.
 const BAD_LINES_SHOWN: u64 = 100;
 
@@ -170,11 +179,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<replay::ReplayError>() => {
             let message = message_of(&error);
-            eprintln!("rankwatch: {message}; the report covers the lines read before it");
+            tell!("rankwatch: {message}; the report covers the lines read before it");
             ExitCode::from(REPLAY_INCOMPLETE)
         }
         Err(error) => {
-            eprintln!("rankwatch: {}", message_of(&error));
+            tell!("rankwatch: {}", message_of(&error));
             ExitCode::FAILURE
         }
     }
@@ -322,13 +331,13 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         |bad| {
             bad_lines += 1;
             if bad_lines <= BAD_LINES_SHOWN {
-                bar.suspend(|| eprintln!("{}:{}: {}", bad.path.display(), bad.line, bad.rejection));
+                bar.suspend(|| tell!("{}:{}: {}", bad.path.display(), bad.line, bad.rejection));
             }
         },
     );
     bar.finish_and_clear();
     if bad_lines > BAD_LINES_SHOWN {
-        eprintln!(
+        tell!(
             "... {} more bad lines (counted under `rejected`)",
             bad_lines - BAD_LINES_SHOWN
         );
@@ -336,7 +345,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     match replayed {
         Ok(replayed) => {
             if let Some(far) = &replayed.far_ahead {
-                eprintln!("{}", far_ahead_notice(far));
+                tell!("{}", far_ahead_notice(far));
             }
             print_report(&replayed.report, args.format)
         }
@@ -369,13 +378,13 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
     args.filter.check(&report).map_err(anyhow::Error::msg)?;
     let kept = args.filter.apply(report.clone());
     for unmatched in args.filter.unmatched(&report, &kept) {
-        eprintln!("rankwatch: {unmatched}");
+        tell!("rankwatch: {unmatched}");
     }
     if let (Format::Table, Some(beyond)) = (args.format, args.filter.beyond_the_table()) {
-        eprintln!("rankwatch: {beyond}");
+        tell!("rankwatch: {beyond}");
     }
     if let (true, Some(window)) = (report.groups.is_empty(), &args.query.window) {
-        eprintln!(
+        tell!(
             "rankwatch: no list was finalized in the last {window} ({} impressions received since start); without --window, query reports every list since start",
             report.counters.impressions
         );
@@ -388,7 +397,7 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
             ),
             None => format!("{} impressions received", report.counters.impressions),
         };
-        eprintln!(
+        tell!(
             "rankwatch: no list is finalized yet ({when}): a list is evaluated once attribution window + allowed lateness ({wait} s) have passed after it was shown"
         );
     }

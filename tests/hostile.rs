@@ -964,6 +964,32 @@ async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
     assert_eq!(server.report().await.groups, []);
 }
 
+/// What replay says of bad lines goes to standard error; when nothing
+/// reads that any more (`rankwatch replay LOG 2>&1 >report.json | head`),
+/// the report is still written whole. The first line said had panicked
+/// the replay, and no report was written.
+#[test]
+fn replay_whose_standard_error_is_a_closed_pipe_still_writes_its_report() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let log = common::conformance("replay_small.jsonl");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["replay", "--format", "json"])
+        .arg(&log)
+        .stderr(writer)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(report["counters"]["rejected"]
+        .as_object()
+        .is_some_and(|r| !r.is_empty()));
+    assert_eq!(
+        report,
+        common::replay_json(&["--format", "json", log.to_str().unwrap()], None)
+    );
+}
+
 #[test]
 fn replay_into_a_closed_pipe_ends_quietly() {
     // As `rankwatch replay LOG | head` does once head has read enough.
