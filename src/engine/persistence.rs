@@ -50,8 +50,8 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     let Some(file) = file else { return fresh() };
     match file.load() {
         Ok(Some(loaded)) => {
-            let restored =
-                Engine::from_state(engine.join(windows), engine.evaluator(), loaded.state);
+            let limits = engine.join(windows);
+            let restored = Engine::from_state(limits.clone(), engine.evaluator(), loaded.state);
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),
@@ -65,7 +65,7 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
                     "state restored under other join settings than it was computed under: its figures since start mix lists joined under both, and the rolling windows until they pass; to count only under the new settings, stop the server and move the state file out of state_dir"
                 );
             }
-            warn_beyond_limits(&restored, &engine.join(windows));
+            warn_beyond_limits(&restored, &limits);
             restored
         }
         Ok(None) => fresh(),
