@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::server::{event_from_json, parse_metrics, Server};
+use common::server::{event_from_json, parse_metrics, saving_to, Server};
 use common::{conformance, read_json, replay_json};
 use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
@@ -78,8 +78,7 @@ fn replay_of(lines: &[String]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_and_restart_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let args = saving_to(dir.path());
     let lines = log_lines();
     let (first, rest) = lines.split_at(lines.len() / 2);
 
@@ -110,15 +109,11 @@ async fn sigterm_and_restart_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_only_what_came_after_the_last_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
     let args = [
-        "--wall-clock-advance",
-        "false",
-        "--state-dir",
-        state_dir,
-        "--snapshot-interval",
-        "200ms",
-    ];
+        &saving_to(dir.path())[..],
+        &["--snapshot-interval", "200ms"],
+    ]
+    .concat();
     let lines = log_lines();
     let (a, rest) = lines.split_at(lines.len() / 3);
     let (b, c) = rest.split_at(rest.len() / 2);
@@ -187,15 +182,7 @@ async fn a_corrupt_state_file_is_set_aside_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_final_save_never_meets_a_periodic_one() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = [
-        "--wall-clock-advance",
-        "false",
-        "--state-dir",
-        state_dir,
-        "--snapshot-interval",
-        "1ms",
-    ];
+    let args = [&saving_to(dir.path())[..], &["--snapshot-interval", "1ms"]].concat();
     let lines = log_lines();
     let server = Server::start(&args);
     send(&server, &lines[..lines.len() / 2]).await;
@@ -214,15 +201,7 @@ async fn the_final_save_never_meets_a_periodic_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_ends_at_its_deadline_and_the_state_is_saved() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = [
-        "--wall-clock-advance",
-        "false",
-        "--state-dir",
-        state_dir,
-        "--drain-timeout",
-        "500ms",
-    ];
+    let args = [&saving_to(dir.path())[..], &["--drain-timeout", "500ms"]].concat();
     let lines = log_lines();
     let mut server = Server::start(&args);
     send(&server, &lines[..lines.len() / 2]).await;
@@ -253,12 +232,7 @@ async fn the_drain_ends_at_its_deadline_and_the_state_is_saved() {
 async fn an_inconsistent_state_file_is_set_aside_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     // Without the wall clock's advance, the impression stays open until the save.
-    let args = [
-        "--wall-clock-advance",
-        "false",
-        "--state-dir",
-        dir.path().to_str().unwrap(),
-    ];
+    let args = saving_to(dir.path());
     let mut server = Server::start(&args);
     let impression = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["item-a"],"time":"2026-11-01T10:00:00Z"}}"#;
     send(&server, &[impression.to_owned()]).await;
@@ -304,8 +278,7 @@ async fn an_inconsistent_state_file_is_set_aside_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_server_on_the_same_state_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let args = saving_to(dir.path());
     let first = Server::start(&args);
     // Both saving to one file, each would overwrite the other's figures.
     let (code, log) = common::server::exit_of(&mut common::server::serve_command(&args));
@@ -323,8 +296,7 @@ async fn a_second_server_on_the_same_state_dir_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let args = saving_to(dir.path());
     let lines = log_lines();
     let server = Server::start(&args);
     // All but the closing line (every list of the log finalized, its groups
@@ -359,8 +331,7 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_them() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let args = saving_to(dir.path());
     let server = Server::start(&args);
     let mut sent: Vec<String> = (0..3).map(|i| format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u1","itemIds":["a","b"],"time":"2026-11-02T09:00:0{i}Z"}}}}"#)).collect();
     sent.extend((0..2).map(|i| format!(r#"{{"interaction":{{"eventId":"e{i}","userId":"u1","itemId":"a","requestId":"r0","type":"click","time":"2026-11-02T09:00:05Z"}}}}"#)));
@@ -391,15 +362,7 @@ async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflowed() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = [
-        "--wall-clock-advance",
-        "false",
-        "--state-dir",
-        state_dir,
-        "--max-groups",
-        "2",
-    ];
+    let args = [&saving_to(dir.path())[..], &["--max-groups", "2"]].concat();
     let server = Server::start(&args);
     send(&server, &log_lines()).await;
     let saved = parse_metrics(&server.get("/metrics").1);
@@ -429,8 +392,7 @@ async fn a_restart_under_the_same_limits_warns_of_nothing_though_groups_overflow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_another_attribution_window_says_the_figures_mix_both() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let args = saving_to(dir.path());
     let server = Server::start(&args);
     send(&server, &log_lines()).await;
     let finalized = |server: &Server| -> f64 {
@@ -473,8 +435,7 @@ async fn a_state_of_format_8_is_restored_with_every_list_in_its_coverage_since_s
     let saved = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/state-format-8/rankwatch.state");
     std::fs::copy(saved, dir.path().join("rankwatch.state")).unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let server = Server::start(&["--wall-clock-advance", "false", "--state-dir", state_dir]);
+    let server = Server::start(&saving_to(dir.path()));
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_state_restore_failures_total"], 0.0);
     let report = server.report().await;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::server::{event_from_json, parse_metrics, Server};
+use common::server::{event_from_json, parse_metrics, saving_to, Server};
 use common::{conformance, replay_json};
 use prost::Message;
 use rankwatch::proto::{self, EventBatch};
@@ -197,8 +197,7 @@ async fn a_client_that_vanishes_mid_stream_leaves_the_server_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_log_reader_went_away_goes_on_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let args = ["--wall-clock-advance", "false", "--state-dir", state_dir];
+    let args = saving_to(dir.path());
     let mut server = Server::start_unread(&args);
     let t = r#""time":"2026-11-01T10:00:00Z""#;
     let first = event(&format!(

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::server::{event_from_json, parse_metrics, Server};
+use common::server::{event_from_json, parse_metrics, saving_to, Server};
 use common::{replay, replay_json};
 use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
@@ -83,10 +83,9 @@ const SEGMENTED: [&str; 6] = [
     "v1",
 ];
 
-/// [`SEGMENTED`], with no wall clock, saving to `state_dir`.
-fn segmented_with_state(state_dir: &str) -> Vec<&str> {
-    let state = ["--wall-clock-advance", "false", "--state-dir", state_dir];
-    [&SEGMENTED[..], &state].concat()
+/// [`SEGMENTED`], with no wall clock, saving to `dir`.
+fn segmented_with_state(dir: &std::path::Path) -> Vec<&str> {
+    [&SEGMENTED[..], &saving_to(dir)].concat()
 }
 
 async fn send(server: &Server, lines: &[String]) -> Vec<proto::IngestAck> {
@@ -494,7 +493,7 @@ fn segment_labels_must_be_label_names_of_their_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_segments_and_their_folds() {
     let dir = tempfile::tempdir().unwrap();
-    let args = segmented_with_state(dir.path().to_str().unwrap());
+    let args = segmented_with_state(dir.path());
     let lines = log();
     // Up to r3: de and fr are kept, it folded; es and r7 fold after the restart.
     let (before, after) = lines.split_at(5);
@@ -528,7 +527,7 @@ async fn a_restart_keeps_segments_and_their_folds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_fewer_segment_values_says_it_kept_more() {
     let dir = tempfile::tempdir().unwrap();
-    let args = segmented_with_state(dir.path().to_str().unwrap());
+    let args = segmented_with_state(dir.path());
     let server = Server::start(&args);
     send(&server, &log()[..5]).await; // de and fr kept
     assert_eq!(server.stop().await, Some(0));

@@ -15,6 +15,13 @@ pub struct Server {
     pub log: std::sync::mpsc::Receiver<String>,
 }
 
+/// The arguments of a server that follows the join rules exactly as
+/// replay does (no wall-clock advance) and saves its state to `dir`.
+pub fn saving_to(dir: &std::path::Path) -> [&str; 4] {
+    let dir = dir.to_str().unwrap();
+    ["--wall-clock-advance", "false", "--state-dir", dir]
+}
+
 /// `rankwatch serve` with both listeners on port 0, and `args`.
 pub fn serve_command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_rankwatch"));
