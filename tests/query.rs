@@ -369,3 +369,29 @@ async fn a_window_asked_for_in_another_spelling_is_answered_under_its_configured
         assert_eq!(report.window, "1m", "asked for {spelling}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_name_asked_for_is_the_default_that_events_without_one_are_filed_under() {
+    let server = Server::exact(&["--segment-labels", "country"]);
+    let unnamed = r#"{"impression":{"requestId":"r","userId":"u","itemIds":["a"],"model":"","labels":{"country":""},"time":"2026-11-01T10:00:00Z"}}"#;
+    let named = r#"{"impression":{"requestId":"s","userId":"v","itemIds":["a"],"model":"m","surface":"home","labels":{"country":"de"},"time":"2026-11-01T10:00:00Z"}}"#;
+    let closing = r#"{"interaction":{"userId":"closing","itemId":"a","type":"click","time":"2026-11-02T10:00:00Z"}}"#;
+    server
+        .stream_lines(&[unnamed.to_owned(), named.to_owned(), closing.to_owned()])
+        .await;
+    let addr = server.grpc.to_string();
+    for asked in [
+        &["--model", ""][..],
+        &["--surface", ""],
+        &["--segment", "country="],
+    ] {
+        let mut args = vec!["--grpc-addr", &addr, "--format", "json"];
+        args.extend(asked);
+        let kept = query_json(&args);
+        let groups = kept["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 1, "{asked:?}: {kept}");
+        assert_eq!(groups[0]["model"], "default", "{asked:?}");
+        assert_eq!(groups[0]["surface"], "default", "{asked:?}");
+        assert_eq!(groups[0]["segments"]["country"], "default", "{asked:?}");
+    }
+}

@@ -16,7 +16,9 @@ pub mod wire;
 pub use interleaving::MAX_INTERLEAVED_RANKERS;
 pub use quoted::{cut_message, quoted, QUOTED_CHARS};
 pub use time::{format_rfc3339, parse_rfc3339, Nanos, NANOS_PER_SECOND};
-pub use validate::{is_grade, GradeTable, Validator, MIN_POSITIVE_GRADE, RESERVED_PREFIX};
+pub use validate::{
+    group_name, is_grade, GradeTable, Validator, MIN_POSITIVE_GRADE, RESERVED_PREFIX,
+};
 
 use std::{borrow::Cow, fmt};
 

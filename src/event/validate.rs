@@ -370,7 +370,9 @@ fn require(id: &str, reason: Reason, message: &'static str) -> Result<(), Reject
 /// The group name used for an empty `model`, `surface` or segment value.
 const DEFAULT_GROUP_NAME: &str = "default";
 
-fn group_name(name: Cow<'_, str>) -> Cow<'_, str> {
+/// The name a group is filed under for `name`: [`DEFAULT_GROUP_NAME`] for
+/// an empty one.
+pub fn group_name(name: Cow<'_, str>) -> Cow<'_, str> {
     if name.is_empty() {
         Cow::Borrowed(DEFAULT_GROUP_NAME)
     } else {

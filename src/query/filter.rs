@@ -4,6 +4,7 @@
 //! interleaving experiment is kept when either of its rankers is a kept
 //! model; a split check by its surface and segment values.
 
+use crate::event::group_name;
 use crate::export::{Report, TABLE_METRICS};
 use crate::metrics::{Metric, R_PRECISION};
 
@@ -11,10 +12,10 @@ use crate::metrics::{Metric, R_PRECISION};
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ReportFilter {
     /// Keep only these models (repeatable, or comma-separated).
-    #[arg(long = "model", value_delimiter = ',')]
+    #[arg(long = "model", value_delimiter = ',', value_parser = filed_under)]
     pub models: Vec<String>,
     /// Keep only these surfaces (repeatable, or comma-separated).
-    #[arg(long = "surface", value_delimiter = ',')]
+    #[arg(long = "surface", value_delimiter = ',', value_parser = filed_under)]
     pub surfaces: Vec<String>,
     /// Keep only these metrics, e.g. ndcg,mrr (repeatable, or comma-separated).
     #[arg(long = "metric", value_delimiter = ',')]
@@ -29,8 +30,17 @@ pub struct ReportFilter {
 
 fn parse_segment(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
-        .map(|(label, value)| (label.to_owned(), value.to_owned()))
+        .map(|(label, value)| {
+            let Ok(value) = filed_under(value);
+            (label.to_owned(), value)
+        })
         .ok_or_else(|| format!("{text:?} is not LABEL=VALUE, e.g. country=de"))
+}
+
+/// A model, surface or segment value asked for, as the server files it:
+/// an empty name is that of the events that sent none (`default`).
+fn filed_under(name: &str) -> Result<String, std::convert::Infallible> {
+    Ok(group_name(name.into()).into_owned())
 }
 
 /// Whether `value` is among `kept`, or `kept` keeps everything.
