@@ -295,6 +295,71 @@ fn replay_credits_each_ranker_as_team_draft_evaluation_does() {
 }
 
 #[test]
+fn one_set_of_rankers_sent_in_any_order_is_one_lineup() {
+    // Three rankers in each of their six orders, each list's first item x's
+    // and clicked, with room for three lineups: one set of rankers on one
+    // surface needs one, however a client orders them (a Go map's order
+    // changes from run to run).
+    let orders = [
+        ["x", "y", "z"],
+        ["x", "z", "y"],
+        ["y", "x", "z"],
+        ["y", "z", "x"],
+        ["z", "x", "y"],
+        ["z", "y", "x"],
+    ];
+    let mut lines = Vec::new();
+    for (list, rankers) in orders.iter().enumerate() {
+        let x = rankers.iter().position(|&r| r == "x").unwrap();
+        let mut teams = vec![0, 1, 2];
+        teams.swap(0, x);
+        let (request, user) = (format!("r{list}"), format!("u{list}"));
+        let items = ["i0", "i1", "i2"];
+        lines.push(
+            json!({"impression": {
+                "requestId": request, "userId": user, "itemIds": items,
+                "time": time(list as u64), "model": "mixed", "surface": "home",
+                "interleaving": {"rankers": rankers, "teams": teams},
+            }})
+            .to_string(),
+        );
+        lines.push(
+            json!({"interaction": {
+                "userId": user, "requestId": request, "itemId": "i0",
+                "type": "click", "time": time(list as u64),
+            }})
+            .to_string(),
+        );
+    }
+    let (_dir, path) = write_log(&lines);
+    let report = replay_json(&["--format", "json", "--max-groups", "3", &path], None);
+    let rows = report["interleaving"].as_array().unwrap();
+    let got: Vec<(&str, &str, u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            let count = |field: &str| r[field].as_u64().unwrap();
+            let name = |field: &str| r[field].as_str().unwrap();
+            (
+                name("a"),
+                name("b"),
+                count("lists"),
+                count("wins_a"),
+                count("first_a"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("x", "y", 6, 6, 6),
+            ("x", "z", 6, 6, 6),
+            ("y", "z", 6, 0, 0)
+        ],
+        "{report}"
+    );
+}
+
+#[test]
 fn the_table_shows_each_experiment() {
     let (lines, shown, _) = log(11);
     let (_dir, path) = write_log(&lines);

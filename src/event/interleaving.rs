@@ -4,6 +4,7 @@
 
 use super::raw::RawInterleaving;
 use super::{quoted, Interleaving, Reason, Rejection, RESERVED_PREFIX};
+use std::borrow::Cow;
 
 /// The largest `max_interleaved_rankers`: a team index is kept in one byte.
 pub const MAX_INTERLEAVED_RANKERS: usize = 255;
@@ -70,7 +71,35 @@ pub fn validate<'m>(
             }
         }
     }
-    Ok(Interleaving { rankers, teams })
+    Ok(in_name_order(Interleaving { rankers, teams }))
+}
+
+/// `interleaving` with its rankers in name order and its teams renumbered
+/// to match. The order a client names them in means nothing (a team
+/// indexes them), and a Go map or a set gives another order from run to
+/// run: in name order, one set of rankers on a surface is one lineup
+/// (`crate::join::experiments`), however it was sent.
+fn in_name_order(interleaving: Interleaving<'_>) -> Interleaving<'_> {
+    let Interleaving { rankers, mut teams } = interleaving;
+    if rankers.is_sorted() {
+        return Interleaving { rankers, teams };
+    }
+    // At most 255 rankers, so every index fits a team's byte.
+    let mut order: Vec<u8> = (0..=u8::MAX).take(rankers.len()).collect();
+    order.sort_unstable_by_key(|&old| &rankers[usize::from(old)]);
+    let mut renumbered = vec![0; rankers.len()];
+    for (new, &old) in (0..=u8::MAX).zip(&order) {
+        renumbered[usize::from(old)] = new;
+    }
+    for team in &mut teams {
+        *team = renumbered[usize::from(*team)];
+    }
+    let mut sent: Vec<Cow<'_, str>> = rankers;
+    let rankers = order
+        .iter()
+        .map(|&old| std::mem::take(&mut sent[usize::from(old)]))
+        .collect();
+    Interleaving { rankers, teams }
 }
 
 fn invalid(message: String) -> Rejection {
@@ -80,7 +109,6 @@ fn invalid(message: String) -> Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::borrow::Cow;
 
     fn raw(rankers: &[&'static str], teams: &[u64]) -> RawInterleaving<'static> {
         RawInterleaving {
@@ -100,10 +128,13 @@ mod tests {
     }
 
     #[test]
-    fn a_well_formed_interleaving_keeps_its_rankers_and_teams() {
-        let valid = validate(raw(&["b", "a"], &[1, 0, 0]), 3, 3, 8).unwrap();
-        assert_eq!(valid.rankers, ["b", "a"]);
+    fn a_well_formed_interleaving_keeps_its_rankers_in_name_order_and_their_teams() {
+        let valid = validate(raw(&["a", "b"], &[1, 0, 0]), 3, 3, 8).unwrap();
+        assert_eq!(valid.rankers, ["a", "b"]);
         assert_eq!(valid.teams, [1, 0, 0]);
+        let reordered = validate(raw(&["c", "a", "b"], &[0, 1, 2, 0]), 4, 3, 8).unwrap();
+        assert_eq!(reordered.rankers, ["a", "b", "c"]);
+        assert_eq!(reordered.teams, [2, 0, 1, 2], "each item keeps its ranker");
     }
 
     #[test]

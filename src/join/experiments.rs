@@ -1,7 +1,7 @@
 //! Interleaving experiments (docs/SPEC.md §12): a surface with its segment
 //! values and a pair of rankers, `a` before `b` by name. An interleaved
 //! list is registered under its lineup (its surface, segment values and
-//! rankers in the order the client sent them), which knows the experiment
+//! rankers, which validation puts in name order), which knows the experiment
 //! of each pair of its rankers, so that finalizing it looks up no name.
 //! Lineups and experiments are each bounded by `max_groups`; an interleaved
 //! list that would need more counts in its group only, and is counted
@@ -50,7 +50,7 @@ struct Pair {
     b: u8,
 }
 
-/// A set of rankers as one client orders them, on one surface and segment values.
+/// A set of rankers, in name order, on one surface and segment values.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Lineup {
     key: String,
