@@ -359,6 +359,60 @@ fn one_set_of_rankers_sent_in_any_order_is_one_lineup() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_left_out_of_their_experiments_are_counted_in_the_report() {
+    // Room for two experiments: the third pair's list counts in its group only.
+    let mut lines: Vec<String> = [["a", "b"], ["c", "d"], ["e", "f"]]
+        .iter()
+        .enumerate()
+        .map(|(list, rankers)| {
+            json!({"impression": {
+                "requestId": format!("r{list}"), "userId": format!("u{list}"),
+                "itemIds": ["i0", "i1"], "time": time(list as u64),
+                "model": "mixed", "surface": "home",
+                "interleaving": {"rankers": rankers, "teams": [0, 1]},
+            }})
+            .to_string()
+        })
+        .collect();
+    lines.push(
+        json!({"interaction": {"userId": "closing", "itemId": "i0", "type": "click", "time": time(9999)}})
+            .to_string(),
+    );
+    let (_dir, path) = write_log(&lines);
+    let replayed = replay_json(&["--format", "json", "--max-groups", "2", &path], None);
+    assert_eq!(replayed["groups"][0]["lists"], 3, "{replayed}");
+    assert_eq!(replayed["interleaving"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        replayed["counters"]["unregistered_interleaved_lists"], 1,
+        "{replayed}"
+    );
+    let table = common::replay(&["--max-groups", "2", &path], None);
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(
+        table.contains("interleaved lists left out of their experiments: 1 (max_groups reached"),
+        "{table}"
+    );
+    let server = Server::exact(&["--max-groups", "2"]);
+    server.stream_lines(&lines).await;
+    let queried = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args([
+            "query",
+            "--format",
+            "json",
+            "--grpc-addr",
+            &server.grpc.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let queried: Value = serde_json::from_slice(&queried.stdout).unwrap();
+    assert_eq!(
+        queried["counters"]["unregistered_interleaved_lists"], 1,
+        "{queried}"
+    );
+    assert_eq!(queried["interleaving"], replayed["interleaving"]);
+}
+
 #[test]
 fn the_table_shows_each_experiment() {
     let (lines, shown, _) = log(11);

@@ -100,6 +100,15 @@ pub struct ReportCounters {
     /// Events shed under limits, by kind; left out when none were.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub shed: BTreeMap<String, u64>,
+    /// Interleaved lists left out of their experiments, which did not fit
+    /// under `max_groups` (they count in their group); left out when none were.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unregistered_interleaved_lists: u64,
+}
+
+/// Whether a count is 0, for the counters a report leaves out then.
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// One group: a model on a surface, with its segment values.
@@ -217,6 +226,7 @@ impl ReportCounters {
             .filter(|(_, n)| *n > 0)
             .map(|(kind, n)| (kind.to_owned(), n))
             .collect(),
+            unregistered_interleaved_lists: 0,
         }
     }
 }
@@ -232,7 +242,7 @@ impl Report {
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_positions(curves, engine.interaction_types())
             .with_coverage(coverage)
-            .with_interleaving(experiments, true)
+            .with_interleaving(experiments, true, engine.unregistered_interleavings())
     }
 
     /// The report of rolling window `index` (figures of the lists in the window; counters since start).
@@ -250,7 +260,7 @@ impl Report {
         });
         Self::build(config, engine.counters(), engine.evaluator().ks(), groups)
             .with_coverage(coverage)
-            .with_interleaving(experiments, false)
+            .with_interleaving(experiments, false, engine.unregistered_interleavings())
     }
 
     /// The report of `snapshot`: since start (`None`) or of rolling window `index`.
@@ -278,7 +288,11 @@ impl Report {
         });
         let report = Self::build(config, &snapshot.counters, &snapshot.ks, groups)
             .with_coverage(coverage)
-            .with_interleaving(experiments, window.is_none());
+            .with_interleaving(
+                experiments,
+                window.is_none(),
+                snapshot.unregistered_interleavings,
+            );
         if window.is_some() {
             return report;
         }
@@ -329,14 +343,17 @@ impl Report {
         self
     }
 
-    /// Fills in the interleaving experiments; `since_start` tells whether
-    /// the figures are since start, where the anytime-valid checks apply.
+    /// Fills in the interleaving experiments, and the count of the lists
+    /// left out of them (`unregistered`); `since_start` tells whether the
+    /// figures are since start, where the anytime-valid checks apply.
     fn with_interleaving<'a>(
         mut self,
         experiments: impl Iterator<Item = (&'a ExperimentName, GroupTotals)>,
         since_start: bool,
+        unregistered: u64,
     ) -> Self {
         self.interleaving = experiment_reports(experiments, since_start);
+        self.counters.unregistered_interleaved_lists = unregistered;
         if !since_start {
             self.splits.clear();
         }
@@ -402,7 +419,15 @@ impl Report {
         } else {
             join_counts(&c.rejected)
         };
-        let _ = writeln!(out, "rejected: {rejected}\n");
+        let _ = writeln!(out, "rejected: {rejected}");
+        if c.unregistered_interleaved_lists > 0 {
+            let _ = writeln!(
+                out,
+                "interleaved lists left out of their experiments: {} (max_groups reached: they count in their groups only; raise max_groups)",
+                c.unregistered_interleaved_lists
+            );
+        }
+        out.push('\n');
         // The usual columns, less those a filter left out of every group.
         let columns: Vec<Metric> = TABLE_METRICS
             .into_iter()

@@ -40,6 +40,7 @@ pub fn to_proto(report: Report, window: String) -> proto::Report {
             duplicate_interactions: counters.duplicates["interactions"],
             rejected: counters.rejected.into_iter().collect(),
             shed: counters.shed.into_iter().collect(),
+            unregistered_interleaved_lists: counters.unregistered_interleaved_lists,
         }),
         groups: report.groups.into_iter().map(group_to_proto).collect(),
         comparisons: report
@@ -216,6 +217,7 @@ impl TryFrom<proto::Report> for Report {
                 ]),
                 rejected: counters.rejected.into_iter().collect(),
                 shed: counters.shed.into_iter().collect(),
+                unregistered_interleaved_lists: counters.unregistered_interleaved_lists,
             },
             groups: report.groups.into_iter().map(group_report).collect(),
             comparisons: control_set

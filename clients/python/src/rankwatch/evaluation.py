@@ -81,6 +81,9 @@ def report_dict(report: pb.Report) -> Dict[str, Any]:
                 "interactions": counters.duplicate_interactions,
             },
             "rejected": dict(counters.rejected),
+            **({"shed": dict(sorted(counters.shed.items()))} if counters.shed else {}),
+            **({"unregistered_interleaved_lists": counters.unregistered_interleaved_lists}
+               if counters.unregistered_interleaved_lists else {}),
         },
         "groups": [
             {
