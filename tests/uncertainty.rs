@@ -341,3 +341,50 @@ async fn the_server_gives_the_same_figures_in_get_metrics_and_metrics() {
         "cs95 lower gauge",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_per_list_sum_has_its_sum_of_squares_and_every_window_mean_its_standard_error() {
+    // R-precision of 0 (b clicked, a first), 1 (a clicked) and 1/2 (a and c
+    // clicked of 4): Σv² = 1.25, mean 0.5, s² = 0.25, se = sqrt(0.25 / 3).
+    let lists: [(&[&str], &[&str]); 3] = [
+        (&["a", "b", "c"], &["b"]),
+        (&["a", "b"], &["a"]),
+        (&["a", "b", "c", "d"], &["a", "c"]),
+    ];
+    let mut lines = Vec::new();
+    for (list, (items, clicked)) in lists.iter().enumerate() {
+        lines.push(format!(
+            r#"{{"impression":{{"requestId":"r{list}","userId":"u{list}","itemIds":{items:?},"model":"m","surface":"home","time":"2026-11-01T10:00:00Z"}}}}"#
+        ));
+        for item in *clicked {
+            lines.push(format!(
+                r#"{{"interaction":{{"requestId":"r{list}","userId":"u{list}","itemId":"{item}","type":"click","time":"2026-11-01T10:00:01Z"}}}}"#
+            ));
+        }
+    }
+    lines.push(r#"{"interaction":{"userId":"closing","itemId":"x","type":"click","time":"2026-11-01T10:06:00Z"}}"#.to_owned());
+    let server = Server::exact(&["--windows", "1h"]);
+    server.stream_lines(&lines).await;
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    let labels = r#"model="m",surface="home""#;
+    close(
+        metrics[&format!("rankwatch_list_r_precision_sum_of_squares_total{{{labels}}}")],
+        1.25,
+        "R-precision's sum of squares",
+    );
+    for scope in ["all", "engaged"] {
+        let key = format!(
+            r#"rankwatch_r_precision_standard_error{{model="m",scope="{scope}",surface="home",window="1h"}}"#
+        );
+        close(metrics[&key], (0.25f64 / 3.0).sqrt(), &key);
+    }
+    // Every other metric too, at every K.
+    for key in metrics.keys() {
+        if let Some((family, labels)) = key.split_once("_sum{") {
+            if family.starts_with("rankwatch_list_") {
+                let squares = format!("{family}_sum_of_squares_total{{{labels}");
+                assert!(metrics.contains_key(&squares), "{key} has no {squares}");
+            }
+        }
+    }
+}

@@ -274,8 +274,9 @@ fn sample_window_scopes(
 }
 
 /// `rankwatch_list_r_precision` and `rankwatch_r_precision`: R-precision's
-/// summary and rolling gauges, as for the other metrics but with no `k` label,
-/// since each list is cut at its own relevant count.
+/// summary, sum of squares, rolling gauges and their standard errors, as
+/// for the other metrics but with no `k` label, since each list is cut at
+/// its own relevant count.
 fn r_precision(
     writer: &mut SeriesWriter<'_>,
     groups: &[(LabelSet, &GroupSnapshot)],
@@ -290,14 +291,25 @@ fn r_precision(
         family.sample_suffixed("_sum", labels, &[], sum);
         family.sample_suffixed("_count", labels, &[], group.totals.lists);
     }
-    let help = "Mean per-list R-precision over the lists of the rolling window, by scope (all lists, or engaged lists only).";
-    let name = format_args!("{WINDOW_GAUGE_PREFIX}{R_PRECISION}");
-    let mut family = writer.family(name, Kind::Gauge, help);
+    let help = "Squares of per-list R-precision of finalized lists since start, summed. With rankwatch_list_r_precision_sum and _count, gives the standard error of the mean across instances.";
+    let name = format!("{LIST_SUMMARY_PREFIX}{R_PRECISION}{SUM_OF_SQUARES_SUFFIX}");
+    let mut family = writer.family(name, Kind::Counter, help);
     for (labels, group) in groups {
-        for (window, totals) in window_names.iter().zip(&group.windows) {
-            let means = totals.means(slot);
-            for (scope, mean) in [("all", means.all), ("engaged", means.engaged)] {
-                family.sample(labels, &[("window", window), ("scope", scope)], mean);
+        family.sample(labels, &[], group.totals.sum_of_squares(slot));
+    }
+    let gauges: [(&str, &str, fn(&MetricMeans) -> [f64; 2]); 2] = [
+        ("", "Mean per-list R-precision over the lists of the rolling window, by scope (all lists, or engaged lists only).", |m| [m.all, m.engaged]),
+        (STANDARD_ERROR_SUFFIX, "Standard error of the mean per-list R-precision over the lists of the rolling window, by scope.", |m| [m.se_all, m.se_engaged]),
+    ];
+    for (suffix, help, of) in gauges {
+        let name = format!("{WINDOW_GAUGE_PREFIX}{R_PRECISION}{suffix}");
+        let mut family = writer.family(name, Kind::Gauge, help);
+        for (labels, group) in groups {
+            for (window, totals) in window_names.iter().zip(&group.windows) {
+                let [all, engaged] = of(&totals.means(slot));
+                for (scope, value) in [("all", all), ("engaged", engaged)] {
+                    family.sample(labels, &[("window", window), ("scope", scope)], value);
+                }
             }
         }
     }
