@@ -1011,3 +1011,76 @@ fn replay_into_a_closed_pipe_ends_quietly() {
         "{stderr}"
     );
 }
+
+/// Starts a unary `IngestBatch` call on `client` and sends all but the last
+/// byte of a message of `length` bytes, never the rest.
+fn begin_a_message(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    grpc: std::net::SocketAddr,
+    length: u32,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let request = tonic::codegen::http::Request::post(format!(
+        "http://{grpc}/rankwatch.v1.Collector/IngestBatch"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut send) = client.send_request(request, false).unwrap();
+    let mut frame = vec![0u8; 5 + length as usize - 1];
+    frame[1..5].copy_from_slice(&length.to_be_bytes());
+    send.send_data(frame.into(), false).unwrap();
+    (response, send)
+}
+
+/// The gRPC status of a call's answer: in its headers (an answer of
+/// trailers only) or its trailers.
+async fn grpc_status(response: tonic::codegen::http::Response<h2::RecvStream>) -> String {
+    if let Some(status) = response.headers().get("grpc-status") {
+        return status.to_str().unwrap().to_owned();
+    }
+    let mut body = response.into_body();
+    while body.data().await.is_some() {}
+    let trailers = body.trailers().await.unwrap().unwrap_or_default();
+    trailers["grpc-status"].to_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_begun_and_never_finished_hold_no_more_than_their_budget() {
+    // Each call sends all but the last byte of a 1 MiB message and waits:
+    // before the budget, 100 such calls on one connection held 400 MB of
+    // 4 MiB messages, for as long as the client kept it open.
+    let server = Server::start(&[
+        "--max-message-size",
+        "1048576",
+        "--max-partial-message-bytes",
+        "2097152",
+    ]);
+    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        calls.push(begin_a_message(&mut client, server.grpc, 1 << 20));
+    }
+    let (answer, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    for (response, send) in calls {
+        let answer = answer.clone();
+        tokio::spawn(async move {
+            let _open = send;
+            let _ = answer.send(grpc_status(response.await.unwrap()).await);
+        });
+    }
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), answered.recv())
+        .await
+        .expect(
+            "no call was refused: three unfinished 1 MiB messages are held past a 2 MiB budget",
+        );
+    assert_eq!(first.as_deref(), Some("8"), "RESOURCE_EXHAUSTED");
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert!(metrics["rankwatch_partial_messages_refused_total"] >= 1.0);
+    assert_eq!(
+        metrics[r#"rankwatch_limit{limit="max_partial_message_bytes"}"#],
+        2097152.0
+    );
+}

@@ -80,6 +80,9 @@ pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(30);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// `max_message_size`.
 pub const MAX_MESSAGE_SIZE: usize = 4 << 20;
+/// `max_partial_message_bytes`: sixteen messages of the default largest
+/// size arriving at once.
+pub const MAX_PARTIAL_MESSAGE_BYTES: usize = 64 << 20;
 /// `max_streams`.
 pub const MAX_STREAMS: usize = 256;
 /// `ingest_idle_timeout`.

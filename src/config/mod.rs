@@ -260,6 +260,7 @@ pub struct FileSettings {
     #[serde(default, deserialize_with = "duration_serde::one")]
     grpc_idle_timeout: Option<Duration>,
     max_concurrent_streams: Option<usize>,
+    max_partial_message_bytes: Option<usize>,
     /// The fleet keys (`kafka_*`, `shutdown_linger`), read apart.
     #[serde(skip)]
     pub fleet: FleetFile,
@@ -413,6 +414,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("drain_timeout"));
+        let partial = |message, partial| ServerArgs {
+            max_message_size: Some(message),
+            max_partial_message_bytes: partial,
+            ..Default::default()
+        };
+        let refusal = server(partial(2 << 20, Some(1 << 20))).unwrap_err();
+        assert!(
+            refusal.to_string().contains("max_partial_message_bytes")
+                && refusal.to_string().contains("less than max_message_size"),
+            "{refusal}"
+        );
+        let raised = server(partial(128 << 20, None)).unwrap();
+        assert_eq!(raised.max_partial_message_bytes, 128 << 20, "the default holds one message");
     }
 }
 

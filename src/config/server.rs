@@ -54,6 +54,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE",
         help = help("Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED)", defaults::MAX_MESSAGE_SIZE))]
     pub max_message_size: Option<usize>,
+    /// Limit: bytes of gRPC messages begun and not yet whole, all calls together.
+    #[arg(long, env = "RANKWATCH_MAX_PARTIAL_MESSAGE_BYTES",
+        help = help("Limit: bytes of gRPC messages begun and not yet whole, all calls together (at least max_message_size); a message that would hold more ends its call (RESOURCE_EXHAUSTED)", defaults::MAX_PARTIAL_MESSAGE_BYTES))]
+    pub max_partial_message_bytes: Option<usize>,
     /// Limit: most concurrent ingest streams.
     #[arg(long, env = "RANKWATCH_MAX_STREAMS",
         help = help("Limit: most concurrent ingest streams; more are refused (RESOURCE_EXHAUSTED)", defaults::MAX_STREAMS))]
@@ -158,7 +162,11 @@ impl ServerSettings {
         let skew = pick!(args, file, max_future_skew, defaults::MAX_FUTURE_SKEW);
         let snapshot = pick!(args, file, snapshot_interval, defaults::SNAPSHOT_INTERVAL);
         let drain = pick!(args, file, drain_timeout, defaults::DRAIN_TIMEOUT);
-        let message = pick!(args, file, max_message_size, defaults::MAX_MESSAGE_SIZE);
+        let message = at_least_one(
+            "max_message_size",
+            pick!(args, file, max_message_size, defaults::MAX_MESSAGE_SIZE),
+        )?;
+        let partial = partial_message_bytes(args, file, message)?;
         let streams = pick!(args, file, max_streams, defaults::MAX_STREAMS);
         let inflight = pick!(
             args,
@@ -204,7 +212,8 @@ impl ServerSettings {
             state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
             snapshot_interval: positive("snapshot_interval", snapshot)?,
             drain_timeout: positive("drain_timeout", drain)?,
-            max_message_size: at_least_one("max_message_size", message)?,
+            max_message_size: message,
+            max_partial_message_bytes: partial,
             max_streams: at_least_one("max_streams", streams)?,
             max_inflight_batches: at_least_one("max_inflight_batches", inflight)?,
             ingest_idle_timeout: positive("ingest_idle_timeout", ingest_idle)?,
@@ -221,6 +230,25 @@ impl ServerSettings {
             max_status_history_bytes: history.1,
         })
     }
+}
+
+/// `max_partial_message_bytes`, which must hold one message of
+/// `max_message_size` bytes.
+fn partial_message_bytes(
+    args: &ServerArgs,
+    file: &FileSettings,
+    max_message_size: usize,
+) -> Result<usize, ConfigError> {
+    let key = "max_partial_message_bytes";
+    let default = defaults::MAX_PARTIAL_MESSAGE_BYTES.max(max_message_size);
+    let bytes = at_least_one(key, pick!(args, file, max_partial_message_bytes, default))?;
+    if bytes < max_message_size {
+        return Err(invalid(
+            key,
+            format!("{bytes} is less than max_message_size ({max_message_size}): a message that large could never arrive; give at least {max_message_size}"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// `status_history` and `max_status_history_bytes`.

@@ -273,6 +273,10 @@ fn sample_window_scopes(
     }
 }
 
+/// A rolling gauge: its name's suffix, its help, and its values in the
+/// scopes `all` and `engaged`.
+type WindowFigure = (&'static str, &'static str, fn(&MetricMeans) -> [f64; 2]);
+
 /// `rankwatch_list_r_precision` and `rankwatch_r_precision`: R-precision's
 /// summary, sum of squares, rolling gauges and their standard errors, as
 /// for the other metrics but with no `k` label, since each list is cut at
@@ -297,7 +301,7 @@ fn r_precision(
     for (labels, group) in groups {
         family.sample(labels, &[], group.totals.sum_of_squares(slot));
     }
-    let gauges: [(&str, &str, fn(&MetricMeans) -> [f64; 2]); 2] = [
+    let gauges: [WindowFigure; 2] = [
         ("", "Mean per-list R-precision over the lists of the rolling window, by scope (all lists, or engaged lists only).", |m| [m.all, m.engaged]),
         (STANDARD_ERROR_SUFFIX, "Standard error of the mean per-list R-precision over the lists of the rolling window, by scope.", |m| [m.se_all, m.se_engaged]),
     ];

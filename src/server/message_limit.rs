@@ -5,10 +5,19 @@
 //! `Ingest` streams and unary `IngestBatch` calls alike. It knows nothing of
 //! what a message holds; tonic's own limit stays set to the same size behind
 //! it, as a second guard it never reaches.
+//!
+//! A message is buffered whole before it is decoded, so the bytes of
+//! messages begun and not yet whole are bounded too, across all calls
+//! (`max_partial_message_bytes`): a client that starts many calls and
+//! sends all but the last byte of each had held 400 MB per connection.
+//! A message that would pass the bound ends its call with
+//! `RESOURCE_EXHAUSTED`, counted in [`PARTIAL_MESSAGES_REFUSED_TOTAL`].
 
-use super::telemetry::STREAMS_FAILED_TOTAL;
+use super::telemetry::{PARTIAL_MESSAGES_REFUSED_TOTAL, STREAMS_FAILED_TOTAL};
 use bytes::Bytes;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tonic::codegen::{http, Body, Service, StdError};
 use tonic::server::NamedService;
@@ -17,19 +26,54 @@ use tonic::Status;
 /// Bytes in a gRPC frame header: a compression flag and a big-endian length.
 const HEADER_BYTES: usize = 5;
 
-/// A gRPC service whose request messages may be at most `max_message_size` bytes.
+/// The bytes of messages begun and not yet whole, all calls together, and
+/// their bound.
+#[derive(Debug)]
+pub struct PartialBytes {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl PartialBytes {
+    /// None held yet, at most `max`.
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            held: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// Takes `bytes` more, unless that would hold more than the bound.
+    fn take(&self, bytes: usize) -> bool {
+        let more = |held: usize| held.checked_add(bytes).filter(|&total| total <= self.max);
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, more)
+            .is_ok()
+    }
+
+    /// Gives back `bytes` taken before.
+    fn give_back(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// A gRPC service whose request messages may be at most `max_message_size`
+/// bytes, and whose messages begun and not yet whole share `partial` with
+/// the other services'.
 #[derive(Clone, Debug)]
 pub struct MessageLimit<S> {
     inner: S,
     max_message_size: usize,
+    partial: Arc<PartialBytes>,
 }
 
 impl<S> MessageLimit<S> {
     /// `inner`, with its request bodies read through a [`LimitedBody`].
-    pub fn new(inner: S, max_message_size: usize) -> Self {
+    pub fn new(inner: S, max_message_size: usize, partial: Arc<PartialBytes>) -> Self {
         Self {
             inner,
             max_message_size,
+            partial,
         }
     }
 }
@@ -52,8 +96,9 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let max = self.max_message_size;
+        let partial = self.partial.clone();
         self.inner
-            .call(request.map(|body| LimitedBody::new(body, max)))
+            .call(request.map(|body| LimitedBody::new(body, max, partial)))
     }
 }
 
@@ -65,8 +110,8 @@ enum Position {
         read: usize,
         bytes: [u8; HEADER_BYTES],
     },
-    /// Inside a message, with this many of its bytes still to come.
-    Message { left: usize },
+    /// Inside a message of `length` bytes, with `left` of them still to come.
+    Message { length: usize, left: usize },
 }
 
 /// A request body that fails with `RESOURCE_EXHAUSTED` at the header of a
@@ -80,10 +125,15 @@ pub struct LimitedBody<B> {
     failed: Option<Status>,
     /// The failure was reported: the body ends there, however often it is polled.
     ended: bool,
+    /// Shared with the other calls' bodies.
+    partial: Arc<PartialBytes>,
+    /// What this body took of `partial`: the bytes of its message begun
+    /// and not yet whole.
+    held: usize,
 }
 
 impl<B> LimitedBody<B> {
-    fn new(inner: B, max_message_size: usize) -> Self {
+    fn new(inner: B, max_message_size: usize, partial: Arc<PartialBytes>) -> Self {
         Self {
             inner,
             max_message_size,
@@ -93,7 +143,27 @@ impl<B> LimitedBody<B> {
             },
             failed: None,
             ended: false,
+            partial,
+            held: 0,
         }
+    }
+
+    /// Takes from the shared bytes, or gives back, what the message begun
+    /// and not yet whole now holds; false when taking more would pass
+    /// their bound.
+    fn hold_partial(&mut self) -> bool {
+        let partial = match self.position {
+            Position::Message { length, left } => length - left,
+            Position::Header { .. } => 0,
+        };
+        if partial > self.held && !self.partial.take(partial - self.held) {
+            return false;
+        }
+        if partial < self.held {
+            self.partial.give_back(self.held - partial);
+        }
+        self.held = partial;
+        true
     }
 
     /// Follows the frames through `chunk`; returns the offset of the first
@@ -103,7 +173,7 @@ impl<B> LimitedBody<B> {
         let mut offset = 0;
         while offset < chunk.len() {
             match &mut self.position {
-                Position::Message { left } => {
+                Position::Message { left, .. } => {
                     let step = (*left).min(chunk.len() - offset);
                     *left -= step;
                     offset += step;
@@ -133,12 +203,26 @@ impl<B> LimitedBody<B> {
                             read: 0,
                             bytes: [0; HEADER_BYTES],
                         },
-                        left => Position::Message { left },
+                        left => Position::Message { length: left, left },
                     };
                 }
             }
         }
         None
+    }
+}
+
+/// The status of a message that arrived while `max` bytes of messages
+/// begun and not yet whole were held.
+fn partial_bytes_full(max: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "the server holds max_partial_message_bytes ({max} bytes) of messages begun and not yet whole, across all calls; retry shortly, and finish each message you start"
+    ))
+}
+
+impl<B> Drop for LimitedBody<B> {
+    fn drop(&mut self) {
+        self.partial.give_back(self.held);
     }
 }
 
@@ -177,6 +261,11 @@ where
             return Poll::Ready(Some(Ok(frame)));
         };
         let Some((start, length)) = self.scan(&data) else {
+            if !self.hold_partial() {
+                metrics::counter!(PARTIAL_MESSAGES_REFUSED_TOTAL).increment(1);
+                self.ended = true;
+                return Poll::Ready(Some(Err(partial_bytes_full(self.partial.max))));
+            }
             return Poll::Ready(Some(Ok(frame)));
         };
         metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
@@ -211,7 +300,7 @@ mod tests {
 
     #[test]
     fn finds_an_oversize_header_after_whole_messages_and_across_chunks() {
-        let mut body = LimitedBody::new((), 4);
+        let mut body = LimitedBody::new((), 4, PartialBytes::new(usize::MAX));
         let mut chunk = header(3);
         chunk.extend([1, 2, 3]);
         chunk.extend(header(0));
@@ -219,7 +308,7 @@ mod tests {
         assert_eq!(body.scan(&chunk), None);
         assert_eq!(body.scan(&header(5)[2..]), Some((0, 5)));
 
-        let mut body = LimitedBody::new((), 4);
+        let mut body = LimitedBody::new((), 4, PartialBytes::new(usize::MAX));
         let mut chunk = header(4);
         chunk.extend([1, 2, 3, 4]);
         chunk.extend(header(9));
@@ -228,7 +317,7 @@ mod tests {
 
     #[test]
     fn follows_a_message_split_over_many_chunks() {
-        let mut body = LimitedBody::new((), 4);
+        let mut body = LimitedBody::new((), 4, PartialBytes::new(usize::MAX));
         assert_eq!(body.scan(&header(4)), None);
         assert_eq!(body.scan(&[1, 2]), None);
         assert_eq!(body.scan(&[3, 4, 0, 0]), None);
@@ -262,7 +351,7 @@ mod tests {
         cut.extend([0; 9]);
         let chunks = [whole.clone(), [whole, cut.clone()].concat(), cut];
         let inner = Chunks(chunks.into_iter().map(Bytes::from).collect());
-        let mut body = LimitedBody::new(inner, 4);
+        let mut body = LimitedBody::new(inner, 4, PartialBytes::new(usize::MAX));
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
         let mut poll = || match Pin::new(&mut body).poll_frame(&mut cx) {

@@ -226,15 +226,24 @@ async fn grpc_server(
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls::config(tls)?)?;
     }
+    // Every service's messages begun and not yet whole share one bound.
+    let partial = message_limit::PartialBytes::new(settings.max_partial_message_bytes);
+    let max = settings.max_message_size;
+    use message_limit::MessageLimit as Limited;
     Ok(builder
-        .add_service(GrpcOnly::new(health_service))
-        .add_service(GrpcOnly::new(reflection))
+        .add_service(GrpcOnly::new(Limited::new(
+            health_service,
+            max,
+            partial.clone(),
+        )))
+        .add_service(GrpcOnly::new(Limited::new(
+            reflection,
+            max,
+            partial.clone(),
+        )))
         .add_optional_service(serves_collector.then(|| {
-            GrpcOnly::new(message_limit::MessageLimit::new(
-                CollectorServer::new(collector)
-                    .max_decoding_message_size(settings.max_message_size),
-                settings.max_message_size,
-            ))
+            let collector = CollectorServer::new(collector).max_decoding_message_size(max);
+            GrpcOnly::new(Limited::new(collector, max, partial))
         }))
         .add_service(GrpcOnly::holding_reports(
             EvaluationServer::new(evaluation::EvaluationService::new(

@@ -39,6 +39,8 @@ pub struct ServerSettings {
     pub drain_timeout: Duration,
     /// Largest gRPC message, in bytes.
     pub max_message_size: usize,
+    /// Bytes of gRPC messages begun and not yet whole, all calls together.
+    pub max_partial_message_bytes: usize,
     /// Most concurrent ingest streams.
     pub max_streams: usize,
     /// Batches queued for the engine before ingest waits (streams) or is refused (unary calls).

@@ -19,6 +19,8 @@ pub const INGEST_STREAMS: &str = "rankwatch_ingest_streams";
 pub const STREAMS_REFUSED_TOTAL: &str = "rankwatch_streams_refused_total";
 /// Counter: Ingest RPCs ended by a malformed or oversize message.
 pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
+/// Counter: gRPC calls ended by a message that would have held more than `max_partial_message_bytes`.
+pub const PARTIAL_MESSAGES_REFUSED_TOTAL: &str = "rankwatch_partial_messages_refused_total";
 /// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
 pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
 /// Counter: gRPC connections closed as soon as accepted, past `max_grpc_connections`.
@@ -74,6 +76,10 @@ fn describe_health_series() {
         "Ingest RPCs ended by a malformed or oversize message."
     );
     metrics::describe_counter!(
+        PARTIAL_MESSAGES_REFUSED_TOTAL,
+        "gRPC calls ended by a message arriving while max_partial_message_bytes of messages begun and not yet whole were held."
+    );
+    metrics::describe_counter!(
         STREAMS_TIMED_OUT_TOTAL,
         "Ingest streams closed after ingest_idle_timeout without a batch."
     );
@@ -101,6 +107,7 @@ fn describe_health_series() {
     // Zero series exist from the start, so that rate() and alerts see them.
     metrics::counter!(STREAMS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_FAILED_TOTAL).absolute(0);
+    metrics::counter!(PARTIAL_MESSAGES_REFUSED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
@@ -132,6 +139,10 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ),
         ("max_ack_rejections", engine.max_ack_rejections),
         ("max_message_size", server.max_message_size),
+        (
+            "max_partial_message_bytes",
+            server.max_partial_message_bytes,
+        ),
         ("max_streams", server.max_streams),
         ("max_inflight_batches", server.max_inflight_batches),
         ("max_http_connections", server.max_http_connections),
