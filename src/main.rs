@@ -231,12 +231,20 @@ where
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         command(shutdown).await
-    })
+    });
+    // The command is done, its state saved: what still runs is a call
+    // waiting on the network (a broker's metadata waits up to 10 s), left
+    // to end with the process rather than waited for.
+    runtime.shutdown_timeout(STRAGGLERS);
+    result
 }
+
+/// How long the tasks still running when a command is done may take to end.
+const STRAGGLERS: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.
 async fn cancel_on_signal(shutdown: CancellationToken) {

@@ -569,3 +569,26 @@ async fn a_request_that_is_not_grpc_gets_http_415() {
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_streams_failed_total"], 0.0);
 }
+
+#[cfg(feature = "kafka")]
+#[test]
+fn a_relay_whose_broker_cannot_be_reached_stops_at_once_on_sigterm() {
+    // Its first look at the topics waits up to 10 s for the broker; SIGTERM
+    // came during it, the server said it had stopped, lived 8 s longer and
+    // at times panicked on a timer of the runtime shutting down.
+    let mut server = Server::start(&["--kafka-mode", "relay", "--kafka-brokers", "127.0.0.1:1"]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let asked = std::time::Instant::now();
+    assert_eq!(server.terminate(), Some(0));
+    let took = asked.elapsed();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let logged: Vec<String> = server.log.try_iter().collect();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "exited {took:?} after SIGTERM: {logged:#?}"
+    );
+    assert!(
+        !logged.iter().any(|line| line.contains("panicked")),
+        "{logged:#?}"
+    );
+}

@@ -426,7 +426,11 @@ mod tests {
             "{refusal}"
         );
         let raised = server(partial(128 << 20, None)).unwrap();
-        assert_eq!(raised.max_partial_message_bytes, 128 << 20, "the default holds one message");
+        assert_eq!(
+            raised.max_partial_message_bytes,
+            128 << 20,
+            "the default holds one message"
+        );
     }
 }
 

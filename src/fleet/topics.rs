@@ -348,6 +348,10 @@ pub async fn wait_until_usable(
             },
             Err(error) => format!("cannot create an admin client: {error}"),
         };
+        if shutdown.is_cancelled() {
+            // The runtime may be shutting down: no more logging or timers.
+            return false;
+        }
         readiness.not_ready(TOPICS, finding.clone());
         if finding != last_finding {
             tracing::error!(
