@@ -143,6 +143,14 @@ async fn every_rejection_reason_over_grpc() {
         metrics["rankwatch_limit{limit=\"max_exposure_items\"}"],
         4096.0
     );
+    assert_eq!(
+        metrics["rankwatch_limit{limit=\"max_interleaved_rankers\"}"],
+        8.0
+    );
+    assert_eq!(
+        metrics["rankwatch_limit{limit=\"max_status_history_bytes\"}"],
+        16777216.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,6 +138,8 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
             engine.max_interactions_per_impression,
         ),
         ("max_ack_rejections", engine.max_ack_rejections),
+        ("max_interleaved_rankers", engine.max_interleaved_rankers),
+        ("max_status_history_bytes", server.max_status_history_bytes),
         ("max_message_size", server.max_message_size),
         (
             "max_partial_message_bytes",
