@@ -425,6 +425,9 @@ mod tests {
                 && refusal.to_string().contains("less than max_message_size"),
             "{refusal}"
         );
+        let file: FileSettings = toml::from_str("state_dir = \"\"\n").unwrap();
+        let refusal = ServerSettings::resolve(&ServerArgs::default(), &file).unwrap_err();
+        assert!(refusal.to_string().contains("state_dir"), "{refusal}");
         let raised = server(partial(128 << 20, None)).unwrap();
         assert_eq!(
             raised.max_partial_message_bytes,

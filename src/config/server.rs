@@ -209,7 +209,7 @@ impl ServerSettings {
             huge_pages: pick!(args, file, huge_pages, defaults::HUGE_PAGES),
             max_future_skew: bounded("max_future_skew", skew)?,
             windows,
-            state_dir: args.state_dir.clone().or_else(|| file.state_dir.clone()),
+            state_dir: state_dir(args, file)?,
             snapshot_interval: positive("snapshot_interval", snapshot)?,
             drain_timeout: positive("drain_timeout", drain)?,
             max_message_size: message,
@@ -230,6 +230,18 @@ impl ServerSettings {
             max_status_history_bytes: history.1,
         })
     }
+}
+
+/// `state_dir`, which names a directory when it is set.
+fn state_dir(args: &ServerArgs, file: &FileSettings) -> Result<Option<PathBuf>, ConfigError> {
+    let dir = args.state_dir.clone().or_else(|| file.state_dir.clone());
+    if dir.as_ref().is_some_and(|dir| dir.as_os_str().is_empty()) {
+        return Err(invalid(
+            "state_dir",
+            "is empty: name a directory, or leave state_dir out to keep no state".to_owned(),
+        ));
+    }
+    Ok(dir)
 }
 
 /// `max_partial_message_bytes`, which must hold one message of
