@@ -246,29 +246,43 @@ where
 /// How long the tasks still running when a command is done may take to end.
 const STRAGGLERS: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Cancels `shutdown` on SIGTERM or SIGINT.
+/// Cancels `shutdown` on SIGTERM, SIGINT or SIGHUP (the terminal the
+/// command runs in was closed: without it, the kernel's default ended the
+/// process unsaved).
 async fn cancel_on_signal(shutdown: CancellationToken) {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
+    let (terminate, hang_up) = {
+        use tokio::signal::unix::SignalKind;
+        (
+            received(SignalKind::terminate(), "SIGTERM"),
+            received(SignalKind::hangup(), "SIGHUP"),
+        )
     };
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
+    let (terminate, hang_up) = (std::future::pending::<()>(), std::future::pending::<()>());
     tokio::select! {
         _ = interrupt => tracing::info!("SIGINT: shutting down"),
         _ = terminate => tracing::info!("SIGTERM: shutting down"),
+        _ = hang_up => tracing::info!("SIGHUP: shutting down"),
         _ = shutdown.cancelled() => {}
     }
     shutdown.cancel();
+}
+
+/// Returns once the signal `kind` (called `name`) is received; never, if
+/// it cannot be listened for.
+#[cfg(unix)]
+async fn received(kind: tokio::signal::unix::SignalKind, name: &str) {
+    match tokio::signal::unix::signal(kind) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for {name}");
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -600,3 +600,26 @@ fn a_relay_whose_broker_cannot_be_reached_stops_at_once_on_sigterm() {
         "{logged:#?}"
     );
 }
+
+#[test]
+fn sighup_saves_the_state_and_stops_as_sigterm_does() {
+    // Closing the terminal a server runs in sends SIGHUP: it had killed the
+    // server without saving its open lists.
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&saving_to(dir.path()));
+    let pid = server.child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    let mut exit = None;
+    for _ in 0..100 {
+        exit = server.child.try_wait().unwrap();
+        if exit.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(exit.and_then(|status| status.code()), Some(0), "{exit:?}");
+    assert!(dir.path().join("rankwatch.state").exists());
+}
