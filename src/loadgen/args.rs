@@ -118,6 +118,9 @@ pub struct LoadgenArgs {
     pub kafka_batch_records: usize,
 }
 
+/// The largest `--batch-size`.
+const MAX_BATCH_SIZE: usize = 100_000;
+
 impl LoadgenArgs {
     pub(super) fn validate(&self) -> Result<(), LoadError> {
         let positive = [
@@ -128,6 +131,12 @@ impl LoadgenArgs {
         ];
         if let Some((name, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(LoadError::Setting(format!("--{name} must be at least 1")));
+        }
+        if self.batch_size > MAX_BATCH_SIZE {
+            return Err(LoadError::Setting(format!(
+                "--batch-size {} is more than {MAX_BATCH_SIZE} events: a batch goes in one gRPC message, which at 40 bytes an event would pass 4 MiB (the server's default max_message_size); send more batches",
+                self.batch_size
+            )));
         }
         if !self.rate.is_finite() || self.rate < 0.0 {
             return Err(LoadError::Setting(format!(
@@ -264,6 +273,19 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_batch_too_large_for_any_message_is_refused_before_it_is_built() {
+        // 4,294,967,296 events were reserved at once: 24 GB, then the OOM killer.
+        let args = Command::try_parse_from(["loadgen", "--batch-size", "4294967296"])
+            .expect("flags parse")
+            .args;
+        let error = args.validate().expect_err("refused").to_string();
+        assert!(
+            error.contains("--batch-size 4294967296 is more than"),
+            "{error}"
+        );
     }
 
     #[test]
