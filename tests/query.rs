@@ -395,3 +395,19 @@ async fn an_empty_name_asked_for_is_the_default_that_events_without_one_are_file
         assert_eq!(groups[0]["segments"]["country"], "default", "{asked:?}");
     }
 }
+
+#[test]
+fn a_server_that_never_answers_is_said_to_have_not_answered() {
+    // A listener nobody serves: the kernel accepts the connection, and no
+    // HTTP/2 answer ever comes (as from a stopped server).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let output = query(&["--grpc-addr", &addr, "--timeout", "1s"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no answer from {addr} within --timeout 1s")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("the server answered"), "{stderr}");
+}

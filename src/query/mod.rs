@@ -72,6 +72,14 @@ pub enum QueryError {
     /// The server refused the query.
     #[error("the server answered {}: {}", .0.code(), .0.message())]
     Refused(tonic::Status),
+    /// No answer came in time.
+    #[error("no answer from {addr} within --timeout {timeout}: the server is stopped, stalled or busy, or something else listens there; raise --timeout to wait longer")]
+    NoAnswer {
+        /// The address asked.
+        addr: String,
+        /// `--timeout`, as given.
+        timeout: String,
+    },
     /// The answer lacks a part every report has.
     #[error(transparent)]
     Incomplete(#[from] IncompleteReport),
@@ -112,12 +120,31 @@ impl QueryError {
             None => self,
         }
     }
+
+    /// This error, or [`QueryError::NoAnswer`] when it is the client's own
+    /// timeout, which tonic reports as a status the server never sent.
+    fn unanswered(self, args: &QueryArgs) -> Self {
+        match &self {
+            QueryError::Refused(status)
+                if status.code() == tonic::Code::Cancelled
+                    && status.message() == tonic::TimeoutExpired(()).to_string() =>
+            {
+                QueryError::NoAnswer {
+                    addr: args.grpc_addr.clone(),
+                    timeout: humantime::format_duration(args.timeout).to_string(),
+                }
+            }
+            _ => self,
+        }
+    }
 }
 
 /// Asks the server of `args` for its report.
 pub async fn fetch(args: &QueryArgs) -> Result<Report, QueryError> {
     fetch_report(args).await.map_err(|error| {
-        error.with_tls_hint(args.tls_ca_cert.is_some(), args.tls_client_cert.is_some())
+        error
+            .with_tls_hint(args.tls_ca_cert.is_some(), args.tls_client_cert.is_some())
+            .unanswered(args)
     })
 }
 
