@@ -15,11 +15,13 @@ pub fn hint(error: &str, tls: bool) -> Option<&'static str> {
     if !tls {
         // A TLS listener answers a plaintext HTTP/2 preface with a TLS
         // alert, which h2 reads as a broken frame, and closes the
-        // connection, which a busy client may see before the alert.
+        // connection, which a busy client may see before the alert, or
+        // before it could send its request ("connection was not ready").
         let plaintext_to_tls = has("h2 protocol error")
             || has("frame with invalid size")
             || has("connection reset")
             || has("connection closed")
+            || has("connection was not ready")
             || has("broken pipe")
             || has("http2 error");
         return plaintext_to_tls.then_some(
