@@ -82,9 +82,11 @@ pub(crate) fn resolved<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
 /// gRPC frame (32-bit lengths) can hold.
 pub(crate) const MAX_LIMIT: usize = 1 << 32;
 
-/// The longest duration a setting may have: a year, so that every
-/// deadline and interval built from one stays far from overflowing.
-const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The longest duration a setting may have: a year as durations are
+/// written (`1y`, 365.25 days), so that `1y` is at the bound and a refusal
+/// says `1year`, and every deadline and interval built from one stays far
+/// from overflowing.
+const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
 
 /// A limit's value, which must be between 1 and [`MAX_LIMIT`].
 fn at_least_one(key: &'static str, value: usize) -> Result<usize, ConfigError> {
@@ -387,6 +389,13 @@ mod tests {
             "attribution_window",
         );
         refused(EngineArgs::default(), "[grades]\n\"\" = 1.0\n", "grades");
+        // A year as durations are written: `1y` is at the bound, and the
+        // bound is said in the same units.
+        let year: FileSettings = toml::from_str("attribution_window = \"1y\"\n").unwrap();
+        assert!(EngineSettings::resolve(&EngineArgs::default(), &year).is_ok());
+        let two: FileSettings = toml::from_str("attribution_window = \"2y\"\n").unwrap();
+        let refusal = EngineSettings::resolve(&EngineArgs::default(), &two).unwrap_err();
+        assert!(refusal.to_string().ends_with("at most 1year"), "{refusal}");
         assert_eq!(
             EngineSettings::resolve(&k(vec![10_000, 1, 1]), &FileSettings::default())
                 .unwrap()
