@@ -29,10 +29,13 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import rankwatch
 import websocket
+
+# What a wait looks at.
+T = TypeVar("T")
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -178,6 +181,20 @@ LEGEND = """JSON.stringify([...document.querySelectorAll('#surfaces article')].m
 })))"""
 
 
+def wait_for(look: Callable[[], T], ready: Callable[[T], bool], seconds: float, every: float,
+             failure: Callable[[T], str]) -> T:
+    """What `look` returns once `ready` holds of it, looking every `every` s;
+    past `seconds`, a Failure saying `failure` of the last look."""
+    deadline = time.monotonic() + seconds
+    while True:
+        seen = look()
+        if ready(seen):
+            return seen
+        if time.monotonic() > deadline:
+            raise Failure(failure(seen))
+        time.sleep(every)
+
+
 def charts(page: DevTools) -> list[dict[str, Any]]:
     """What the charts hold, per surface."""
     return json.loads(page.evaluate(LEGEND))
@@ -214,15 +231,12 @@ INTERLEAVING_ROWS = """JSON.stringify(Array.from(document.querySelectorAll('#int
 
 def check_interleaving(page: DevTools) -> None:
     """The interleaving panel: one row per surface, control preferred, in a sentence, once settled."""
-    deadline = time.monotonic() + 60
-    while True:
-        rows = json.loads(page.evaluate(INTERLEAVING_ROWS))
+    def settled(rows: list[list[str]]) -> bool:
         settled = [row for row in rows if row[-1].startswith("Users prefer control to candidate")]
-        if len(rows) == len(SURFACES) and len(settled) == len(SURFACES):
-            break
-        if time.monotonic() > deadline:
-            raise Failure(f"within 60 s more the interleaving panel held {rows}")
-        time.sleep(1)
+        return len(rows) == len(SURFACES) and len(settled) == len(SURFACES)
+
+    rows = wait_for(lambda: json.loads(page.evaluate(INTERLEAVING_ROWS)), settled, 60, 1,
+                    lambda rows: f"within 60 s more the interleaving panel held {rows}")
     for row in rows:
         surface, a, b = row[0].split(" ")[0], row[1], row[2]
         if (a, b) != ("candidate", "control") or surface not in SURFACES:
@@ -241,15 +255,12 @@ PANELS = """JSON.stringify({
 def check_panels(page: DevTools) -> None:
     """CTR by rank per model on every surface, a coverage row per group, and a
     marker where the candidate's comparison settled below the control."""
-    deadline = time.monotonic() + 30
-    while True:
-        panels = json.loads(page.evaluate(PANELS))
+    def drawn(panels: dict[str, Any]) -> bool:
         settled = [mark for mark in panels["marks"] if mark == "candidate worse: settled"]
-        if panels["positions"] >= 2 * len(SURFACES) and panels["coverage"] >= 2 * len(SURFACES) and settled:
-            return
-        if time.monotonic() > deadline:
-            raise Failure(f"within 30 s more the panels held {panels}")
-        time.sleep(1)
+        return panels["positions"] >= 2 * len(SURFACES) and panels["coverage"] >= 2 * len(SURFACES) and bool(settled)
+
+    wait_for(lambda: json.loads(page.evaluate(PANELS)), drawn, 30, 1,
+             lambda panels: f"within 30 s more the panels held {panels}")
 
 
 COMPARISON_ROWS = INTERLEAVING_ROWS.replace("#interleaving", "#comparisons")
@@ -277,15 +288,10 @@ def check_few_lists(binary: str, page: DevTools) -> None:
             if not collector.flush(timeout=30):
                 raise Failure("the server did not acknowledge the few lists within 30 s")
         page.call("Page.navigate", url=f"http://{addresses['http_addr']}/")
-        deadline = time.monotonic() + 30
-        while True:
-            comparisons = json.loads(page.evaluate(COMPARISON_ROWS))
-            interleaved = json.loads(page.evaluate(INTERLEAVING_ROWS))
-            if comparisons and interleaved:
-                break
-            if time.monotonic() > deadline:
-                raise Failure(f"within 30 s the page showed comparisons {comparisons} and interleaving {interleaved}")
-            time.sleep(0.5)
+        comparisons, interleaved = wait_for(
+            lambda: (json.loads(page.evaluate(COMPARISON_ROWS)), json.loads(page.evaluate(INTERLEAVING_ROWS))),
+            lambda rows: bool(rows[0] and rows[1]), 30, 0.5,
+            lambda rows: f"within 30 s the page showed comparisons {rows[0]} and interleaving {rows[1]}")
         sentences = [row[-1] for row in comparisons + interleaved]
         bounds = {row[1]: row[4] for row in comparisons}
         if bounds.get("candidate") != "[-1.0000, -1.0000]":
@@ -316,15 +322,13 @@ def check_names_objects_have(binary: str, page: DevTools) -> None:
             if not collector.flush(timeout=30):
                 raise Failure("the server did not acknowledge the lists within 30 s")
         page.call("Page.navigate", url=f"http://{addresses['http_addr']}/")
-        deadline = time.monotonic() + 30
-        while True:
-            cards = charts(page)
-            if [(card["surface"], sorted(card["lines"])) for card in cards] == [("hasOwnProperty", list(models))]:
-                break
-            if time.monotonic() > deadline:
-                state = page.evaluate("document.getElementById('state').textContent")
-                raise Failure(f"within 30 s the page charted {cards} ({state!r})")
-            time.sleep(0.5)
+        def charted(cards: list[dict[str, Any]]) -> str:
+            state = page.evaluate("document.getElementById('state').textContent")
+            return f"within 30 s the page charted {cards} ({state!r})"
+
+        wanted = [("hasOwnProperty", list(models))]
+        wait_for(lambda: charts(page), lambda cards: [(c["surface"], sorted(c["lines"])) for c in cards] == wanted,
+                 30, 0.5, charted)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -352,13 +356,8 @@ def run(binary: str, artifacts: Path) -> None:
             page.call(f"{domain}.enable")
         page.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
         page.call("Page.navigate", url=f"http://{http}/")
-        deadline = time.monotonic() + 90
-        cards = charts(page)
-        while not complete(cards):
-            if time.monotonic() > deadline:
-                raise Failure(f"within 90 s the charts held only {cards}")
-            time.sleep(1)
-            cards = charts(page)
+        cards = wait_for(lambda: charts(page), complete, 90, 1,
+                         lambda cards: f"within 90 s the charts held only {cards}")
         check_charts(cards)
         check_interleaving(page)
         check_panels(page)
