@@ -189,21 +189,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// `error` and its causes joined by ": ", leaving out a cause that the
-/// message so far already ends with: an error that quotes its cause, or
-/// one wrapped in an error of the same words, as the gRPC transport's are,
-/// had been told twice ("transport error: transport error").
+/// `error` and its causes as people read them ([`query::error_chain`]):
+/// an error that quotes its cause, or one wrapped in an error of the same
+/// words, as the gRPC transport's are, had been told twice ("transport
+/// error: transport error").
 fn message_of(error: &anyhow::Error) -> String {
-    let mut message = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if message.is_empty() {
-            message = text;
-        } else if !message.ends_with(&text) {
-            message = format!("{message}: {text}");
-        }
-    }
-    message
+    query::error_chain(error.as_ref())
 }
 
 fn init_logging() {

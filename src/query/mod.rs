@@ -6,6 +6,7 @@
 mod filter;
 mod tls_hint;
 
+pub use tls_hint::chain as error_chain;
 pub use tls_hint::hint as tls_hint;
 
 pub use filter::ReportFilter;

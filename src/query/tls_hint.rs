@@ -68,7 +68,8 @@ pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The error and each of its sources as people read them, `: `-separated.
+/// The error and each of its sources as people read them, `: `-separated,
+/// leaving out a source that the text so far already ends with.
 pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
