@@ -542,14 +542,67 @@ async fn half_open_http_connections_are_capped_and_timed_out() {
         metrics["rankwatch_limit{limit=\"max_http_connections\"}"],
         8.0
     );
-    // Each silent connection was closed once, one way or the other.
+    // Each silent connection was closed once, one way or another: past
+    // the cap, each new one closed the one quiet the longest.
+    let evicted = metrics["rankwatch_http_connections_evicted_total"];
     let refused = metrics["rankwatch_http_connections_refused_total"];
     let timed_out = metrics["rankwatch_http_connections_timed_out_total"];
-    assert_eq!(refused + timed_out, 200.0, "{refused} + {timed_out}");
-    assert!(
-        timed_out >= 8.0 && refused >= 1.0,
-        "{refused} + {timed_out}"
-    );
+    let counts = format!("{evicted} + {refused} + {timed_out}");
+    assert_eq!(evicted + refused + timed_out, 200.0, "{counts}");
+    assert!(timed_out >= 8.0 && evicted >= 1.0, "{counts}");
+}
+
+#[test]
+fn probes_are_answered_while_silent_connections_hold_every_http_slot() {
+    use std::io::Write;
+    use std::time::Duration;
+    let server = Server::exact(&[
+        "--max-http-connections",
+        "4",
+        "--http-header-timeout",
+        "60s",
+        "--http-idle-timeout",
+        "60s",
+    ]);
+    let connect = || std::net::TcpStream::connect(server.http).unwrap();
+    let mut silent: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Each probe makes room by closing the connection quiet the longest:
+    // the silent ones in the order they came, not the probes kept open.
+    let request = b"GET /healthz HTTP/1.1\r\nHost: rankwatch\r\n\r\n";
+    let mut probes = Vec::new();
+    for _ in 0..3 {
+        let mut probe = connect();
+        probe.write_all(request).unwrap();
+        assert_eq!(http_response(&mut probe).as_deref(), Some("ok\n"));
+        probes.push(probe);
+    }
+    for (index, stream) in silent.iter_mut().enumerate() {
+        assert_eq!(
+            closed_by_server(stream),
+            index < 3,
+            "silent connection {index}"
+        );
+    }
+    for probe in &mut probes {
+        probe.write_all(request).unwrap();
+        assert_eq!(http_response(probe).as_deref(), Some("ok\n"));
+    }
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_http_connections_evicted_total"], 4.0);
+    assert_eq!(metrics["rankwatch_http_connections_refused_total"], 0.0);
+}
+
+/// Whether the server has closed `stream` (it is given 300 ms to).
+fn closed_by_server(stream: &mut std::net::TcpStream) -> bool {
+    use std::io::{ErrorKind, Read};
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    match stream.read(&mut [0u8; 1]) {
+        Ok(read) => read == 0,
+        Err(error) => !matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+    }
 }
 
 /// The body of the next response on `stream`, or `None` if the server closed it first.

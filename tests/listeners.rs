@@ -39,6 +39,27 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
     false
 }
 
+/// Whether the server has closed `stream`, having read what it sent
+/// before (its HTTP/2 settings); it is given 300 ms to.
+fn closed_at_once(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_past_the_cap_neither_starve_ingest_nor_scrapes() {
     let server = Server::exact(&["--max-grpc-connections", "50"]);
@@ -46,15 +67,15 @@ async fn silent_connections_past_the_cap_neither_starve_ingest_nor_scrapes() {
         .filter_map(|_| TcpStream::connect(server.grpc).ok())
         .collect();
     assert!(silent.len() > 50);
-    // Those past the cap are closed at once; the others hold their slots.
+    // Past the cap, each new one closes the one quiet the longest.
+    let closed = || counter(&server, "rankwatch_grpc_connections_evicted_total");
     for _ in 0..40 {
-        if counter(&server, "rankwatch_grpc_connections_refused_total") >= 150.0 {
+        if closed() >= 150.0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    assert!(counter(&server, "rankwatch_grpc_connections_refused_total") >= 150.0);
-    drop(silent.into_iter().skip(40).collect::<Vec<_>>());
+    assert!(closed() >= 150.0);
     // Ten slots are free again: a client ingests, a scrape answers.
     let mut ingested = None;
     for _ in 0..40 {
@@ -80,6 +101,47 @@ async fn silent_connections_past_the_cap_neither_starve_ingest_nor_scrapes() {
     }
     assert_eq!(ingested, Some(1));
     assert_eq!(server.get("/metrics").0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_is_answered_while_silent_connections_hold_every_grpc_slot() {
+    use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
+    let server = Server::exact(&[
+        "--max-grpc-connections",
+        "4",
+        "--grpc-handshake-timeout",
+        "60s",
+        "--grpc-idle-timeout",
+        "60s",
+    ]);
+    let mut silent: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(server.grpc).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let status = HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(status, ServingStatus::Serving as i32);
+    // One silent connection made room (the one whose last byte, the
+    // server's own settings, moved first); the others stay.
+    let closed = silent
+        .iter_mut()
+        .map(closed_at_once)
+        .filter(|&closed| closed)
+        .count();
+    assert_eq!(closed, 1);
+    assert_eq!(
+        counter(&server, "rankwatch_grpc_connections_evicted_total"),
+        1.0
+    );
 }
 
 #[test]

@@ -1,22 +1,22 @@
 //! Bounds of the gRPC listener, as the HTTP listener has its own: at most
-//! `max_grpc_connections` open connections (more are closed as soon as
-//! they are accepted), a connection must send its first bytes (the HTTP/2
+//! `max_grpc_connections` open connections (past them, a new one closes the
+//! connection on which no byte moved for the longest), a connection must send its first bytes (the HTTP/2
 //! preface, or TLS's hello) within `grpc_handshake_timeout`, and one on
 //! which nothing was read or written for `grpc_idle_timeout` is closed. A
 //! flood of silent connections thus costs a bounded number of descriptors
 //! and ends by itself, and cannot starve scrapes or ingest. Streams per
 //! connection are bounded by HTTP/2 itself (`max_concurrent_streams`).
 
-use super::telemetry::{GRPC_CONNECTIONS_REFUSED_TOTAL, GRPC_CONNECTIONS_TIMED_OUT_TOTAL};
+use super::connection_slots::{Held, Slots, Taken};
+use super::telemetry::{GRPC_CONNECTIONS_EVICTED_TOTAL, GRPC_CONNECTIONS_TIMED_OUT_TOTAL};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
@@ -42,7 +42,7 @@ pub fn accept(
     bounds: GrpcBounds,
 ) -> mpsc::Receiver<io::Result<BoundedConnection>> {
     let (sender, incoming) = mpsc::channel(16);
-    let connections = Arc::new(Semaphore::new(bounds.max_connections));
+    let connections = Slots::new(bounds.max_connections);
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -57,13 +57,16 @@ pub fn accept(
                     }
                 },
             };
-            let Ok(permit) = connections.clone().try_acquire_owned() else {
-                metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).increment(1);
+            // Connections are never marked busy: one can always make room.
+            let Some((held, taken)) = connections.take() else {
                 continue;
             };
+            if taken == Taken::Evicted {
+                metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL).increment(1);
+            }
             // Without TCP_NODELAY a small ack waits for the client's next packet.
             let _ = stream.set_nodelay(true);
-            let connection = BoundedConnection::new(stream, permit, bounds);
+            let connection = BoundedConnection::new(stream, held, bounds);
             if sender.send(Ok(connection)).await.is_err() {
                 return;
             }
@@ -72,10 +75,10 @@ pub fn accept(
     incoming
 }
 
-/// An accepted gRPC connection under its deadlines, holding its permit.
+/// An accepted gRPC connection under its deadlines, holding its slot.
 pub struct BoundedConnection {
     stream: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    held: Held,
     bounds: GrpcBounds,
     /// Bytes read so far (counted up to the handshake's).
     read: u64,
@@ -86,11 +89,11 @@ pub struct BoundedConnection {
 }
 
 impl BoundedConnection {
-    fn new(stream: TcpStream, permit: OwnedSemaphorePermit, bounds: GrpcBounds) -> Self {
+    fn new(stream: TcpStream, held: Held, bounds: GrpcBounds) -> Self {
         let now = Instant::now();
         Self {
             stream,
-            _permit: permit,
+            held,
             bounds,
             read: 0,
             accepted: now,
@@ -98,6 +101,12 @@ impl BoundedConnection {
             deadline: Box::pin(tokio::time::sleep_until(now + bounds.handshake)),
             timed_out: false,
         }
+    }
+
+    /// Notes that bytes moved just now.
+    fn moved(&mut self) {
+        self.last_activity = Instant::now();
+        self.held.slot().quiet();
     }
 
     /// When the connection is due to be closed if nothing happens.
@@ -108,9 +117,11 @@ impl BoundedConnection {
         }
     }
 
-    /// An error once a deadline has passed; else registers for the next one.
+    /// An error once a deadline has passed or the connection was closed
+    /// to make room; else registers for the next one and for that.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        if self.timed_out {
+        if self.timed_out || self.held.evicted(cx) {
+            self.timed_out = true;
             return Err(timed_out());
         }
         loop {
@@ -134,7 +145,7 @@ impl BoundedConnection {
 fn timed_out() -> io::Error {
     io::Error::new(
         io::ErrorKind::TimedOut,
-        "grpc_handshake_timeout or grpc_idle_timeout",
+        "grpc_handshake_timeout or grpc_idle_timeout, or closed to make room",
     )
 }
 
@@ -151,7 +162,7 @@ impl AsyncRead for BoundedConnection {
                 let read = (buf.filled().len() - before) as u64;
                 if read > 0 {
                     this.read = this.read.saturating_add(read);
-                    this.last_activity = Instant::now();
+                    this.moved();
                 }
                 Poll::Ready(Ok(()))
             }
@@ -174,7 +185,7 @@ impl AsyncWrite for BoundedConnection {
         match Pin::new(&mut this.stream).poll_write(cx, data) {
             Poll::Ready(Ok(written)) => {
                 if written > 0 {
-                    this.last_activity = Instant::now();
+                    this.moved();
                 }
                 Poll::Ready(Ok(written))
             }

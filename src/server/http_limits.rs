@@ -1,6 +1,7 @@
 //! Bounds of the HTTP listener: at most `max_http_connections` open
-//! connections (more are closed as soon as they are accepted), and two
-//! deadlines per connection.
+//! connections (past them, a new one closes the connection quiet the
+//! longest, or is closed itself when every one is answering a request), and
+//! two deadlines per connection.
 //!
 //! - `http_header_timeout` bounds the arrival of a request's head: the
 //!   first request's from the connection's accept, each later one's from
@@ -14,7 +15,11 @@
 //! that scrapes and gRPC ingest need. This module knows nothing of the
 //! routes; it only learns when one is answering.
 
-use super::telemetry::{HTTP_CONNECTIONS_REFUSED_TOTAL, HTTP_CONNECTIONS_TIMED_OUT_TOTAL};
+use super::connection_slots::{Held, Slot, Slots, Taken};
+use super::telemetry::{
+    HTTP_CONNECTIONS_EVICTED_TOTAL, HTTP_CONNECTIONS_REFUSED_TOTAL,
+    HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
+};
 use axum::extract::connect_info::{Connected, IntoMakeServiceWithConnectInfo};
 use axum::extract::{ConnectInfo, Request};
 use axum::middleware::Next;
@@ -30,7 +35,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 /// The time limits of one HTTP connection.
@@ -45,7 +49,7 @@ pub struct HttpTimeouts {
 /// A TCP listener that bounds its connections' number and time.
 pub struct BoundedListener {
     listener: TcpListener,
-    connections: Arc<Semaphore>,
+    connections: Arc<Slots>,
     timeouts: HttpTimeouts,
 }
 
@@ -54,7 +58,7 @@ impl BoundedListener {
     pub fn new(listener: TcpListener, max_connections: usize, timeouts: HttpTimeouts) -> Self {
         Self {
             listener,
-            connections: Arc::new(Semaphore::new(max_connections)),
+            connections: Slots::new(max_connections),
             timeouts,
         }
     }
@@ -75,12 +79,15 @@ impl Listener for BoundedListener {
                     continue;
                 }
             };
-            let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+            let Some((held, taken)) = self.connections.take() else {
                 metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).increment(1);
-                tracing::debug!(%addr, "HTTP connection closed: max_http_connections reached");
+                tracing::debug!(%addr, "HTTP connection closed: max_http_connections answering");
                 continue;
             };
-            return (BoundedStream::new(stream, permit, self.timeouts), addr);
+            if taken == Taken::Evicted {
+                metrics::counter!(HTTP_CONNECTIONS_EVICTED_TOTAL).increment(1);
+            }
+            return (BoundedStream::new(stream, held, self.timeouts), addr);
         }
     }
 
@@ -104,19 +111,22 @@ async fn answer(
     next: Next,
 ) -> Response {
     requests.0.started.fetch_add(1, Ordering::AcqRel);
+    requests.0.slot.busy();
     let _answered = Answered(requests);
     next.run(request).await
 }
 
 /// The requests of one connection as the router sees them, shared with its stream.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Requests(Arc<RequestCounts>);
 
 /// A request is being answered while more were started than answered.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RequestCounts {
     started: AtomicU64,
     answered: AtomicU64,
+    /// The connection's slot, at work while a request is answered.
+    slot: Arc<Slot>,
 }
 
 impl Connected<IncomingStream<'_, BoundedListener>> for Requests {
@@ -131,7 +141,11 @@ struct Answered(Requests);
 
 impl Drop for Answered {
     fn drop(&mut self) {
-        self.0 .0.answered.fetch_add(1, Ordering::AcqRel);
+        let counts = &self.0 .0;
+        let answered = counts.answered.fetch_add(1, Ordering::AcqRel) + 1;
+        if counts.started.load(Ordering::Acquire) == answered {
+            counts.slot.quiet();
+        }
     }
 }
 
@@ -149,24 +163,29 @@ enum Phase {
 /// A connection that fails once the deadline of its phase passes.
 pub struct BoundedStream {
     stream: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    held: Held,
     timeouts: HttpTimeouts,
     requests: Requests,
     phase: Phase,
     deadline: Pin<Box<Sleep>>,
     /// Requests answered when the phase was last brought up to date.
     answered: u64,
-    /// Its deadline passed (counted once).
+    /// Its deadline passed (counted once), or it was closed to make room.
     timed_out: bool,
 }
 
 impl BoundedStream {
-    fn new(stream: TcpStream, permit: OwnedSemaphorePermit, timeouts: HttpTimeouts) -> Self {
+    fn new(stream: TcpStream, held: Held, timeouts: HttpTimeouts) -> Self {
+        let requests = Requests(Arc::new(RequestCounts {
+            started: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            slot: held.slot().clone(),
+        }));
         Self {
             stream,
-            _permit: permit,
+            held,
             timeouts,
-            requests: Requests::default(),
+            requests,
             phase: Phase::Head,
             deadline: Box::pin(tokio::time::sleep(timeouts.header)),
             answered: 0,
@@ -198,10 +217,14 @@ impl BoundedStream {
         }
     }
 
-    /// Whether the deadline of the current phase has passed; registers a
-    /// wake-up for it if not.
+    /// Whether the deadline of the current phase has passed or the
+    /// connection was closed to make room; registers a wake-up for either
+    /// if not.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.follow_requests();
+        if !self.timed_out && self.held.evicted(cx) {
+            self.timed_out = true;
+        }
         if self.timed_out
             || self.phase == Phase::Answering
             || self.deadline.as_mut().poll(cx).is_pending()
@@ -215,7 +238,10 @@ impl BoundedStream {
 }
 
 fn timed_out() -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, "HTTP connection timed out")
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "HTTP connection timed out, or closed to make room",
+    )
 }
 
 impl AsyncRead for BoundedStream {

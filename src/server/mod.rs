@@ -7,6 +7,7 @@
 
 pub mod codec;
 mod collector;
+mod connection_slots;
 mod content_type;
 mod evaluation;
 mod grpc_limits;

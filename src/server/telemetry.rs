@@ -23,12 +23,14 @@ pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
 pub const PARTIAL_MESSAGES_REFUSED_TOTAL: &str = "rankwatch_partial_messages_refused_total";
 /// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
 pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
-/// Counter: gRPC connections closed as soon as accepted, past `max_grpc_connections`.
-pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_grpc_connections_refused_total";
+/// Counter: gRPC connections closed to make room for a new one, past `max_grpc_connections`.
+pub const GRPC_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_grpc_connections_evicted_total";
 /// Counter: gRPC connections closed by `grpc_handshake_timeout` or `grpc_idle_timeout`.
 pub const GRPC_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_grpc_connections_timed_out_total";
-/// Counter: HTTP connections closed as soon as accepted, past `max_http_connections`.
+/// Counter: HTTP connections closed as soon as accepted, past `max_http_connections` all answering.
 pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
+/// Counter: HTTP connections closed to make room for a new one, past `max_http_connections`.
+pub const HTTP_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_http_connections_evicted_total";
 /// Counter: HTTP connections closed by `http_header_timeout` or `http_idle_timeout`.
 pub const HTTP_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_http_connections_timed_out_total";
 /// Counter: reports refused past `max_concurrent_reports`, by the label `endpoint`.
@@ -84,8 +86,8 @@ fn describe_health_series() {
         "Ingest streams closed after ingest_idle_timeout without a batch."
     );
     metrics::describe_counter!(
-        GRPC_CONNECTIONS_REFUSED_TOTAL,
-        "gRPC connections closed as soon as accepted, past max_grpc_connections."
+        GRPC_CONNECTIONS_EVICTED_TOTAL,
+        "gRPC connections closed to make room for a new one past max_grpc_connections: the one on which no byte moved for the longest."
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -93,7 +95,11 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_REFUSED_TOTAL,
-        "HTTP connections closed as soon as accepted, past max_http_connections."
+        "HTTP connections closed as soon as accepted, past max_http_connections all answering a request."
+    );
+    metrics::describe_counter!(
+        HTTP_CONNECTIONS_EVICTED_TOTAL,
+        "HTTP connections closed to make room for a new one past max_http_connections: the one quiet the longest, answering no request."
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -110,7 +116,8 @@ fn describe_health_series() {
     metrics::counter!(PARTIAL_MESSAGES_REFUSED_TOTAL).absolute(0);
     metrics::counter!(STREAMS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
-    metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
+    metrics::counter!(HTTP_CONNECTIONS_EVICTED_TOTAL).absolute(0);
+    metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
