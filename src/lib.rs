@@ -56,6 +56,7 @@
 //! | | [`split_check`] | the anytime-valid sample ratio check and its simulation |
 //! | | [`sensitivity`] | interleaving against A/B by simulation: lists until the sequence excludes 0 |
 //! | shared | [`codec`], [`clock`] | the raw gRPC codec; the wall clock and the ticker of periodic tasks |
+//! | | [`pem`], [`files`] | the TLS settings' PEM files, checked; files the settings name, read within a bound |
 //!
 //! Pure logic ([`event`], [`join`], [`metrics`], [`window`], [`export`])
 //! knows nothing of gRPC, HTTP, Kafka or files; `serve`, fleet mode and
@@ -73,6 +74,7 @@ pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod export;
+pub mod files;
 pub mod fleet;
 pub mod join;
 #[cfg(feature = "kafka")]
@@ -80,6 +82,7 @@ pub mod kafka_check;
 pub mod loadgen;
 pub mod metrics;
 pub mod parallel;
+pub mod pem;
 mod prefetch;
 pub mod process;
 pub mod query;

@@ -272,3 +272,88 @@ async fn the_load_generator_says_when_the_server_speaks_tls() {
         "{stderr}"
     );
 }
+
+#[test]
+fn unusable_tls_files_stop_the_server_before_it_serves_naming_the_setting() {
+    use common::server::{exit_of, serve_command};
+    let files = pki().files();
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let garbage = garbage.to_str().unwrap();
+    let folder = dir.path().to_str().unwrap();
+    let (cert, key, ca) = (&*files.server_cert, &*files.server_key, &*files.ca);
+    for (args, setting, says) in [
+        (
+            vec!["--tls-cert", garbage, "--tls-key", key],
+            "tls_cert",
+            "no PEM certificate",
+        ),
+        (
+            vec!["--tls-cert", key, "--tls-key", cert],
+            "tls_cert",
+            "no PEM certificate",
+        ),
+        (
+            vec!["--tls-cert", cert, "--tls-key", garbage],
+            "tls_key",
+            "no PEM private key",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+                "--tls-client-ca",
+                garbage,
+            ],
+            "tls_client_ca",
+            "no PEM certificate",
+        ),
+        (
+            vec!["--tls-cert", cert, "--tls-key", &*files.client_key],
+            "tls_key",
+            "is the key the certificate's?",
+        ),
+        (
+            vec!["--tls-cert", folder, "--tls-key", key],
+            "tls_cert",
+            "directory",
+        ),
+        (
+            vec!["--tls-cert", "/dev/zero", "--tls-key", key],
+            "tls_cert",
+            "longer than",
+        ),
+    ] {
+        let (code, stderr) = exit_of(&mut serve_command(&args));
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(setting) && stderr.contains(says),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("rankwatch serving"), "{args:?}: {stderr}");
+    }
+    // The query command names its own flags.
+    for (args, flag) in [
+        (vec!["--tls-ca-cert", garbage], "--tls-ca-cert"),
+        (vec!["--tls-ca-cert", "/dev/zero"], "--tls-ca-cert"),
+        (
+            vec![
+                "--tls-ca-cert",
+                ca,
+                "--tls-client-cert",
+                cert,
+                "--tls-client-key",
+                garbage,
+            ],
+            "--tls-client-key",
+        ),
+    ] {
+        let output = query(&[&["--grpc-addr", "127.0.0.1:9"][..], &args].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+}

@@ -272,22 +272,6 @@ pub struct FileSettings {
 /// device such as /dev/zero never ends.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// The text of `path`, an error past `max` bytes.
-fn read_at_most(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!("longer than {max} bytes; is it a config file?"),
-        ));
-    }
-    Ok(text)
-}
-
 impl FileSettings {
     /// Reads `path`, or nothing when no file is given.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
@@ -298,7 +282,11 @@ impl FileSettings {
             path: path.into(),
             source,
         };
-        let text = read_at_most(path, MAX_CONFIG_BYTES).map_err(read)?;
+        let bytes =
+            crate::files::read_at_most(path, MAX_CONFIG_BYTES, "config file").map_err(read)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))
+            .map_err(read)?;
         let parse_error = |source| ConfigError::Parse {
             path: path.into(),
             source,

@@ -13,8 +13,9 @@ pub use filter::ReportFilter;
 
 use crate::config::parse_duration;
 use crate::export::{IncompleteReport, Report};
+use crate::pem;
 use crate::proto::{self, evaluation_client::EvaluationClient};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
@@ -54,14 +55,9 @@ pub enum QueryError {
     /// The address is not HOST:PORT.
     #[error("--grpc-addr {0:?} is not HOST:PORT")]
     Address(String),
-    /// A certificate or key could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// A certificate or key could not be read, or holds no PEM block of its kind.
+    #[error(transparent)]
+    Pem(#[from] pem::PemError),
     /// The connection could not be made.
     #[error("connecting to {addr}: {source}")]
     Connect {
@@ -188,10 +184,15 @@ fn endpoint(args: &QueryArgs) -> Result<Endpoint, QueryError> {
     };
     let host = endpoint.uri().host().ok_or_else(address)?.to_owned();
     let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read(ca)?))
+        .ca_certificate(Certificate::from_pem(pem::certificates(
+            "--tls-ca-cert",
+            ca,
+        )?))
         .domain_name(args.tls_server_name.clone().unwrap_or(host));
     if let (Some(cert), Some(key)) = (&args.tls_client_cert, &args.tls_client_key) {
-        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        let cert = pem::certificates("--tls-client-cert", cert)?;
+        let key = pem::private_key("--tls-client-key", key)?;
+        tls = tls.identity(Identity::from_pem(cert, key));
     }
     endpoint
         .tls_config(tls)
@@ -199,11 +200,4 @@ fn endpoint(args: &QueryArgs) -> Result<Endpoint, QueryError> {
             addr: args.grpc_addr.clone(),
             source,
         })
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, QueryError> {
-    std::fs::read(path).map_err(|source| QueryError::Read {
-        path: path.to_owned(),
-        source,
-    })
 }

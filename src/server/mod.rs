@@ -45,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 use tonic::transport::server::Router;
+use tonic::transport::ServerTlsConfig;
 use tonic_health::server::HealthReporter;
 use wire_service::collector_server::CollectorServer;
 
@@ -57,22 +58,25 @@ pub struct Bound {
     pub http: SocketAddr,
 }
 
-/// Both listeners, bound and not yet accepting.
+/// Both listeners, bound and not yet accepting, and the gRPC listener's TLS.
 pub struct Listeners {
     grpc: TcpListener,
     http: TcpListener,
+    tls: Option<ServerTlsConfig>,
 }
 
 impl Listeners {
-    /// Binds the gRPC and HTTP addresses of `settings` (port 0 picks free ports).
+    /// Reads the TLS files of `settings`, then binds the gRPC and HTTP
+    /// addresses (port 0 picks free ports).
     pub async fn bind(settings: &ServerSettings) -> anyhow::Result<Self> {
+        let tls = settings.tls.as_ref().map(tls::config).transpose()?;
         let grpc = TcpListener::bind(settings.grpc_addr)
             .await
             .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
         let http = TcpListener::bind(settings.http_addr)
             .await
             .with_context(|| format!("binding HTTP to {}", settings.http_addr))?;
-        Ok(Self { grpc, http })
+        Ok(Self { grpc, http, tls })
     }
 
     /// The addresses bound.
@@ -122,7 +126,7 @@ pub async fn run(
     let (drain, tasks) = Drain::new();
     let permits = reports::ReportPermits::new(settings.max_concurrent_reports);
     let grpc = grpc_server(
-        settings,
+        (settings, listeners.tls),
         (engine.clone(), permits.clone()),
         collector,
         shutdown.clone(),
@@ -195,7 +199,7 @@ async fn set_health(health: &HealthReporter, status: tonic_health::ServingStatus
 /// The gRPC services (collector, evaluation, health, reflection) on
 /// `engine`, over TLS when the settings ask for it.
 async fn grpc_server(
-    settings: &ServerSettings,
+    (settings, tls): (&ServerSettings, Option<ServerTlsConfig>),
     (engine, permits): (EngineHandle, reports::ReportPermits),
     serves_collector: bool,
     shutdown: CancellationToken,
@@ -224,8 +228,8 @@ async fn grpc_server(
     );
     let mut builder = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(settings.max_concurrent_streams));
-    if let Some(tls) = &settings.tls {
-        builder = builder.tls_config(tls::config(tls)?)?;
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
     }
     // Every service's messages begun and not yet whole share one bound.
     let partial = message_limit::PartialBytes::new(settings.max_partial_message_bytes);
