@@ -623,3 +623,30 @@ fn sighup_saves_the_state_and_stops_as_sigterm_does() {
     assert_eq!(exit.and_then(|status| status.code()), Some(0), "{exit:?}");
     assert!(dir.path().join("rankwatch.state").exists());
 }
+
+#[cfg(feature = "kafka")]
+#[test]
+fn a_topic_name_kafka_would_refuse_stops_the_server_at_start_naming_the_setting() {
+    use common::server::{exit_of, serve_command};
+    let long = "t".repeat(244);
+    for (flags, setting) in [
+        (vec!["--kafka-topic", "a/b"], "kafka_topic"),
+        (vec!["--kafka-topic", ""], "kafka_topic"),
+        (vec!["--kafka-topic", ".."], "kafka_topic"),
+        (
+            vec!["--kafka-state-topic", "state topic"],
+            "kafka_state_topic",
+        ),
+        // 244 characters are a valid topic, but its default state topic
+        // ("<topic>.state") would pass Kafka's 249.
+        (vec!["--kafka-topic", &long], "kafka_state_topic"),
+        (vec!["--kafka-group", ""], "kafka_group"),
+    ] {
+        let mut args = vec!["--kafka-mode", "relay", "--kafka-brokers", "127.0.0.1:1"];
+        args.extend_from_slice(&flags);
+        let (code, stderr) = exit_of(&mut serve_command(&args));
+        assert_eq!(code, Some(1), "{flags:?}: {stderr}");
+        assert!(stderr.contains(setting), "{flags:?}: {stderr}");
+        assert!(!stderr.contains("rankwatch serving"), "{flags:?}: {stderr}");
+    }
+}

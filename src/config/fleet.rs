@@ -173,8 +173,12 @@ impl FleetSettings {
             .unwrap_or_else(|| "rankwatch.events".to_owned());
         let group =
             text(&args.kafka_group, &file.kafka_group).unwrap_or_else(|| DEFAULT_GROUP.to_owned());
+        topic_name("kafka_topic", &topic)?;
+        if group.is_empty() {
+            return Err(invalid("kafka_group", "must not be empty"));
+        }
         let state_topic = match text(&args.kafka_state_topic, &file.kafka_state_topic) {
-            Some(state_topic) => state_topic,
+            Some(state_topic) => topic_name("kafka_state_topic", &state_topic).map(|()| state_topic)?,
             // Manifests do not name their group: a second group on the
             // default state topic restores the first one's snapshots.
             None if mode == FleetMode::Consume && group != DEFAULT_GROUP => {
@@ -183,7 +187,16 @@ impl FleetSettings {
                     &format!("consumer group {group:?} needs a state topic of its own: the default, {topic}.state, is the {DEFAULT_GROUP:?} group's, and two groups on one state topic restore each other's snapshots, counting lists twice or losing them; set kafka_state_topic, e.g. to \"{topic}.{group}.state\" (or to \"{topic}.state\" if no other group has used it)"),
                 ))
             }
-            None => format!("{topic}.state"),
+            None => {
+                let state_topic = format!("{topic}.state");
+                topic_name("kafka_state_topic", &state_topic).map_err(|_| {
+                    invalid(
+                        "kafka_state_topic",
+                        &format!("the default, {topic:?} + \".state\", is longer than Kafka's {MAX_TOPIC_NAME} characters: set kafka_state_topic, or shorten kafka_topic"),
+                    )
+                })?;
+                state_topic
+            }
         };
         let commit_interval = args
             .kafka_commit_interval
@@ -286,6 +299,29 @@ fn connection(args: &FleetArgs, file: &FleetFile) -> Vec<(&'static str, String)>
     .into_iter()
     .filter_map(|(key, value)| value.map(|v| (key, v)))
     .collect()
+}
+
+/// The longest topic name Kafka takes.
+const MAX_TOPIC_NAME: usize = 249;
+
+/// Refuses, naming `setting`, a topic name Kafka would refuse: its
+/// characters are ASCII letters, digits, '.', '_' and '-', at most 249 of
+/// them, and neither "." nor "..".
+fn topic_name(setting: &'static str, name: &str) -> Result<(), ConfigError> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    let why = if name.is_empty() || name == "." || name == ".." {
+        "is not a topic name Kafka takes (empty, \".\" or \"..\")".to_owned()
+    } else if let Some(c) = name.chars().find(|&c| !legal(c)) {
+        format!("holds {c:?}: Kafka topic names use only ASCII letters, digits, '.', '_' and '-'")
+    } else if name.len() > MAX_TOPIC_NAME {
+        format!(
+            "is {} characters long: Kafka takes at most {MAX_TOPIC_NAME}",
+            name.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(invalid(setting, &why))
 }
 
 #[cfg(test)]
