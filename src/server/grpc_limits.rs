@@ -1,8 +1,9 @@
 //! Bounds of the gRPC listener, as the HTTP listener has its own: at most
-//! `max_grpc_connections` open connections (past them, a new one closes the
-//! connection on which no byte moved for the longest), a connection must send its first bytes (the HTTP/2
-//! preface, or TLS's hello) within `grpc_handshake_timeout`, and one on
-//! which nothing was read or written for `grpc_idle_timeout` is closed. A
+//! `max_grpc_connections` open connections (past them, a new one closes
+//! the connection on which no byte moved for the longest), a connection
+//! must send its first bytes (the HTTP/2 preface, or TLS's hello) within
+//! `grpc_handshake_timeout`, and one on which nothing was read or written
+//! for `grpc_idle_timeout` is closed. A
 //! flood of silent connections thus costs a bounded number of descriptors
 //! and ends by itself, and cannot starve scrapes or ingest. Streams per
 //! connection are bounded by HTTP/2 itself (`max_concurrent_streams`).
