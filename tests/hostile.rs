@@ -593,6 +593,85 @@ fn probes_are_answered_while_silent_connections_hold_every_http_slot() {
     assert_eq!(metrics["rankwatch_http_connections_refused_total"], 0.0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_being_read_is_not_closed_to_make_room() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let server = Server::exact(&["--max-http-connections", "2"]);
+    // A few hundred groups make /metrics some tens of megabytes, far more
+    // than the sockets' buffers hold.
+    let events = (0..400)
+        .map(|i| {
+            event(&format!(
+                r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"model":"m{i}",{T}}}}}"#
+            ))
+        })
+        .collect();
+    let mut client = server.collector().await;
+    let batch = EventBatch {
+        sequence: 1,
+        events,
+    };
+    assert_eq!(
+        client
+            .ingest_batch(batch)
+            .await
+            .unwrap()
+            .into_inner()
+            .accepted,
+        400
+    );
+    // A day later: every list of them is finalized.
+    let later = event(
+        r#"{"impression":{"requestId":"later","userId":"u","itemIds":["a"],"time":"2026-11-02T10:00:00Z"}}"#,
+    );
+    let batch = EventBatch {
+        sequence: 2,
+        events: vec![later],
+    };
+    assert_eq!(
+        client
+            .ingest_batch(batch)
+            .await
+            .unwrap()
+            .into_inner()
+            .accepted,
+        1
+    );
+    let mut scrape = std::net::TcpStream::connect(server.http).unwrap();
+    scrape
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    // Read slowly while silent connections come, each needing room.
+    let mut response = Vec::new();
+    let mut chunk = vec![0u8; 256 * 1024];
+    let mut silent = Vec::new();
+    loop {
+        let read = scrape.read(&mut chunk).unwrap();
+        if read == 0 {
+            break;
+        }
+        response.extend_from_slice(&chunk[..read]);
+        if silent.len() < 8 {
+            silent.push(std::net::TcpStream::connect(server.http).unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let text = String::from_utf8(response).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(length > 16 << 20, "{length} bytes");
+    assert_eq!(body.len(), length);
+    drop(silent);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert!(metrics["rankwatch_http_connections_evicted_total"] >= 7.0);
+}
+
 /// Whether the server has closed `stream` (it is given 300 ms to).
 fn closed_by_server(stream: &mut std::net::TcpStream) -> bool {
     use std::io::{ErrorKind, Read};

@@ -144,6 +144,52 @@ async fn a_health_check_is_answered_while_silent_connections_hold_every_grpc_slo
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_with_a_stream_open_is_not_closed_to_make_room() {
+    let server = Server::exact(&["--max-grpc-connections", "2"]);
+    let mut client = rankwatch::proto::collector_client::CollectorClient::connect(format!(
+        "http://{}",
+        server.grpc
+    ))
+    .await
+    .unwrap();
+    let (batches, outbound) = tokio::sync::mpsc::channel(4);
+    let mut acks = client
+        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
+        .await
+        .unwrap()
+        .into_inner();
+    let batch = |sequence: u64| {
+        let json = format!(
+            r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#
+        );
+        EventBatch {
+            sequence,
+            events: vec![event_from_json(&json).unwrap()],
+        }
+    };
+    batches.send(batch(1)).await.unwrap();
+    assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
+    // The stream's connection is now quieter than each silent one that
+    // comes after it: they push each other out, not the stream.
+    std::thread::sleep(Duration::from_millis(100));
+    let silent: Vec<TcpStream> = (0..10)
+        .map(|_| {
+            let stream = TcpStream::connect(server.grpc).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            stream
+        })
+        .collect();
+    batches.send(batch(2)).await.unwrap();
+    let ack = acks.message().await.unwrap().unwrap();
+    assert_eq!((ack.sequence, ack.accepted), (2, 1));
+    assert_eq!(
+        counter(&server, "rankwatch_grpc_connections_evicted_total"),
+        9.0
+    );
+    drop(silent);
+}
+
 #[test]
 fn a_connection_that_sends_no_preface_is_closed_after_the_handshake_timeout() {
     let server = Server::exact(&["--grpc-handshake-timeout", "1s"]);

@@ -1,25 +1,38 @@
 //! The connections one listener holds, so that a full listener makes room
-//! for a new connection instead of turning it away: the connection quiet
-//! the longest (no request being answered, no byte moved) is closed.
-//! Silent or idle connections that fill every slot thus cannot keep probes,
-//! scrapes or ingest out until their deadlines pass; only connections that
-//! are all at work at once can, and then the new one is refused.
+//! for a new connection instead of turning it away: it closes a connection
+//! with no call (a request being answered, an RPC open) first, the one on
+//! which no byte moved for the longest. Silent, idle or chatty connections
+//! that fill every slot thus cannot keep probes, scrapes or ingest out, nor
+//! push out a client at work. When every connection has a call open, the
+//! HTTP listener refuses the new one (its calls end on their own), and the
+//! gRPC listener closes the connection quiet the longest all the same
+//! (streams may stay open for good).
 
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Context;
+use std::task::{Context, Poll};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-/// What `quiet_since` holds while a connection is at work.
-const BUSY: u64 = u64::MAX;
+/// What a full listener does when every connection has a call open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenAllAtWork {
+    /// The new connection is refused.
+    Refuse,
+    /// The connection quiet the longest is closed all the same.
+    Evict,
+}
 
 /// Up to `max` open connections of one listener.
 #[derive(Debug)]
 pub struct Slots {
     open: Mutex<Vec<Arc<Slot>>>,
     max: usize,
+    when_all_at_work: WhenAllAtWork,
     /// Times are kept as microseconds since this instant.
     epoch: Instant,
 }
@@ -29,14 +42,16 @@ pub struct Slots {
 pub enum Taken {
     /// A slot was free.
     Free,
-    /// The connection quiet the longest was closed to make room.
+    /// Another connection was closed to make room.
     Evicted,
 }
 
-/// One connection's slot, shared by the connection and the listener.
+/// One connection's slot, shared by the connection, its calls and the listener.
 #[derive(Debug)]
 pub struct Slot {
-    /// When the connection last did something, or [`BUSY`].
+    /// Calls open on the connection.
+    calls: AtomicUsize,
+    /// When a byte last moved on the connection, or it was accepted.
     quiet_since: AtomicU64,
     evicted: CancellationToken,
     epoch: Instant,
@@ -46,42 +61,57 @@ pub struct Slot {
 pub struct Held {
     slot: Arc<Slot>,
     slots: Arc<Slots>,
-    evicted: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+    evicted: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
+/// A call open on a connection, until dropped.
+#[derive(Debug)]
+pub struct Call(Arc<Slot>);
+
 impl Slots {
-    /// Room for `max` connections.
-    pub fn new(max: usize) -> Arc<Self> {
+    /// Room for `max` connections, doing `when_all_at_work` past them
+    /// when every connection has a call open.
+    pub fn new(max: usize, when_all_at_work: WhenAllAtWork) -> Arc<Self> {
         Arc::new(Self {
             open: Mutex::new(Vec::with_capacity(max.min(4096))),
             max,
+            when_all_at_work,
             epoch: Instant::now(),
         })
     }
 
     /// A slot for a connection accepted now: a free one, or that of the
-    /// connection quiet the longest, which is told to close; `None` when
-    /// every connection is at work.
+    /// connection this listener closes to make room (told to close here);
+    /// `None` when it refuses the new one.
     pub fn take(self: &Arc<Self>) -> Option<(Held, Taken)> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let taken = if open.len() < self.max {
             Taken::Free
         } else {
-            let (index, _) = open
+            let victim = open
                 .iter()
                 .enumerate()
-                .map(|(index, slot)| (index, slot.quiet_since.load(Ordering::Acquire)))
-                .filter(|&(_, since)| since != BUSY)
-                .min_by_key(|&(_, since)| since)?;
-            open.swap_remove(index).evicted.cancel();
+                .map(|(index, slot)| {
+                    (
+                        slot.calls.load(Ordering::Acquire) > 0,
+                        slot.quiet_since(),
+                        index,
+                    )
+                })
+                .filter(|&(at_work, _, _)| {
+                    !at_work || self.when_all_at_work == WhenAllAtWork::Evict
+                })
+                .min()?;
+            open.swap_remove(victim.2).evicted.cancel();
             Taken::Evicted
         };
         let slot = Arc::new(Slot {
+            calls: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
             evicted: CancellationToken::new(),
             epoch: self.epoch,
         });
-        slot.quiet();
+        slot.moved();
         open.push(slot.clone());
         let evicted = Box::pin(slot.evicted.clone().cancelled_owned());
         let held = Held {
@@ -94,15 +124,27 @@ impl Slots {
 }
 
 impl Slot {
-    /// The connection is at work: it is not to be closed to make room.
-    pub fn busy(&self) {
-        self.quiet_since.store(BUSY, Ordering::Release);
+    /// Bytes moved on the connection just now.
+    pub fn moved(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.quiet_since.store(now, Ordering::Release);
     }
 
-    /// The connection did something just now and waits for more.
-    pub fn quiet(&self) {
-        let since = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(BUSY - 1);
-        self.quiet_since.store(since, Ordering::Release);
+    fn quiet_since(&self) -> u64 {
+        self.quiet_since.load(Ordering::Acquire)
+    }
+
+    /// A call begins on the connection; it ends when the [`Call`] is dropped.
+    pub fn call(self: &Arc<Self>) -> Call {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        Call(self.clone())
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+        self.0.moved();
     }
 }
 
@@ -133,6 +175,39 @@ impl Drop for Held {
     }
 }
 
+/// A response body that keeps its call open until it is dropped.
+pub struct WithCall<B> {
+    body: B,
+    _call: Call,
+}
+
+impl<B> WithCall<B> {
+    /// `body`, keeping `call` open.
+    pub fn new(body: B, call: Call) -> Self {
+        Self { body, _call: call }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for WithCall<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,28 +217,51 @@ mod tests {
         held.evicted(&mut Context::from_waker(Waker::noop()))
     }
 
+    async fn a_moment() {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+
     #[tokio::test]
-    async fn a_full_listener_closes_the_connection_quiet_the_longest_and_never_a_busy_one() {
-        let slots = Slots::new(3);
+    async fn a_full_listener_closes_the_connection_quiet_the_longest_and_not_one_at_work() {
+        let slots = Slots::new(3, WhenAllAtWork::Refuse);
         let (mut first, taken) = slots.take().unwrap();
         assert_eq!(taken, Taken::Free);
         let (mut second, _) = slots.take().unwrap();
         let (mut third, _) = slots.take().unwrap();
-        first.slot().busy();
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        third.slot().quiet();
+        let first_call = first.slot().call();
+        a_moment().await;
+        third.slot().moved();
         // The second has been quiet the longest; the first is at work.
         let (mut fourth, taken) = slots.take().unwrap();
         assert_eq!(taken, Taken::Evicted);
         assert!(!evicted(&mut first) && evicted(&mut second) && !evicted(&mut third));
         drop(second);
-        fourth.slot().busy();
-        third.slot().busy();
+        let _calls = (fourth.slot().call(), third.slot().call());
         assert!(slots.take().is_none());
         assert!(!evicted(&mut fourth));
+        // A call that ends leaves its connection quiet from then on.
+        drop(first_call);
+        let (_fifth, taken) = slots.take().unwrap();
+        assert_eq!(taken, Taken::Evicted);
+        assert!(evicted(&mut first));
         // A connection that goes away frees its slot.
         drop(third);
         assert_eq!(slots.take().unwrap().1, Taken::Free);
+    }
+
+    #[tokio::test]
+    async fn past_connections_all_at_work_the_one_quiet_the_longest_may_be_closed() {
+        let slots = Slots::new(2, WhenAllAtWork::Evict);
+        let (mut first, _) = slots.take().unwrap();
+        let (mut second, _) = slots.take().unwrap();
+        let (mut third, _) = slots.take().unwrap();
+        // The first is closed for the third: none was at work.
+        assert!(evicted(&mut first) && !evicted(&mut second));
+        let _calls = (second.slot().call(), third.slot().call());
+        a_moment().await;
+        second.slot().moved();
+        slots.take().unwrap();
+        assert!(evicted(&mut third) && !evicted(&mut second));
     }
 
     #[test]
@@ -174,7 +272,7 @@ mod tests {
                 self.0.store(true, Ordering::Release);
             }
         }
-        let slots = Slots::new(1);
+        let slots = Slots::new(1, WhenAllAtWork::Refuse);
         let (mut held, _) = slots.take().unwrap();
         let flag = Arc::new(Flag(false.into()));
         let waker = Waker::from(flag.clone());

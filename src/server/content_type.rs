@@ -2,7 +2,11 @@
 //! `application/grpc+proto`. Any other is answered at once with HTTP 415, as
 //! the gRPC protocol asks, so that a plain HTTP/2 client cannot mistake the
 //! answer for a success, and no service reads a body it cannot decode.
+//! Every call taken is a call open on its connection until its answer ends,
+//! which keeps the connection from being closed to make room for another.
 
+use super::connection_slots::WithCall;
+use super::grpc_limits::call_of;
 use super::reports::{self, Answer, ReportPermits};
 use std::task::{Context, Poll};
 use tonic::codegen::{http, Service};
@@ -85,10 +89,18 @@ where
             let response = unsupported(content_type);
             return Box::pin(std::future::ready(Ok(response)));
         }
-        match &self.reports {
+        let call = call_of(&request);
+        let answer = match &self.reports {
             None => Box::pin(self.service.call(request)),
             Some(permits) => reports::held(permits, || self.service.call(request)),
-        }
+        };
+        let Some(call) = call else {
+            return answer;
+        };
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| tonic::body::Body::new(WithCall::new(body, call))))
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! Bounds of the gRPC listener, as the HTTP listener has its own: at most
 //! `max_grpc_connections` open connections (past them, a new one closes
-//! the connection on which no byte moved for the longest), a connection
+//! the connection on which no byte moved for the longest, one with no RPC
+//! open first: see [`super::connection_slots`]), a connection
 //! must send its first bytes (the HTTP/2 preface, or TLS's hello) within
 //! `grpc_handshake_timeout`, and one on which nothing was read or written
 //! for `grpc_idle_timeout` is closed. A
@@ -8,18 +9,20 @@
 //! and ends by itself, and cannot starve scrapes or ingest. Streams per
 //! connection are bounded by HTTP/2 itself (`max_concurrent_streams`).
 
-use super::connection_slots::{Held, Slots, Taken};
+use super::connection_slots::{Call, Held, Slot, Slots, Taken, WhenAllAtWork};
 use super::telemetry::{GRPC_CONNECTIONS_EVICTED_TOTAL, GRPC_CONNECTIONS_TIMED_OUT_TOTAL};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::codegen::http;
+use tonic::transport::server::Connected;
 
 /// The bytes a connection must send before `grpc_handshake_timeout`: the
 /// length of HTTP/2's client preface (a TLS hello is longer).
@@ -43,7 +46,7 @@ pub fn accept(
     bounds: GrpcBounds,
 ) -> mpsc::Receiver<io::Result<BoundedConnection>> {
     let (sender, incoming) = mpsc::channel(16);
-    let connections = Slots::new(bounds.max_connections);
+    let connections = Slots::new(bounds.max_connections, WhenAllAtWork::Evict);
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -58,7 +61,7 @@ pub fn accept(
                     }
                 },
             };
-            // Connections are never marked busy: one can always make room.
+            // This listener always makes room.
             let Some((held, taken)) = connections.take() else {
                 continue;
             };
@@ -107,7 +110,7 @@ impl BoundedConnection {
     /// Notes that bytes moved just now.
     fn moved(&mut self) {
         self.last_activity = Instant::now();
-        self.held.slot().quiet();
+        self.held.slot().moved();
     }
 
     /// When the connection is due to be closed if nothing happens.
@@ -208,13 +211,21 @@ impl AsyncWrite for BoundedConnection {
     }
 }
 
+/// What a request learns of its connection: its slot, for its call.
+#[derive(Clone, Debug)]
+pub struct ConnectionSlot(Arc<Slot>);
+
 impl Connected for BoundedConnection {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnectionSlot;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        TcpConnectInfo {
-            local_addr: self.stream.local_addr().ok(),
-            remote_addr: self.stream.peer_addr().ok(),
-        }
+        ConnectionSlot(self.held.slot().clone())
     }
+}
+
+/// A call open on the connection `request` came on (tonic puts the
+/// connection's [`ConnectionSlot`] among a request's extensions, over TLS
+/// too); `None` for a request that came another way.
+pub fn call_of<B>(request: &http::Request<B>) -> Option<Call> {
+    Some(request.extensions().get::<ConnectionSlot>()?.0.call())
 }

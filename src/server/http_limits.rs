@@ -15,7 +15,7 @@
 //! that scrapes and gRPC ingest need. This module knows nothing of the
 //! routes; it only learns when one is answering.
 
-use super::connection_slots::{Held, Slot, Slots, Taken};
+use super::connection_slots::{Held, Slot, Slots, Taken, WhenAllAtWork, WithCall};
 use super::telemetry::{
     HTTP_CONNECTIONS_EVICTED_TOTAL, HTTP_CONNECTIONS_REFUSED_TOTAL,
     HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -58,7 +58,7 @@ impl BoundedListener {
     pub fn new(listener: TcpListener, max_connections: usize, timeouts: HttpTimeouts) -> Self {
         Self {
             listener,
-            connections: Slots::new(max_connections),
+            connections: Slots::new(max_connections, WhenAllAtWork::Refuse),
             timeouts,
         }
     }
@@ -104,16 +104,18 @@ pub fn tracking_requests(router: Router) -> IntoMakeServiceWithConnectInfo<Route
         .into_make_service_with_connect_info::<Requests>()
 }
 
-/// Marks the connection as answering while the router works on `request`.
+/// Marks the connection as answering while the router works on `request`,
+/// and as at work until its response is sent.
 async fn answer(
     ConnectInfo(requests): ConnectInfo<Requests>,
     request: Request,
     next: Next,
 ) -> Response {
     requests.0.started.fetch_add(1, Ordering::AcqRel);
-    requests.0.slot.busy();
+    let call = requests.0.slot.call();
     let _answered = Answered(requests);
-    next.run(request).await
+    let response = next.run(request).await;
+    response.map(|body| axum::body::Body::new(WithCall::new(body, call)))
 }
 
 /// The requests of one connection as the router sees them, shared with its stream.
@@ -125,7 +127,8 @@ pub struct Requests(Arc<RequestCounts>);
 struct RequestCounts {
     started: AtomicU64,
     answered: AtomicU64,
-    /// The connection's slot, at work while a request is answered.
+    /// The connection's slot, with a call open while a request is answered
+    /// and its response sent.
     slot: Arc<Slot>,
 }
 
@@ -141,11 +144,7 @@ struct Answered(Requests);
 
 impl Drop for Answered {
     fn drop(&mut self) {
-        let counts = &self.0 .0;
-        let answered = counts.answered.fetch_add(1, Ordering::AcqRel) + 1;
-        if counts.started.load(Ordering::Acquire) == answered {
-            counts.slot.quiet();
-        }
+        self.0 .0.answered.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -255,9 +254,12 @@ impl AsyncRead for BoundedStream {
         }
         let before = buf.filled().len();
         let read = Pin::new(&mut self.stream).poll_read(cx, buf);
-        // The first byte after a response starts the next request's head.
-        if self.phase == Phase::Idle && buf.filled().len() > before {
-            self.enter(Phase::Head);
+        if buf.filled().len() > before {
+            self.held.slot().moved();
+            // The first byte after a response starts the next request's head.
+            if self.phase == Phase::Idle {
+                self.enter(Phase::Head);
+            }
         }
         read
     }
@@ -273,8 +275,11 @@ impl AsyncWrite for BoundedStream {
             return Poll::Ready(Err(timed_out()));
         }
         let written = Pin::new(&mut self.stream).poll_write(cx, buf);
-        if self.phase == Phase::Idle && matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            self.enter(Phase::Idle);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.held.slot().moved();
+            if self.phase == Phase::Idle {
+                self.enter(Phase::Idle);
+            }
         }
         written
     }
