@@ -282,6 +282,10 @@ fn unusable_tls_files_stop_the_server_before_it_serves_naming_the_setting() {
     std::fs::write(&garbage, "not a certificate\n").unwrap();
     let garbage = garbage.to_str().unwrap();
     let folder = dir.path().to_str().unwrap();
+    let pipe = dir.path().join("pipe.pem");
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success());
+    let pipe = pipe.to_str().unwrap();
     let (cert, key, ca) = (&*files.server_cert, &*files.server_key, &*files.ca);
     for (args, setting, says) in [
         (
@@ -325,6 +329,12 @@ fn unusable_tls_files_stop_the_server_before_it_serves_naming_the_setting() {
             vec!["--tls-cert", "/dev/zero", "--tls-key", key],
             "tls_cert",
             "longer than",
+        ),
+        // Opening a named pipe no one writes to waits for good.
+        (
+            vec!["--tls-cert", cert, "--tls-key", pipe],
+            "tls_key",
+            "named pipe",
         ),
     ] {
         let (code, stderr) = exit_of(&mut serve_command(&args));
