@@ -274,13 +274,7 @@ fn impression_batch(sequence: u64) -> EventBatch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
     let server = Server::exact(&[]);
-    let mut client = server.collector().await;
-    let (batches, outbound) = tokio::sync::mpsc::channel(4);
-    let mut acks = client
-        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
-        .await
-        .unwrap()
-        .into_inner();
+    let (batches, mut acks) = server.ingest_stream().await;
     batches.send(impression_batch(1)).await.unwrap();
     let ack = acks.message().await.unwrap().unwrap();
     assert_eq!((ack.sequence, ack.accepted), (1, 1));
@@ -295,13 +289,7 @@ async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_is_ended_and_its_permit_freed() {
     let server = Server::exact(&["--ingest-idle-timeout", "300ms", "--max-streams", "1"]);
-    let mut client = server.collector().await;
-    let (batches, outbound) = tokio::sync::mpsc::channel(4);
-    let mut acks = client
-        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
-        .await
-        .unwrap()
-        .into_inner();
+    let (batches, mut acks) = server.ingest_stream().await;
     batches.send(impression_batch(1)).await.unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
     let status = acks.message().await.unwrap_err();

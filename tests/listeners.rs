@@ -147,18 +147,7 @@ async fn a_health_check_is_answered_while_silent_connections_hold_every_grpc_slo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_with_a_stream_open_is_not_closed_to_make_room() {
     let server = Server::exact(&["--max-grpc-connections", "2"]);
-    let mut client = rankwatch::proto::collector_client::CollectorClient::connect(format!(
-        "http://{}",
-        server.grpc
-    ))
-    .await
-    .unwrap();
-    let (batches, outbound) = tokio::sync::mpsc::channel(4);
-    let mut acks = client
-        .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
-        .await
-        .unwrap()
-        .into_inner();
+    let (batches, mut acks) = server.ingest_stream().await;
     let batch = |sequence: u64| {
         let json = format!(
             r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#

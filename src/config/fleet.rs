@@ -169,35 +169,11 @@ impl FleetSettings {
                 "kafka_mode needs the brokers, e.g. --kafka-brokers 127.0.0.1:9092",
             )
         })?;
-        let topic = text(&args.kafka_topic, &file.kafka_topic)
-            .unwrap_or_else(|| "rankwatch.events".to_owned());
-        let group =
-            text(&args.kafka_group, &file.kafka_group).unwrap_or_else(|| DEFAULT_GROUP.to_owned());
-        topic_name("kafka_topic", &topic)?;
-        if group.is_empty() {
-            return Err(invalid("kafka_group", "must not be empty"));
-        }
-        let state_topic = match text(&args.kafka_state_topic, &file.kafka_state_topic) {
-            Some(state_topic) => topic_name("kafka_state_topic", &state_topic).map(|()| state_topic)?,
-            // Manifests do not name their group: a second group on the
-            // default state topic restores the first one's snapshots.
-            None if mode == FleetMode::Consume && group != DEFAULT_GROUP => {
-                return Err(invalid(
-                    "kafka_state_topic",
-                    &format!("consumer group {group:?} needs a state topic of its own: the default, {topic}.state, is the {DEFAULT_GROUP:?} group's, and two groups on one state topic restore each other's snapshots, counting lists twice or losing them; set kafka_state_topic, e.g. to \"{topic}.{group}.state\" (or to \"{topic}.state\" if no other group has used it)"),
-                ))
-            }
-            None => {
-                let state_topic = format!("{topic}.state");
-                topic_name("kafka_state_topic", &state_topic).map_err(|_| {
-                    invalid(
-                        "kafka_state_topic",
-                        &format!("the default, {topic:?} + \".state\", is longer than Kafka's {MAX_TOPIC_NAME} characters: set kafka_state_topic, or shorten kafka_topic"),
-                    )
-                })?;
-                state_topic
-            }
-        };
+        let Names {
+            topic,
+            group,
+            state_topic,
+        } = Names::resolve(args, file, mode)?;
         let commit_interval = args
             .kafka_commit_interval
             .or(file.kafka_commit_interval)
@@ -299,6 +275,54 @@ fn connection(args: &FleetArgs, file: &FleetFile) -> Vec<(&'static str, String)>
     .into_iter()
     .filter_map(|(key, value)| value.map(|v| (key, v)))
     .collect()
+}
+
+/// The topics and group of fleet mode.
+struct Names {
+    topic: String,
+    group: String,
+    state_topic: String,
+}
+
+impl Names {
+    /// Flags over `file` over defaults, each checked as Kafka would.
+    fn resolve(args: &FleetArgs, file: &FleetFile, mode: FleetMode) -> Result<Self, ConfigError> {
+        let text = |arg: &Option<String>, key: &Option<String>| arg.clone().or_else(|| key.clone());
+        let topic = text(&args.kafka_topic, &file.kafka_topic)
+            .unwrap_or_else(|| "rankwatch.events".to_owned());
+        let group =
+            text(&args.kafka_group, &file.kafka_group).unwrap_or_else(|| DEFAULT_GROUP.to_owned());
+        topic_name("kafka_topic", &topic)?;
+        if group.is_empty() {
+            return Err(invalid("kafka_group", "must not be empty"));
+        }
+        let state_topic = match text(&args.kafka_state_topic, &file.kafka_state_topic) {
+            Some(state_topic) => topic_name("kafka_state_topic", &state_topic).map(|()| state_topic)?,
+            // Manifests do not name their group: a second group on the
+            // default state topic restores the first one's snapshots.
+            None if mode == FleetMode::Consume && group != DEFAULT_GROUP => {
+                return Err(invalid(
+                    "kafka_state_topic",
+                    &format!("consumer group {group:?} needs a state topic of its own: the default, {topic}.state, is the {DEFAULT_GROUP:?} group's, and two groups on one state topic restore each other's snapshots, counting lists twice or losing them; set kafka_state_topic, e.g. to \"{topic}.{group}.state\" (or to \"{topic}.state\" if no other group has used it)"),
+                ))
+            }
+            None => {
+                let state_topic = format!("{topic}.state");
+                topic_name("kafka_state_topic", &state_topic).map_err(|_| {
+                    invalid(
+                        "kafka_state_topic",
+                        &format!("the default, {topic:?} + \".state\", is longer than Kafka's {MAX_TOPIC_NAME} characters: set kafka_state_topic, or shorten kafka_topic"),
+                    )
+                })?;
+                state_topic
+            }
+        };
+        Ok(Self {
+            topic,
+            group,
+            state_topic,
+        })
+    }
 }
 
 /// The longest topic name Kafka takes.

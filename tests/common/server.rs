@@ -108,6 +108,25 @@ impl Server {
             .unwrap()
     }
 
+    /// An `Ingest` stream on a client of its own: batches sent into the
+    /// sender go out on it, and its acks come out of the stream.
+    pub async fn ingest_stream(
+        &self,
+    ) -> (
+        tokio::sync::mpsc::Sender<proto::EventBatch>,
+        tonic::Streaming<proto::IngestAck>,
+    ) {
+        let (batches, outbound) = tokio::sync::mpsc::channel(4);
+        let acks = self
+            .collector()
+            .await
+            .ingest(tokio_stream::wrappers::ReceiverStream::new(outbound))
+            .await
+            .unwrap()
+            .into_inner();
+        (batches, acks)
+    }
+
     /// A gRPC client of the evaluation service.
     pub async fn evaluation(
         &self,
