@@ -283,3 +283,26 @@ fn settings_that_could_break_the_server_are_refused_at_start_with_their_range() 
         assert!(!stderr.contains("panicked"), "{flag} {value}: {stderr}");
     }
 }
+
+#[test]
+fn an_interaction_type_graded_twice_on_the_command_line_is_refused() {
+    let twice = [
+        "--grade",
+        "click=1",
+        "--grade",
+        "purchase=3",
+        "--grade",
+        "click=2",
+    ];
+    let (code, stderr) = exit_of(&mut serve_command(&twice));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("grades") && stderr.contains("\"click\" is graded twice"),
+        "{stderr}"
+    );
+    let mut listed = serve_command(&[]);
+    listed.env("RANKWATCH_GRADES", "click=1,click=2");
+    let (code, stderr) = exit_of(&mut listed);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("\"click\" is graded twice"), "{stderr}");
+}

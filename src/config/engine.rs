@@ -191,16 +191,22 @@ fn grades(
     file: &FileSettings,
     max_grade: f64,
 ) -> Result<GradeTable, ConfigError> {
+    let flags = args.grades.as_deref().unwrap_or_default();
+    // A flag overrides the file's grade; a second flag for the same type
+    // would override the first unseen.
+    for (index, (name, grade)) in flags.iter().enumerate() {
+        if let Some((_, earlier)) = flags[..index].iter().find(|(earlier, _)| earlier == name) {
+            return Err(invalid(
+                "grades",
+                format!("{name:?} is graded twice on the command line or in RANKWATCH_GRADES ({earlier:?} and {grade:?}): give each type once"),
+            ));
+        }
+    }
     let base = match &file.grades {
         Some(table) => GradeTable::new(table.iter().map(|(k, v)| (k.clone(), *v))),
         None => GradeTable::default(),
     };
-    let grades = GradeTable::new(
-        base.pairs()
-            .iter()
-            .cloned()
-            .chain(args.grades.iter().flatten().cloned()),
-    );
+    let grades = GradeTable::new(base.pairs().iter().cloned().chain(flags.iter().cloned()));
     if grades.pairs().is_empty() || grades.pairs().iter().any(|(name, _)| name.is_empty()) {
         return Err(invalid(
             "grades",
