@@ -104,6 +104,34 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
+/// A log file whose end is checked: one that shrank while it was read (a
+/// rotation that copies and truncates it in place) fails there, instead of
+/// ending as if the log were whole.
+struct Unshrunk {
+    file: File,
+    offset: u64,
+}
+
+impl Read for Unshrunk {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            let len = self.file.metadata()?.len();
+            if len < self.offset {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the file shrank to {len} bytes while it was read, past its byte {} (truncated in place, by a log rotation perhaps)",
+                        self.offset
+                    ),
+                ));
+            }
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
 impl ReplayOptions {
     /// The defaults, on `threads` threads (at least 1).
     pub fn on_threads(threads: usize) -> Self {
@@ -497,7 +525,10 @@ fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
-        Box::new(File::open(path)?)
+        Box::new(Unshrunk {
+            file: File::open(path)?,
+            offset: 0,
+        })
     };
     let named_gzip = path.extension().is_some_and(|extension| extension == "gz");
     text(Counted { inner: raw, read }, named_gzip)
