@@ -1223,7 +1223,7 @@ fn replay_of_a_log_truncated_while_read_reports_the_lines_before_and_exits_3() {
     }
     drop(log);
     let size = std::fs::metadata(&path).unwrap().len();
-    let mut replay = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+    let replay = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
         .args(["replay", "--threads", "1", "--format", "json"])
         .arg(&path)
         .stdout(std::process::Stdio::piped())
