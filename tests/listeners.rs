@@ -179,6 +179,51 @@ async fn a_connection_with_a_stream_open_is_not_closed_to_make_room() {
     drop(silent);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_connections_all_at_work_a_new_one_is_refused_not_a_stream_cut() {
+    use tonic_health::pb::health_client::HealthClient;
+    let server = Server::exact(&["--max-grpc-connections", "2"]);
+    let (batches, mut acks) = server.ingest_stream().await;
+    let batch = |sequence: u64| {
+        let json = format!(
+            r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#
+        );
+        EventBatch {
+            sequence,
+            events: vec![event_from_json(&json).unwrap()],
+        }
+    };
+    batches.send(batch(1)).await.unwrap();
+    assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    // A second connection with a call open, busier of late than the stream's.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    watch.message().await.unwrap().unwrap();
+    // Every connection is at work: the new one is refused.
+    let mut refused = TcpStream::connect(server.grpc).unwrap();
+    assert!(closed_at_once(&mut refused));
+    batches.send(batch(2)).await.unwrap();
+    let ack = acks.message().await.unwrap().unwrap();
+    assert_eq!((ack.sequence, ack.accepted), (2, 1));
+    assert_eq!(
+        counter(&server, "rankwatch_grpc_connections_refused_total"),
+        1.0
+    );
+    assert_eq!(
+        counter(&server, "rankwatch_grpc_connections_evicted_total"),
+        0.0
+    );
+}
+
 #[test]
 fn a_connection_that_sends_no_preface_is_closed_after_the_handshake_timeout() {
     let server = Server::exact(&["--grpc-handshake-timeout", "1s"]);

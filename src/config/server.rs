@@ -92,7 +92,7 @@ pub struct ServerArgs {
     pub http_idle_timeout: Option<Duration>,
     /// Limit: most open HTTP connections.
     #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
-        help = help("Limit: most open HTTP connections; a new one past them closes the one quiet the longest", defaults::MAX_HTTP_CONNECTIONS))]
+        help = help("Limit: most open HTTP connections; a new one past them closes the one quiet the longest with no request open, or is refused", defaults::MAX_HTTP_CONNECTIONS))]
     pub max_http_connections: Option<usize>,
     /// Limit: most reports held for their readers at once.
     #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_REPORTS",
@@ -100,7 +100,7 @@ pub struct ServerArgs {
     pub max_concurrent_reports: Option<usize>,
     /// Limit: most open gRPC connections.
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
-        help = help("Limit: most open gRPC connections; a new one past them closes the one quiet the longest", defaults::MAX_GRPC_CONNECTIONS))]
+        help = help("Limit: most open gRPC connections; a new one past them closes the one quiet the longest with no RPC open, or is refused", defaults::MAX_GRPC_CONNECTIONS))]
     pub max_grpc_connections: Option<usize>,
     /// How long a new gRPC connection may take to send its first bytes.
     #[arg(long, env = "RANKWATCH_GRPC_HANDSHAKE_TIMEOUT", value_parser = parse_duration,

@@ -1,12 +1,12 @@
 //! The connections one listener holds, so that a full listener makes room
-//! for a new connection instead of turning it away: it closes a connection
-//! with no call (a request being answered, an RPC open) first, the one on
-//! which no byte moved for the longest. Silent, idle or chatty connections
-//! that fill every slot thus cannot keep probes, scrapes or ingest out, nor
-//! push out a client at work. When every connection has a call open, the
-//! HTTP listener refuses the new one (its calls end on their own), and the
-//! gRPC listener closes the connection quiet the longest all the same
-//! (streams may stay open for good).
+//! for a new connection instead of turning it away: it closes, of the
+//! connections with no call open (a request being answered or its response
+//! sent, an RPC open), the one on which no byte moved for the longest.
+//! Silent, idle or chatty connections that fill every slot thus cannot
+//! keep probes, scrapes or ingest out, nor push out a client at work. When
+//! every connection has a call open, the new one is refused: closing one
+//! at work would let connections that hold a call open and keep busy (with
+//! pings) cut a client's stream each time they open another.
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -18,21 +18,11 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-/// What a full listener does when every connection has a call open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WhenAllAtWork {
-    /// The new connection is refused.
-    Refuse,
-    /// The connection quiet the longest is closed all the same.
-    Evict,
-}
-
 /// Up to `max` open connections of one listener.
 #[derive(Debug)]
 pub struct Slots {
     open: Mutex<Vec<Arc<Slot>>>,
     max: usize,
-    when_all_at_work: WhenAllAtWork,
     /// Times are kept as microseconds since this instant.
     epoch: Instant,
 }
@@ -69,40 +59,30 @@ pub struct Held {
 pub struct Call(Arc<Slot>);
 
 impl Slots {
-    /// Room for `max` connections, doing `when_all_at_work` past them
-    /// when every connection has a call open.
-    pub fn new(max: usize, when_all_at_work: WhenAllAtWork) -> Arc<Self> {
+    /// Room for `max` connections.
+    pub fn new(max: usize) -> Arc<Self> {
         Arc::new(Self {
             open: Mutex::new(Vec::with_capacity(max.min(4096))),
             max,
-            when_all_at_work,
             epoch: Instant::now(),
         })
     }
 
     /// A slot for a connection accepted now: a free one, or that of the
-    /// connection this listener closes to make room (told to close here);
-    /// `None` when it refuses the new one.
+    /// connection with no call open quiet the longest, which is told to
+    /// close; `None` when every connection has a call open.
     pub fn take(self: &Arc<Self>) -> Option<(Held, Taken)> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let taken = if open.len() < self.max {
             Taken::Free
         } else {
-            let victim = open
+            let (_, index) = open
                 .iter()
                 .enumerate()
-                .map(|(index, slot)| {
-                    (
-                        slot.calls.load(Ordering::Acquire) > 0,
-                        slot.quiet_since(),
-                        index,
-                    )
-                })
-                .filter(|&(at_work, _, _)| {
-                    !at_work || self.when_all_at_work == WhenAllAtWork::Evict
-                })
+                .filter(|(_, slot)| slot.calls.load(Ordering::Acquire) == 0)
+                .map(|(index, slot)| (slot.quiet_since(), index))
                 .min()?;
-            open.swap_remove(victim.2).evicted.cancel();
+            open.swap_remove(index).evicted.cancel();
             Taken::Evicted
         };
         let slot = Arc::new(Slot {
@@ -223,7 +203,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_listener_closes_the_connection_quiet_the_longest_and_not_one_at_work() {
-        let slots = Slots::new(3, WhenAllAtWork::Refuse);
+        let slots = Slots::new(3);
         let (mut first, taken) = slots.take().unwrap();
         assert_eq!(taken, Taken::Free);
         let (mut second, _) = slots.take().unwrap();
@@ -249,21 +229,6 @@ mod tests {
         assert_eq!(slots.take().unwrap().1, Taken::Free);
     }
 
-    #[tokio::test]
-    async fn past_connections_all_at_work_the_one_quiet_the_longest_may_be_closed() {
-        let slots = Slots::new(2, WhenAllAtWork::Evict);
-        let (mut first, _) = slots.take().unwrap();
-        let (mut second, _) = slots.take().unwrap();
-        let (mut third, _) = slots.take().unwrap();
-        // The first is closed for the third: none was at work.
-        assert!(evicted(&mut first) && !evicted(&mut second));
-        let _calls = (second.slot().call(), third.slot().call());
-        a_moment().await;
-        second.slot().moved();
-        slots.take().unwrap();
-        assert!(evicted(&mut third) && !evicted(&mut second));
-    }
-
     #[test]
     fn an_eviction_wakes_the_connection() {
         struct Flag(std::sync::atomic::AtomicBool);
@@ -272,7 +237,7 @@ mod tests {
                 self.0.store(true, Ordering::Release);
             }
         }
-        let slots = Slots::new(1, WhenAllAtWork::Refuse);
+        let slots = Slots::new(1);
         let (mut held, _) = slots.take().unwrap();
         let flag = Arc::new(Flag(false.into()));
         let waker = Waker::from(flag.clone());

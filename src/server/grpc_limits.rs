@@ -1,7 +1,8 @@
 //! Bounds of the gRPC listener, as the HTTP listener has its own: at most
 //! `max_grpc_connections` open connections (past them, a new one closes
-//! the connection on which no byte moved for the longest, one with no RPC
-//! open first: see [`super::connection_slots`]), a connection
+//! the connection with no RPC open on which no byte moved for the longest,
+//! or is refused when every one has an RPC open: see
+//! [`super::connection_slots`]), a connection
 //! must send its first bytes (the HTTP/2 preface, or TLS's hello) within
 //! `grpc_handshake_timeout`, and one on which nothing was read or written
 //! for `grpc_idle_timeout` is closed. A
@@ -9,8 +10,11 @@
 //! and ends by itself, and cannot starve scrapes or ingest. Streams per
 //! connection are bounded by HTTP/2 itself (`max_concurrent_streams`).
 
-use super::connection_slots::{Call, Held, Slot, Slots, Taken, WhenAllAtWork};
-use super::telemetry::{GRPC_CONNECTIONS_EVICTED_TOTAL, GRPC_CONNECTIONS_TIMED_OUT_TOTAL};
+use super::connection_slots::{Call, Held, Slot, Slots, Taken};
+use super::telemetry::{
+    GRPC_CONNECTIONS_EVICTED_TOTAL, GRPC_CONNECTIONS_REFUSED_TOTAL,
+    GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
+};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -46,7 +50,7 @@ pub fn accept(
     bounds: GrpcBounds,
 ) -> mpsc::Receiver<io::Result<BoundedConnection>> {
     let (sender, incoming) = mpsc::channel(16);
-    let connections = Slots::new(bounds.max_connections, WhenAllAtWork::Evict);
+    let connections = Slots::new(bounds.max_connections);
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -61,8 +65,8 @@ pub fn accept(
                     }
                 },
             };
-            // This listener always makes room.
             let Some((held, taken)) = connections.take() else {
+                metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).increment(1);
                 continue;
             };
             if taken == Taken::Evicted {

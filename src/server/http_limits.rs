@@ -15,7 +15,7 @@
 //! that scrapes and gRPC ingest need. This module knows nothing of the
 //! routes; it only learns when one is answering.
 
-use super::connection_slots::{Held, Slot, Slots, Taken, WhenAllAtWork, WithCall};
+use super::connection_slots::{Held, Slot, Slots, Taken, WithCall};
 use super::telemetry::{
     HTTP_CONNECTIONS_EVICTED_TOTAL, HTTP_CONNECTIONS_REFUSED_TOTAL,
     HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -58,7 +58,7 @@ impl BoundedListener {
     pub fn new(listener: TcpListener, max_connections: usize, timeouts: HttpTimeouts) -> Self {
         Self {
             listener,
-            connections: Slots::new(max_connections, WhenAllAtWork::Refuse),
+            connections: Slots::new(max_connections),
             timeouts,
         }
     }

@@ -23,6 +23,8 @@ pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
 pub const PARTIAL_MESSAGES_REFUSED_TOTAL: &str = "rankwatch_partial_messages_refused_total";
 /// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
 pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
+/// Counter: gRPC connections closed as soon as accepted, past `max_grpc_connections` all with an RPC open.
+pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_grpc_connections_refused_total";
 /// Counter: gRPC connections closed to make room for a new one, past `max_grpc_connections`.
 pub const GRPC_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_grpc_connections_evicted_total";
 /// Counter: gRPC connections closed by `grpc_handshake_timeout` or `grpc_idle_timeout`.
@@ -87,7 +89,11 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_EVICTED_TOTAL,
-        "gRPC connections closed to make room for a new one past max_grpc_connections: the one on which no byte moved for the longest."
+        "gRPC connections closed to make room for a new one past max_grpc_connections: of those with no RPC open, the one on which no byte moved for the longest."
+    );
+    metrics::describe_counter!(
+        GRPC_CONNECTIONS_REFUSED_TOTAL,
+        "gRPC connections closed as soon as accepted, past max_grpc_connections all with an RPC open."
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -95,11 +101,11 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_REFUSED_TOTAL,
-        "HTTP connections closed as soon as accepted, past max_http_connections all answering a request."
+        "HTTP connections closed as soon as accepted, past max_http_connections all answering a request or sending its response."
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_EVICTED_TOTAL,
-        "HTTP connections closed to make room for a new one past max_http_connections: the one quiet the longest, answering no request."
+        "HTTP connections closed to make room for a new one past max_http_connections: of those with no request being answered or sent, the one quiet the longest."
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -118,6 +124,7 @@ fn describe_health_series() {
     metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_EVICTED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL).absolute(0);
+    metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
