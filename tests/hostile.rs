@@ -500,6 +500,8 @@ async fn half_open_http_connections_are_capped_and_timed_out() {
     let server = Server::exact(&[
         "--max-http-connections",
         "8",
+        "--max-concurrent-reports",
+        "1",
         "--http-header-timeout",
         "300ms",
     ]);
@@ -547,6 +549,8 @@ fn probes_are_answered_while_silent_connections_hold_every_http_slot() {
     let server = Server::exact(&[
         "--max-http-connections",
         "4",
+        "--max-concurrent-reports",
+        "1",
         "--http-header-timeout",
         "60s",
         "--http-idle-timeout",
@@ -585,7 +589,12 @@ fn probes_are_answered_while_silent_connections_hold_every_http_slot() {
 async fn a_scrape_being_read_is_not_closed_to_make_room() {
     use std::io::{Read, Write};
     use std::time::Duration;
-    let server = Server::exact(&["--max-http-connections", "2"]);
+    let server = Server::exact(&[
+        "--max-http-connections",
+        "2",
+        "--max-concurrent-reports",
+        "1",
+    ]);
     // A few hundred groups make /metrics some tens of megabytes, far more
     // than the sockets' buffers hold.
     let events = (0..400)

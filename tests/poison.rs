@@ -274,6 +274,8 @@ fn settings_that_could_break_the_server_are_refused_at_start_with_their_range() 
         ("--max-streams", "18446744073709551615"),
         ("--max-inflight-batches", "18446744073709551615"),
         ("--max-http-connections", "0"),
+        // No more connections than the reports that slow readers may hold.
+        ("--max-http-connections", "8"),
         ("--group-idle-timeout", "1000y"),
     ] {
         let (code, stderr) = exit_of(&mut serve_command(&[flag, value]));

@@ -188,18 +188,7 @@ impl ServerSettings {
             defaults::HTTP_HEADER_TIMEOUT
         );
         let http_idle = pick!(args, file, http_idle_timeout, defaults::HTTP_IDLE_TIMEOUT);
-        let http = pick!(
-            args,
-            file,
-            max_http_connections,
-            defaults::MAX_HTTP_CONNECTIONS
-        );
-        let reports = pick!(
-            args,
-            file,
-            max_concurrent_reports,
-            defaults::MAX_CONCURRENT_REPORTS
-        );
+        let (http, reports) = http_connections(args, file)?;
         let history = status_history(args, file)?;
         Ok(Self {
             tls: TlsSettings::resolve(args, file)?,
@@ -220,8 +209,8 @@ impl ServerSettings {
             group_idle_timeout: positive("group_idle_timeout", group_idle)?,
             http_header_timeout: positive("http_header_timeout", header)?,
             http_idle_timeout: positive("http_idle_timeout", http_idle)?,
-            max_http_connections: at_least_one("max_http_connections", http)?,
-            max_concurrent_reports: at_least_one("max_concurrent_reports", reports)?,
+            max_http_connections: http,
+            max_concurrent_reports: reports,
             max_grpc_connections: grpc.max_connections,
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,
@@ -230,6 +219,37 @@ impl ServerSettings {
             max_status_history_bytes: history.1,
         })
     }
+}
+
+/// `max_http_connections` and `max_concurrent_reports`: more connections
+/// than reports, so that connections held by reports sent to slow readers
+/// leave room for probes.
+fn http_connections(args: &ServerArgs, file: &FileSettings) -> Result<(usize, usize), ConfigError> {
+    let http = at_least_one(
+        "max_http_connections",
+        pick!(
+            args,
+            file,
+            max_http_connections,
+            defaults::MAX_HTTP_CONNECTIONS
+        ),
+    )?;
+    let reports = at_least_one(
+        "max_concurrent_reports",
+        pick!(
+            args,
+            file,
+            max_concurrent_reports,
+            defaults::MAX_CONCURRENT_REPORTS
+        ),
+    )?;
+    if http <= reports {
+        return Err(invalid(
+            "max_http_connections",
+            format!("{http} is not more than max_concurrent_reports ({reports}): reports held by slow readers could take every connection and keep probes out; allow more connections or fewer reports"),
+        ));
+    }
+    Ok((http, reports))
 }
 
 /// `state_dir`, which names a directory when it is set.
