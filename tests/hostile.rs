@@ -585,56 +585,41 @@ fn probes_are_answered_while_silent_connections_hold_every_http_slot() {
     assert_eq!(metrics["rankwatch_http_connections_refused_total"], 0.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scrape_being_read_is_not_closed_to_make_room() {
-    use std::io::{Read, Write};
-    use std::time::Duration;
-    let server = Server::exact(&[
-        "--max-http-connections",
-        "2",
-        "--max-concurrent-reports",
-        "1",
-    ]);
-    // A few hundred groups make /metrics some tens of megabytes, far more
-    // than the sockets' buffers hold.
-    let events = (0..400)
+/// A server started with `args` whose /metrics is some tens of megabytes,
+/// far more than the sockets' buffers hold: a few hundred groups.
+async fn server_with_large_metrics(args: &[&str]) -> Server {
+    let server = Server::exact(args);
+    let mut events: Vec<_> = (0..400)
         .map(|i| {
             event(&format!(
                 r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"model":"m{i}",{T}}}}}"#
             ))
         })
         .collect();
-    let mut client = server.collector().await;
+    // A day later: every list of them is finalized.
+    events.push(event(
+        r#"{"impression":{"requestId":"later","userId":"u","itemIds":["a"],"time":"2026-11-02T10:00:00Z"}}"#,
+    ));
     let batch = EventBatch {
         sequence: 1,
         events,
     };
-    assert_eq!(
-        client
-            .ingest_batch(batch)
-            .await
-            .unwrap()
-            .into_inner()
-            .accepted,
-        400
-    );
-    // A day later: every list of them is finalized.
-    let later = event(
-        r#"{"impression":{"requestId":"later","userId":"u","itemIds":["a"],"time":"2026-11-02T10:00:00Z"}}"#,
-    );
-    let batch = EventBatch {
-        sequence: 2,
-        events: vec![later],
-    };
-    assert_eq!(
-        client
-            .ingest_batch(batch)
-            .await
-            .unwrap()
-            .into_inner()
-            .accepted,
-        1
-    );
+    let ack = server.collector().await.ingest_batch(batch).await.unwrap();
+    assert_eq!(ack.into_inner().accepted, 401);
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_being_read_is_not_closed_to_make_room() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let args = [
+        "--max-http-connections",
+        "2",
+        "--max-concurrent-reports",
+        "1",
+    ];
+    let server = server_with_large_metrics(&args).await;
     let mut scrape = std::net::TcpStream::connect(server.http).unwrap();
     scrape
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\nConnection: close\r\n\r\n")
@@ -667,6 +652,31 @@ async fn a_scrape_being_read_is_not_closed_to_make_room() {
     drop(silent);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert!(metrics["rankwatch_http_connections_evicted_total"] >= 7.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_read_too_slowly_is_cut_at_the_send_timeout_and_frees_its_report() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let args = ["--max-concurrent-reports", "1", "--http-send-timeout", "1s"];
+    let server = server_with_large_metrics(&args).await;
+    let mut slow = std::net::TcpStream::connect(server.http).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
+        .unwrap();
+    // A few kilobytes every 100 ms for 3 s, far from the tens of megabytes
+    // sent: each write restarts the idle deadline, not the send deadline.
+    let started = Instant::now();
+    let mut chunk = [0u8; 4096];
+    while started.elapsed() < Duration::from_secs(3) {
+        assert!(slow.read(&mut chunk).unwrap() > 0);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The slow reader's report holds the only permit no more: the next
+    // scrape is answered (the slow reader still has bytes the kernel kept).
+    let (status, body) = server.get("/metrics");
+    assert_eq!(status, 200, "{body}");
+    let metrics = parse_metrics(&body);
+    assert_eq!(metrics["rankwatch_http_connections_timed_out_total"], 1.0);
 }
 
 /// Whether the server has closed `stream` (it is given 300 ms to).

@@ -99,6 +99,8 @@ pub const MAX_STATUS_HISTORY_BYTES: usize = 16 << 20;
 pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// `http_idle_timeout`.
 pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `http_send_timeout`: longer than a Prometheus scrape may take.
+pub const HTTP_SEND_TIMEOUT: Duration = Duration::from_secs(60);
 /// `max_http_connections`.
 pub const MAX_HTTP_CONNECTIONS: usize = 128;
 /// `max_concurrent_reports`.

@@ -254,6 +254,8 @@ pub struct FileSettings {
     http_header_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     http_idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    http_send_timeout: Option<Duration>,
     max_http_connections: Option<usize>,
     max_concurrent_reports: Option<usize>,
     max_grpc_connections: Option<usize>,

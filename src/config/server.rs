@@ -90,6 +90,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_HTTP_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long an HTTP connection may stay idle between requests (no byte read or written) before it is closed; not while a request is being answered", shown_duration(defaults::HTTP_IDLE_TIMEOUT)))]
     pub http_idle_timeout: Option<Duration>,
+    /// How long an HTTP response may take to be sent.
+    #[arg(long, env = "RANKWATCH_HTTP_SEND_TIMEOUT", value_parser = parse_duration,
+        help = help("How long an HTTP response may take to be sent, from its handler's end to its last byte, before its connection is closed (a reader that trickles keeps the idle deadline from passing)", shown_duration(defaults::HTTP_SEND_TIMEOUT)))]
+    pub http_send_timeout: Option<Duration>,
     /// Limit: most open HTTP connections.
     #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
         help = help("Limit: most open HTTP connections; a new one past them closes the one quiet the longest with no request open, or is refused", defaults::MAX_HTTP_CONNECTIONS))]
@@ -188,6 +192,7 @@ impl ServerSettings {
             defaults::HTTP_HEADER_TIMEOUT
         );
         let http_idle = pick!(args, file, http_idle_timeout, defaults::HTTP_IDLE_TIMEOUT);
+        let http_send = pick!(args, file, http_send_timeout, defaults::HTTP_SEND_TIMEOUT);
         let (http, reports) = http_connections(args, file)?;
         let history = status_history(args, file)?;
         Ok(Self {
@@ -209,6 +214,7 @@ impl ServerSettings {
             group_idle_timeout: positive("group_idle_timeout", group_idle)?,
             http_header_timeout: positive("http_header_timeout", header)?,
             http_idle_timeout: positive("http_idle_timeout", http_idle)?,
+            http_send_timeout: positive("http_send_timeout", http_send)?,
             max_http_connections: http,
             max_concurrent_reports: reports,
             max_grpc_connections: grpc.max_connections,

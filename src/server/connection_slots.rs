@@ -79,7 +79,7 @@ impl Slots {
             let (_, index) = open
                 .iter()
                 .enumerate()
-                .filter(|(_, slot)| slot.calls.load(Ordering::Acquire) == 0)
+                .filter(|(_, slot)| !slot.at_work())
                 .map(|(index, slot)| (slot.quiet_since(), index))
                 .min()?;
             open.swap_remove(index).evicted.cancel();
@@ -108,6 +108,11 @@ impl Slot {
     pub fn moved(&self) {
         let now = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.quiet_since.store(now, Ordering::Release);
+    }
+
+    /// Whether a call is open on the connection.
+    pub fn at_work(&self) -> bool {
+        self.calls.load(Ordering::Acquire) > 0
     }
 
     fn quiet_since(&self) -> u64 {

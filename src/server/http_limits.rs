@@ -8,6 +8,10 @@
 //!   its first byte.
 //! - `http_idle_timeout` closes a connection on which nothing happened for
 //!   that long between requests: every byte read or written restarts it.
+//! - `http_send_timeout` bounds the sending of a response, from its
+//!   handler's end to its last byte: a reader that takes a few bytes now
+//!   and then keeps the idle deadline from passing, and would otherwise
+//!   hold its connection, and a report's permit, for as long as it likes.
 //!
 //! While the router answers a request (from its complete head until its
 //! response is handed over) neither deadline runs, however long the handler
@@ -44,6 +48,8 @@ pub struct HttpTimeouts {
     pub header: Duration,
     /// How long a connection may stay idle between requests.
     pub idle: Duration,
+    /// How long a response may take to be sent.
+    pub send: Duration,
 }
 
 /// A TCP listener that bounds its connections' number and time.
@@ -169,6 +175,8 @@ pub struct BoundedStream {
     deadline: Pin<Box<Sleep>>,
     /// Requests answered when the phase was last brought up to date.
     answered: u64,
+    /// When the response being sent must be sent by, while one is.
+    send_by: Option<Instant>,
     /// Its deadline passed (counted once), or it was closed to make room.
     timed_out: bool,
 }
@@ -188,19 +196,28 @@ impl BoundedStream {
             phase: Phase::Head,
             deadline: Box::pin(tokio::time::sleep(timeouts.header)),
             answered: 0,
+            send_by: None,
             timed_out: false,
         }
     }
 
-    /// Starts `phase` with its full deadline.
+    /// Starts `phase` with its full deadline; idle while a response is
+    /// being sent, no later than it must be sent by.
     fn enter(&mut self, phase: Phase) {
         self.phase = phase;
-        let limit = match phase {
-            Phase::Head => self.timeouts.header,
-            Phase::Idle => self.timeouts.idle,
+        let now = Instant::now();
+        let deadline = match phase {
+            Phase::Head => now + self.timeouts.header,
+            Phase::Idle => {
+                if !self.held.slot().at_work() {
+                    self.send_by = None;
+                }
+                let idle = now + self.timeouts.idle;
+                self.send_by.map_or(idle, |send_by| idle.min(send_by))
+            }
             Phase::Answering => return,
         };
-        self.deadline.as_mut().reset(Instant::now() + limit);
+        self.deadline.as_mut().reset(deadline);
     }
 
     /// Follows the router: answering while it works on a request, idle
@@ -212,6 +229,7 @@ impl BoundedStream {
             self.phase = Phase::Answering;
         } else if answered != self.answered {
             self.answered = answered;
+            self.send_by = Some(Instant::now() + self.timeouts.send);
             self.enter(Phase::Idle);
         }
     }
@@ -348,6 +366,7 @@ mod tests {
         HttpTimeouts {
             header: Duration::from_millis(header_ms),
             idle: Duration::from_millis(idle_ms),
+            send: Duration::from_secs(60),
         }
     }
 

@@ -151,6 +151,7 @@ pub async fn run(
         http_limits::HttpTimeouts {
             header: settings.http_header_timeout,
             idle: settings.http_idle_timeout,
+            send: settings.http_send_timeout,
         },
     );
     let routes = http::router(

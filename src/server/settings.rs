@@ -57,6 +57,8 @@ pub struct ServerSettings {
     pub http_header_timeout: Duration,
     /// How long an HTTP connection may stay idle between requests.
     pub http_idle_timeout: Duration,
+    /// How long an HTTP response may take to be sent.
+    pub http_send_timeout: Duration,
     /// Most open HTTP connections.
     pub max_http_connections: usize,
     /// Most reports rendered or held for their readers at once.

@@ -33,7 +33,7 @@ pub const GRPC_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_grpc_connections_t
 pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
 /// Counter: HTTP connections closed to make room for a new one, past `max_http_connections`.
 pub const HTTP_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_http_connections_evicted_total";
-/// Counter: HTTP connections closed by `http_header_timeout` or `http_idle_timeout`.
+/// Counter: HTTP connections closed by `http_header_timeout`, `http_idle_timeout` or `http_send_timeout`.
 pub const HTTP_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_http_connections_timed_out_total";
 /// Counter: reports refused past `max_concurrent_reports`, by the label `endpoint`.
 pub const REPORTS_REFUSED_TOTAL: &str = "rankwatch_reports_refused_total";
@@ -109,7 +109,7 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_TIMED_OUT_TOTAL,
-        "HTTP connections closed by http_header_timeout or http_idle_timeout."
+        "HTTP connections closed by http_header_timeout, http_idle_timeout or http_send_timeout."
     );
     metrics::describe_counter!(
         REPORTS_REFUSED_TOTAL,
