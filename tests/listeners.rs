@@ -144,19 +144,21 @@ async fn a_health_check_is_answered_while_silent_connections_hold_every_grpc_slo
     );
 }
 
+/// A batch of one impression, the `sequence`th of its stream.
+fn batch(sequence: u64) -> EventBatch {
+    let json = format!(
+        r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#
+    );
+    EventBatch {
+        sequence,
+        events: vec![event_from_json(&json).unwrap()],
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_with_a_stream_open_is_not_closed_to_make_room() {
     let server = Server::exact(&["--max-grpc-connections", "2"]);
     let (batches, mut acks) = server.ingest_stream().await;
-    let batch = |sequence: u64| {
-        let json = format!(
-            r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#
-        );
-        EventBatch {
-            sequence,
-            events: vec![event_from_json(&json).unwrap()],
-        }
-    };
     batches.send(batch(1)).await.unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
     // The stream's connection is now quieter than each silent one that
@@ -184,15 +186,6 @@ async fn past_connections_all_at_work_a_new_one_is_refused_not_a_stream_cut() {
     use tonic_health::pb::health_client::HealthClient;
     let server = Server::exact(&["--max-grpc-connections", "2"]);
     let (batches, mut acks) = server.ingest_stream().await;
-    let batch = |sequence: u64| {
-        let json = format!(
-            r#"{{"impression":{{"requestId":"r{sequence}","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#
-        );
-        EventBatch {
-            sequence,
-            events: vec![event_from_json(&json).unwrap()],
-        }
-    };
     batches.send(batch(1)).await.unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
     std::thread::sleep(Duration::from_millis(100));
