@@ -1,7 +1,7 @@
 //! Bounds of the HTTP listener: at most `max_http_connections` open
 //! connections (past them, a new one closes the connection quiet the
-//! longest, or is closed itself when every one is answering a request), and
-//! two deadlines per connection.
+//! longest, or is closed itself when every one is answering a request or
+//! sending its response), and three deadlines per connection.
 //!
 //! - `http_header_timeout` bounds the arrival of a request's head: the
 //!   first request's from the connection's accept, each later one's from
