@@ -12,7 +12,7 @@ use crate::export::{Report, ReportConfig};
 use crate::join::{Batch, EventAt, JoinSettings, Parsed, Router, ShardedEngine};
 use crate::metrics::{CoverageMode, ListEvaluator};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 use std::path::{Path, PathBuf};
 
 mod gzip;
@@ -107,27 +107,22 @@ impl<R: Read> Read for Counted<R> {
 /// A log file whose end is checked: one that shrank while it was read (a
 /// rotation that copies and truncates it in place) fails there, instead of
 /// ending as if the log were whole.
-struct Unshrunk {
-    file: File,
-    offset: u64,
-}
+struct Unshrunk(File);
 
 impl Read for Unshrunk {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read(buf)?;
+        let n = self.0.read(buf)?;
         if n == 0 && !buf.is_empty() {
-            let len = self.file.metadata()?.len();
-            if len < self.offset {
+            let (len, offset) = (self.0.metadata()?.len(), self.0.stream_position()?);
+            if len < offset {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!(
-                        "the file shrank to {len} bytes while it was read, past its byte {} (truncated in place, by a log rotation perhaps)",
-                        self.offset
+                        "the file shrank to {len} bytes while it was read, past its byte {offset} (truncated in place, by a log rotation perhaps)"
                     ),
                 ));
             }
         }
-        self.offset += n as u64;
         Ok(n)
     }
 }
@@ -525,10 +520,7 @@ fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
-        Box::new(Unshrunk {
-            file: File::open(path)?,
-            offset: 0,
-        })
+        Box::new(Unshrunk(File::open(path)?))
     };
     let named_gzip = path.extension().is_some_and(|extension| extension == "gz");
     text(Counted { inner: raw, read }, named_gzip)

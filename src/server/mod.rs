@@ -45,7 +45,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 use tonic::transport::server::Router;
-use tonic::transport::ServerTlsConfig;
 use tonic_health::server::HealthReporter;
 use wire_service::collector_server::CollectorServer;
 
@@ -58,25 +57,30 @@ pub struct Bound {
     pub http: SocketAddr,
 }
 
-/// Both listeners, bound and not yet accepting, and the gRPC listener's TLS.
+/// Both listeners, bound and not yet accepting, and the gRPC server with
+/// its TLS.
 pub struct Listeners {
     grpc: TcpListener,
     http: TcpListener,
-    tls: Option<ServerTlsConfig>,
+    grpc_server: tonic::transport::Server,
 }
 
 impl Listeners {
     /// Reads the TLS files of `settings`, then binds the gRPC and HTTP
     /// addresses (port 0 picks free ports).
     pub async fn bind(settings: &ServerSettings) -> anyhow::Result<Self> {
-        let tls = settings.tls.as_ref().map(tls::config).transpose()?;
+        let grpc_server = tls::server(settings.tls.as_ref())?;
         let grpc = TcpListener::bind(settings.grpc_addr)
             .await
             .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
         let http = TcpListener::bind(settings.http_addr)
             .await
             .with_context(|| format!("binding HTTP to {}", settings.http_addr))?;
-        Ok(Self { grpc, http, tls })
+        Ok(Self {
+            grpc,
+            http,
+            grpc_server,
+        })
     }
 
     /// The addresses bound.
@@ -126,7 +130,7 @@ pub async fn run(
     let (drain, tasks) = Drain::new();
     let permits = reports::ReportPermits::new(settings.max_concurrent_reports);
     let grpc = grpc_server(
-        (settings, listeners.tls),
+        (settings, listeners.grpc_server),
         (engine.clone(), permits.clone()),
         collector,
         shutdown.clone(),
@@ -200,7 +204,7 @@ async fn set_health(health: &HealthReporter, status: tonic_health::ServingStatus
 /// The gRPC services (collector, evaluation, health, reflection) on
 /// `engine`, over TLS when the settings ask for it.
 async fn grpc_server(
-    (settings, tls): (&ServerSettings, Option<ServerTlsConfig>),
+    (settings, builder): (&ServerSettings, tonic::transport::Server),
     (engine, permits): (EngineHandle, reports::ReportPermits),
     serves_collector: bool,
     shutdown: CancellationToken,
@@ -227,11 +231,7 @@ async fn grpc_server(
         shutdown,
         tasks,
     );
-    let mut builder = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(settings.max_concurrent_streams));
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
+    let mut builder = builder.max_concurrent_streams(Some(settings.max_concurrent_streams));
     // Every service's messages begun and not yet whole share one bound.
     let partial = message_limit::PartialBytes::new(settings.max_partial_message_bytes);
     let max = settings.max_message_size;
