@@ -12,7 +12,7 @@
 use crate::join::EngineState;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"RNKWATCH";
@@ -402,20 +402,23 @@ impl StateFile {
 
     /// Reads the saved state; `None` when there is none.
     pub fn load(&self) -> Result<Option<Loaded>, StateError> {
-        let bytes = match fs::read(&self.path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(StateError::Io {
-                    path: self.path.clone(),
-                    source,
-                })
-            }
-        };
         let corrupt = |reason: &str| StateError::Corrupt {
             path: self.path.clone(),
             reason: reason.to_owned(),
         };
+        let io_error = |source| StateError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        // A named pipe would wait for a writer, a device such as /dev/zero
+        // never end: neither is opened.
+        let length = match fs::metadata(&self.path) {
+            Ok(metadata) if metadata.is_file() => metadata.len(),
+            Ok(_) => return Err(corrupt("not a regular file")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(io_error(source)),
+        };
+        let bytes = read_state(&self.path, length).map_err(io_error)?;
         if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
             return Err(corrupt("not a rankwatch state file"));
         }
@@ -436,7 +439,9 @@ impl StateFile {
         }
         let payload = &bytes[HEADER_LEN..];
         if word(12..20) != payload.len() as u64 {
-            return Err(corrupt("truncated"));
+            return Err(corrupt(
+                "not as long as its header says (truncated, or written to since)",
+            ));
         }
         if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
             return Err(corrupt("checksum mismatch"));
@@ -491,6 +496,28 @@ impl StateFile {
         })?;
         Ok(aside)
     }
+}
+
+/// The bytes of the state file at `path`, `length` bytes long when it was
+/// looked at: its header alone when that is not a state file's (a large
+/// file named by mistake is not read through), else no more than `length`
+/// bytes and one, so that a file that grew is found to differ from its header.
+fn read_state(path: &Path, length: u64) -> io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(HEADER_LEN as u64)
+        .read_to_end(&mut bytes)?;
+    if bytes.starts_with(MAGIC) {
+        bytes.reserve(
+            usize::try_from(length)
+                .unwrap_or(0)
+                .saturating_sub(HEADER_LEN),
+        );
+        file.take((length + 1).saturating_sub(HEADER_LEN as u64))
+            .read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

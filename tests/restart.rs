@@ -8,6 +8,7 @@ use common::server::{event_from_json, parse_metrics, saving_to, Server};
 use common::{conformance, read_json, replay_json};
 use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
+use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
 /// The conformance log's lines that are JSON, with the closing line that moves the watermark past all of them.
@@ -172,6 +173,40 @@ async fn a_corrupt_state_file_is_set_aside_and_counted() {
             .iter()
             .any(|n| n.starts_with("rankwatch.state.rejected-")),
         "{names:?}"
+    );
+    assert_eq!(server.get("/readyz").0, 200, "the server runs, empty");
+}
+
+/// A state file that is not a regular file (here a named pipe; a link to
+/// /dev/zero is refused the same way) is set aside unread: the server
+/// starts, empty, instead of waiting for a writer that never comes or
+/// reading until memory runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_that_is_not_a_regular_file_is_set_aside_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("rankwatch.state");
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success(), "mkfifo");
+    let state_dir = dir.path().to_str().unwrap().to_owned();
+    let (sender, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(Server::start(&["--state-dir", &state_dir])));
+    let Ok(server) = started.recv_timeout(Duration::from_secs(20)) else {
+        // Lets a server stuck opening the pipe go on, so it ends with the test.
+        let _ = std::fs::OpenOptions::new().write(true).open(&pipe);
+        panic!("the server did not start within 20 s with a named pipe as its state file");
+    };
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_state_restore_failures_total"], 1.0);
+    server.logged("not a regular file");
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("rankwatch.state.rejected-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(
+        aside[0].metadata().unwrap().file_type().is_fifo(),
+        "the pipe itself, moved aside"
     );
     assert_eq!(server.get("/readyz").0, 200, "the server runs, empty");
 }
