@@ -197,12 +197,31 @@ fn message_of(error: &anyhow::Error) -> String {
     query::error_chain(error.as_ref())
 }
 
-fn init_logging() {
+/// Starts the log on standard error, filtered by `RANKWATCH_LOG` (`info`
+/// when unset or empty): refused when the filter does not parse, and
+/// warned of when it names no level for rankwatch's own log, which it
+/// then turns off, errors included.
+fn init_logging() -> anyhow::Result<()> {
+    let filter = match std::env::var("RANKWATCH_LOG") {
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("RANKWATCH_LOG is not UTF-8"),
+        Ok(filter) => filter,
+    };
+    let filter = if filter.trim().is_empty() {
+        "info"
+    } else {
+        filter.trim()
+    };
+    let parsed = tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .with_context(|| {
+            format!("RANKWATCH_LOG={filter:?} is not a log filter: give a level (error, warn, info, debug, trace, off) or directives such as info,rankwatch=debug")
+        })?;
+    if !filter.split(',').any(names_rankwatch) {
+        tell!("rankwatch: RANKWATCH_LOG={filter} turns rankwatch's own log off, errors included: it names no level (error, warn, info, debug, trace) for every target or for rankwatch");
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RANKWATCH_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(parsed)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         // A line that cannot be written (whatever read the server's log has
@@ -210,6 +229,20 @@ fn init_logging() {
         // fail the same way and panic, stopping the engine.
         .log_internal_errors(false)
         .init();
+    Ok(())
+}
+
+/// Whether a directive of a log filter applies to rankwatch's own log: a
+/// bare level, one for every target (`[span]=level`), or one whose target
+/// is rankwatch or one of its modules.
+fn names_rankwatch(directive: &str) -> bool {
+    let target = directive.split(['=', '[']).next().unwrap_or("").trim();
+    target.is_empty()
+        || target == "rankwatch"
+        || target.starts_with("rankwatch::")
+        || target
+            .parse::<tracing_subscriber::filter::LevelFilter>()
+            .is_ok()
 }
 
 /// Runs `command` on a new runtime, handing it the shutdown token that
@@ -277,7 +310,7 @@ async fn received(kind: tokio::signal::unix::SignalKind, name: &str) {
 }
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_logging();
+    init_logging()?;
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let engine = EngineSettings::resolve(&args.engine, &file)?;
     let server = ServerSettings::resolve(&args.server, &file)?;
@@ -286,7 +319,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
-    init_logging();
+    init_logging()?;
     let file = FileSettings::load(args.engine.config.as_deref())?;
     let engine = EngineSettings::resolve(&args.engine, &file)?.with_quick_join(&args.engine, &file);
     let server = ServerSettings::resolve(&args.server, &file)?;
@@ -295,7 +328,7 @@ fn run_demo(args: DemoCommand) -> anyhow::Result<()> {
 }
 
 fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
-    init_logging();
+    init_logging()?;
     let tls = args.target.starts_with("https");
     let report =
         run_until_signal(|shutdown| async move { loadgen::run_until(&args, shutdown).await })

@@ -308,3 +308,32 @@ fn an_interaction_type_graded_twice_on_the_command_line_is_refused() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("\"click\" is graded twice"), "{stderr}");
 }
+
+/// A log filter that does not parse is refused at start, naming the
+/// variable, instead of the log silently falling back to `info`; one that
+/// parses but names nothing of rankwatch's (a typo of a level) is warned
+/// of, since it turns the server's own log off, errors included.
+#[test]
+fn a_log_filter_that_does_not_parse_is_refused_and_one_that_silences_rankwatch_is_warned_of() {
+    let mut broken = serve_command(&[]);
+    broken.env("RANKWATCH_LOG", "info,rankwatch=[");
+    let (code, stderr) = exit_of(&mut broken);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("RANKWATCH_LOG"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let mut typo = serve_command(&["--max-http-connections", "0"]);
+    typo.env("RANKWATCH_LOG", "inf");
+    let (code, stderr) = exit_of(&mut typo);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("RANKWATCH_LOG=inf") && stderr.contains("turns rankwatch's own log off"),
+        "{stderr}"
+    );
+    for quiet in ["warn", "off", "rankwatch=debug", "tonic=warn,error"] {
+        let mut fine = serve_command(&["--max-http-connections", "0"]);
+        fine.env("RANKWATCH_LOG", quiet);
+        let (_, stderr) = exit_of(&mut fine);
+        assert!(!stderr.contains("RANKWATCH_LOG"), "{quiet}: {stderr}");
+    }
+}
