@@ -62,12 +62,35 @@ pub async fn serve(
         report: engine_settings.report_config(),
         status: StatusSettings::new(&engine_settings, &settings),
     };
+    let stopped_early = tokio::spawn(stop_with_the_engine(
+        served.engine.clone(),
+        shutdown.clone(),
+    ));
     server::run(listeners, served, &settings, recorder, shutdown).await?;
+    if stopped_early.await.unwrap_or(false) {
+        anyhow::bail!("the engine stopped while the server ran (its error is logged above); the state file keeps the last periodic save");
+    }
     if let Some(saver) = saver {
         saver.finish().await.context("saving state at shutdown")?;
     }
     tracing::info!("rankwatch stopped");
     Ok(())
+}
+
+/// Shuts the server down if its engine stops before `shutdown` (nothing
+/// but a panic in it ends it sooner), so that the process exits 1 and is
+/// restarted, rather than answering probes while every batch is refused.
+/// Resolves to whether it did.
+async fn stop_with_the_engine(engine: EngineHandle, shutdown: CancellationToken) -> bool {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => false,
+        () = engine.stopped() => {
+            tracing::error!("the engine stopped while the server ran: shutting down");
+            shutdown.cancel();
+            true
+        }
+    }
 }
 
 /// The engine that answers: fleet mode's when `fleet` is set, else a local
@@ -230,4 +253,31 @@ async fn start_fleet(
     _shutdown: &CancellationToken,
 ) -> anyhow::Result<Started> {
     anyhow::bail!("{}", crate::fleet::settings::NO_KAFKA)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_engine_that_stops_before_shutdown_shuts_the_server_down() {
+        let (engine, commands) = EngineHandle::channel(1);
+        let shutdown = CancellationToken::new();
+        let watching = tokio::spawn(stop_with_the_engine(engine, shutdown.clone()));
+        tokio::task::yield_now().await;
+        assert!(!shutdown.is_cancelled());
+        drop(commands);
+        assert!(watching.await.unwrap(), "the engine's end is told");
+        assert!(shutdown.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn an_engine_that_stops_at_shutdown_is_no_error() {
+        let (engine, commands) = EngineHandle::channel(1);
+        let shutdown = CancellationToken::new();
+        let watching = tokio::spawn(stop_with_the_engine(engine, shutdown.clone()));
+        shutdown.cancel();
+        drop(commands);
+        assert!(!watching.await.unwrap());
+    }
 }

@@ -52,6 +52,12 @@ impl EngineHandle {
         }
     }
 
+    /// Resolves once the engine has stopped taking commands: at shutdown,
+    /// or when it ended unexpectedly (a panic in it).
+    pub async fn stopped(&self) {
+        self.commands.closed().await;
+    }
+
     /// A handle whose commands and questions, queued together up to
     /// `capacity`, go to whoever holds the receiver.
     pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<Command>) {
