@@ -487,6 +487,61 @@ fn segment_labels_must_be_label_names_of_their_own() {
     assert!(!output.status.success());
 }
 
+/// No label of rankwatch's own series can be named a segment label, which
+/// would give their series the label twice and make Prometheus drop the
+/// whole scrape: every label name that `/metrics` shows, with interleaving,
+/// a control model, segments, coverage and position curves at work (the
+/// demo's traffic), is refused as a segment label but the segment's own.
+#[test]
+fn no_label_of_rankwatchs_own_series_can_be_a_segment_label() {
+    let demo = Server::demo(&["--interleave", "0.5", "--segment-labels", "country"]);
+    let has = |text: &str, series: &str| text.lines().any(|line| line.starts_with(series));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let text = loop {
+        let (_, text) = demo.get("/metrics");
+        let all_there = [
+            "rankwatch_interleaving_wins_total{",
+            "rankwatch_comparison_diff{",
+        ]
+        .iter()
+        .all(|series| has(&text, series));
+        if all_there {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the demo's figures never all came: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let names: std::collections::BTreeSet<String> = parse_metrics(&text)
+        .keys()
+        .filter_map(|key| key.split_once('{'))
+        .flat_map(|(_, labels)| {
+            labels
+                .trim_end_matches('}')
+                .split("\",")
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|label| label.split_once('=').map(|(name, _)| name.to_owned()))
+        .filter(|name| name != "country")
+        .collect();
+    assert!(
+        names.contains("ranker") && names.contains("model"),
+        "{names:?}"
+    );
+    let taken: Vec<&String> = names
+        .iter()
+        .filter(|name| {
+            let output = replay(&["-", "--segment-labels", name], Some(b""));
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            output.status.success() || !stderr.contains("segment_labels")
+        })
+        .collect();
+    assert!(taken.is_empty(), "taken as segment labels: {taken:?} (of {names:?})");
+}
+
 /// A restart keeps the groups' segment values, which values were kept and
 /// the fold counts: the values first seen before it still hold their
 /// places after it, and the figures are those of one uninterrupted replay.

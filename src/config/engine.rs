@@ -247,8 +247,16 @@ fn grades(
 /// Most segment labels: each multiplies the groups a model may have.
 const MAX_SEGMENT_LABELS: usize = 8;
 
-/// Labels that rankwatch's own series carry, which a segment label may not shadow.
-const SERIES_LABELS: [&str; 17] = [
+/// Labels that rankwatch's own series carry, which a segment label may not
+/// shadow (a series with a label twice makes Prometheus drop the scrape),
+/// and those Prometheus gives every target (a series's own are renamed
+/// `exported_…` on scrape).
+const SERIES_LABELS: [&str; 22] = [
+    "instance",
+    "job",
+    "endpoint",
+    "limit",
+    "ranker",
     "model",
     "surface",
     "k",
@@ -305,7 +313,7 @@ fn segment_labels(args: &EngineArgs, file: &FileSettings) -> Result<Vec<String>,
         if SERIES_LABELS.contains(&label.as_str()) {
             return Err(invalid(
                 "segment_labels",
-                format!("{label:?} is a label of rankwatch's own series; name the key otherwise"),
+                format!("{label:?} is a label of rankwatch's own series or of every Prometheus target; name the key otherwise"),
             ));
         }
         if labels[..index].contains(label) {

@@ -49,8 +49,28 @@ impl Server {
         Server::started(args, false)
     }
 
+    /// Starts `rankwatch demo` (the server and its built-in traffic) on
+    /// port 0 with `args`, and waits for its addresses.
+    pub fn demo(args: &[&str]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rankwatch"));
+        command
+            .args([
+                "demo",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+            ])
+            .args(args);
+        Server::launched(command, true)
+    }
+
     fn started(args: &[&str], read_log: bool) -> Server {
-        let mut child = serve_command(args)
+        Server::launched(serve_command(args), read_log)
+    }
+
+    fn launched(mut command: Command, read_log: bool) -> Server {
+        let mut child = command
             .env("RANKWATCH_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
