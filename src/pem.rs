@@ -7,7 +7,6 @@
 use crate::files::read_at_most;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 /// The longest PEM file read: a bundle of every public CA is a few hundred
@@ -71,17 +70,7 @@ pub fn private_key(setting: &'static str, path: &Path) -> Result<Vec<u8>, PemErr
 }
 
 fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, PemError> {
-    let read = || {
-        // Opening a named pipe that no one writes to waits for good.
-        if std::fs::metadata(path)?.file_type().is_fifo() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "a named pipe, which would keep the start waiting for a writer: give the PEM file itself",
-            ));
-        }
-        read_at_most(path, MAX_PEM_BYTES, "PEM file")
-    };
-    read().map_err(|source| PemError::Read {
+    read_at_most(path, MAX_PEM_BYTES, "PEM file").map_err(|source| PemError::Read {
         setting,
         path: path.to_owned(),
         source,

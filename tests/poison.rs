@@ -337,3 +337,19 @@ fn a_log_filter_that_does_not_parse_is_refused_and_one_that_silences_rankwatch_i
         assert!(!stderr.contains("RANKWATCH_LOG"), "{quiet}: {stderr}");
     }
 }
+
+/// A named pipe given as the config file is refused at once, as the TLS
+/// files are, instead of keeping the start waiting for a writer.
+#[test]
+fn a_named_pipe_as_the_config_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("rankwatch.toml");
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success(), "mkfifo");
+    let (code, stderr) = exit_of(&mut serve_command(&["--config", pipe.to_str().unwrap()]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rankwatch.toml") && stderr.contains("named pipe"),
+        "{stderr}"
+    );
+}

@@ -539,7 +539,10 @@ fn no_label_of_rankwatchs_own_series_can_be_a_segment_label() {
             output.status.success() || !stderr.contains("segment_labels")
         })
         .collect();
-    assert!(taken.is_empty(), "taken as segment labels: {taken:?} (of {names:?})");
+    assert!(
+        taken.is_empty(),
+        "taken as segment labels: {taken:?} (of {names:?})"
+    );
 }
 
 /// A restart keeps the groups' segment values, which values were kept and
