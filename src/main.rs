@@ -166,7 +166,10 @@ macro_rules! tell {
 const BAD_LINES_SHOWN: u64 = 100;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return command_line_error(&error),
+    };
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Demo(args) => run_demo(args),
@@ -187,6 +190,45 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints what clap found wrong with the command line (or the help it was
+/// asked for), and the exit code: 1 for a value that does not parse, as
+/// for every bad setting, naming the environment variable it came from
+/// when its flag was not given; clap's own otherwise (0 for help and the
+/// version, 2 for a flag that does not exist).
+fn command_line_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = error.print();
+    match error.kind() {
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8 => {
+            if let Some(variable) = variable_of(error) {
+                tell!("rankwatch: the value came from the environment variable {variable}");
+            }
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2)),
+    }
+}
+
+/// The environment variable that gave the value `error` is about, when it
+/// did: its flag has one, it is set, and the flag is not on the command line.
+fn variable_of(error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = arg.split_whitespace().next()?;
+    let long = flag.strip_prefix("--")?;
+    let given = std::env::args().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    let command = <Cli as clap::CommandFactory>::command();
+    let variable = command
+        .get_subcommands()
+        .flat_map(clap::Command::get_arguments)
+        .filter(|a| a.get_long() == Some(long))
+        .find_map(clap::Arg::get_env)?;
+    (!given && std::env::var_os(variable).is_some())
+        .then(|| variable.to_string_lossy().into_owned())
 }
 
 /// `error` and its causes as people read them ([`query::error_chain`]):

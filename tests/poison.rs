@@ -353,3 +353,35 @@ fn a_named_pipe_as_the_config_file_is_refused_at_once() {
         "{stderr}"
     );
 }
+
+/// A value that does not parse (a negative limit, one past 2^64, a word
+/// for a duration) exits 1 like every other bad setting, and one that came
+/// from the environment names its variable: the message alone names the
+/// flag, which the operator may never have typed.
+#[test]
+fn a_value_that_does_not_parse_exits_1_and_names_the_variable_it_came_from() {
+    for (flag, value) in [
+        ("--max-items", "-1"),
+        ("--max-streams", "18446744073709551616"),
+        ("--attribution-window", "soon"),
+    ] {
+        let (code, stderr) = exit_of(&mut serve_command(&[&format!("{flag}={value}")]));
+        assert_eq!(code, Some(1), "{flag}={value}: {stderr}");
+        assert!(stderr.contains(flag), "{flag}={value}: {stderr}");
+        assert!(!stderr.contains("RANKWATCH_"), "{flag}={value}: {stderr}");
+    }
+    let mut from_env = serve_command(&[]);
+    from_env.env("RANKWATCH_ATTRIBUTION_WINDOW", "5");
+    let (code, stderr) = exit_of(&mut from_env);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("from the environment variable RANKWATCH_ATTRIBUTION_WINDOW"),
+        "{stderr}"
+    );
+    let (code, stderr) = exit_of(&mut serve_command(&["--no-such-flag"]));
+    assert_eq!(
+        code,
+        Some(2),
+        "a flag that does not exist is a usage error: {stderr}"
+    );
+}
