@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{conformance, replay, replay_json};
+use common::{conformance, memory_kib, replay, replay_json};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -81,17 +81,6 @@ fn replay_json_on(path: &std::path::Path, threads: &str) -> std::process::Output
         String::from_utf8_lossy(&output.stderr)
     );
     output
-}
-
-/// A memory figure of process `pid` (`VmRSS` resident now, `VmHWM` at the
-/// peak), in KiB; 0 once it is gone.
-fn memory_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 #[test]

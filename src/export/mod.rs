@@ -18,5 +18,6 @@ pub use report::{
     GroupReport, MeanPair, Pending, PositionPoint, Report, ReportConfig, ReportCounters,
     TABLE_METRICS,
 };
+pub use series::Text;
 pub use snapshot::{ExperimentSnapshot, GroupSnapshot, Snapshot};
 pub use wire::{to_proto, IncompleteReport};

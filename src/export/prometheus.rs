@@ -4,7 +4,7 @@
 //! Prometheus collector, so recording costs ingest nothing.
 
 use super::comparison::{compare, Comparison, NamedTotals};
-use super::series::{Family, Kind, LabelSet, SeriesWriter};
+use super::series::{Family, Kind, LabelSet, SeriesWriter, Text};
 use super::{GroupSnapshot, Snapshot};
 use crate::event::{Nanos, Reason, NANOS_PER_SECOND};
 use crate::join::Unattributed;
@@ -66,9 +66,9 @@ pub const WATERMARK: &str = "rankwatch_watermark_seconds";
 /// Wall clock minus the finalization frontier.
 pub const FINALIZATION_LAG: &str = "rankwatch_finalization_lag_seconds";
 
-/// Renders `snapshot`; `windows` are the configured window spans, `now` the wall clock.
-pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> String {
-    let mut out = String::with_capacity(64 * 1024);
+/// Renders `snapshot`, in pieces; `windows` are the configured window spans, `now` the wall clock.
+pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> Text {
+    let mut out = Text::default();
     let mut writer = SeriesWriter::new(&mut out);
     let window_names: Vec<String> = windows
         .iter()

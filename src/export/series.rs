@@ -2,6 +2,7 @@
 //! `export`: families with their `# HELP` and `# TYPE` lines, label sets
 //! escaped once and shared by many samples.
 
+use bytes::Bytes;
 use std::fmt::{Display, Write as _};
 
 /// The `window` label of figures since start.
@@ -73,14 +74,61 @@ impl LabelSet {
     }
 }
 
+/// Text written in pieces of about [`PIECE`] bytes. A large exposition is
+/// thus never one buffer that doubles as it grows, which held up to twice
+/// its length (three times while it moved), and its pieces are let go one
+/// by one as they are sent.
+#[derive(Debug, Default)]
+pub struct Text {
+    /// The pieces written whole.
+    pieces: Vec<Bytes>,
+    /// The piece being written.
+    current: String,
+}
+
+/// The length past which a piece of [`Text`] is sealed, at the end of a line.
+const PIECE: usize = 1 << 20;
+
+impl Text {
+    /// Seals the current piece if it is full.
+    fn seal_if_full(&mut self) {
+        if self.current.len() >= PIECE {
+            let full =
+                std::mem::replace(&mut self.current, String::with_capacity(PIECE + PIECE / 8));
+            self.pieces.push(Bytes::from(full));
+        }
+    }
+
+    /// Appends `text`, written elsewhere, as pieces of its own.
+    pub fn push_piece(&mut self, text: String) {
+        let current = std::mem::take(&mut self.current);
+        self.pieces
+            .extend([Bytes::from(current), Bytes::from(text)]);
+    }
+
+    /// The text's pieces, in order.
+    pub fn into_pieces(mut self) -> Vec<Bytes> {
+        let current = std::mem::take(&mut self.current);
+        self.pieces.push(Bytes::from(current));
+        self.pieces.retain(|piece| !piece.is_empty());
+        self.pieces
+    }
+
+    /// The whole text, in one string.
+    #[cfg(test)]
+    pub fn joined(self) -> String {
+        String::from_utf8(self.into_pieces().concat()).unwrap()
+    }
+}
+
 /// Writes the text format: each family's `# HELP` and `# TYPE` once, then its samples.
 pub(super) struct SeriesWriter<'a> {
-    out: &'a mut String,
+    out: &'a mut Text,
 }
 
 impl<'a> SeriesWriter<'a> {
     /// A writer appending to `out`.
-    pub(super) fn new(out: &'a mut String) -> Self {
+    pub(super) fn new(out: &'a mut Text) -> Self {
         Self { out }
     }
 }
@@ -95,7 +143,11 @@ impl SeriesWriter<'_> {
     ) -> Family<'_> {
         let name = name.to_string();
         let kind = kind.as_str();
-        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let _ = writeln!(
+            self.out.current,
+            "# HELP {name} {help}\n# TYPE {name} {kind}"
+        );
+        self.out.seal_if_full();
         Family {
             out: self.out,
             name,
@@ -111,7 +163,7 @@ impl SeriesWriter<'_> {
 
 /// One open family of a [`SeriesWriter`].
 pub(super) struct Family<'a> {
-    out: &'a mut String,
+    out: &'a mut Text,
     name: String,
 }
 
@@ -134,18 +186,20 @@ impl Family<'_> {
         labels: &[(&str, &str)],
         value: impl Display,
     ) {
-        self.out.push_str(&self.name);
-        self.out.push_str(suffix);
+        let out = &mut self.out.current;
+        out.push_str(&self.name);
+        out.push_str(suffix);
         if !shared.0.is_empty() || !labels.is_empty() {
-            self.out.push('{');
-            self.out.push_str(&shared.0);
+            out.push('{');
+            out.push_str(&shared.0);
             if !shared.0.is_empty() && !labels.is_empty() {
-                self.out.push(',');
+                out.push(',');
             }
-            write_labels(self.out, labels);
-            self.out.push('}');
+            write_labels(out, labels);
+            out.push('}');
         }
-        let _ = writeln!(self.out, " {value}");
+        let _ = writeln!(out, " {value}");
+        self.out.seal_if_full();
     }
 }
 
@@ -183,8 +237,29 @@ mod tests {
     use crate::export::prometheus::{GROUPS, WINDOW_LISTS};
 
     #[test]
+    fn a_long_text_is_written_in_pieces_that_end_at_a_line() {
+        let mut out = Text::default();
+        let mut writer = SeriesWriter::new(&mut out);
+        let shared = LabelSet::of(&[("model", &"m".repeat(200))]);
+        let mut family = writer.family(WINDOW_LISTS, Kind::Gauge, "Lists.");
+        let samples = 3 * PIECE / 200;
+        for sample in 0..samples {
+            family.sample(&shared, &[("scope", "all")], sample);
+        }
+        let pieces = out.into_pieces();
+        assert!(pieces.len() >= 3, "{} pieces", pieces.len());
+        for piece in &pieces {
+            assert!(piece.ends_with(b"\n"));
+            assert!(piece.len() < PIECE + 1024, "{}", piece.len());
+        }
+        let text = String::from_utf8(pieces.concat()).unwrap();
+        assert_eq!(text.lines().count(), samples + 2);
+        assert!(text.ends_with(&format!("all\"}} {}\n", samples - 1)));
+    }
+
+    #[test]
     fn writes_the_header_once_and_escapes_label_values() {
-        let mut out = String::new();
+        let mut out = Text::default();
         let mut writer = SeriesWriter::new(&mut out);
         let shared = LabelSet::of(&[("model", "a\\b\"c\nd")]);
         let mut family = writer.family(WINDOW_LISTS, Kind::Gauge, "Lists.");
@@ -192,7 +267,7 @@ mod tests {
         family.sample(&LabelSet::default(), &[], 0.5);
         writer.single(GROUPS, Kind::Gauge, "Groups.", 2);
         assert_eq!(
-            out,
+            out.joined(),
             "# HELP rankwatch_window_lists Lists.\n# TYPE rankwatch_window_lists gauge\n\
              rankwatch_window_lists{model=\"a\\\\b\\\"c\\nd\",scope=\"all\"} 3\n\
              rankwatch_window_lists 0.5\n\

@@ -5,13 +5,15 @@ use crate::clock::wall_clock;
 use crate::engine::EngineHandle;
 use crate::engine::Readiness;
 use crate::export::prometheus;
+use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode, Version};
+use axum::http::{header, HeaderValue, StatusCode, Version};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -93,22 +95,31 @@ fn is_host(value: &[u8]) -> bool {
     !authority.contains('@') && port.is_none_or(|port| port.bytes().all(|b| b.is_ascii_digit()))
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let Ok(snapshot) = shared.engine.snapshot().await else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, "text/plain")],
-            "shutting down\n".to_owned(),
-        );
+        let headers = [(header::CONTENT_TYPE, "text/plain")];
+        return (StatusCode::SERVICE_UNAVAILABLE, headers, "shutting down\n").into_response();
     };
     shared.process.collect();
     let mut text = prometheus::render(&snapshot, &shared.windows, wall_clock());
-    text.push_str(&shared.recorder.render());
+    text.push_piece(shared.recorder.render());
+    // Sent piece by piece, each let go once sent.
+    let pieces = text.into_pieces();
+    let length: usize = pieces.iter().map(bytes::Bytes::len).sum();
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        ),
+        (header::CONTENT_LENGTH, HeaderValue::from(length)),
+    ];
+    let pieces = pieces.into_iter().map(Ok::<_, Infallible>);
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
+        headers,
+        Body::from_stream(tokio_stream::iter(pieces)),
     )
+        .into_response()
 }
 
 async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

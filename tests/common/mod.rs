@@ -103,6 +103,17 @@ fn assert_close(got: &Value, expected: &Value, path: &str) {
     }
 }
 
+/// A memory figure of process `pid` (`VmRSS` resident now, `VmHWM` at the
+/// peak), in KiB; 0 once it is gone.
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 pub mod server;
 
 /// splitmix64: a small seeded generator, so a generated log is the same on every run.
