@@ -76,6 +76,11 @@ pub enum Problem {
         /// Attribution window + lateness + commit interval, in milliseconds.
         needed_ms: i64,
     },
+    /// The event topic is compacted: only each user's last record is kept.
+    EventTopicCompacted {
+        /// Its `cleanup.policy`, as the broker reports it.
+        policy: String,
+    },
     /// The state topic has fewer partitions than the event topic.
     TooFewStatePartitions {
         /// The state topic's partitions.
@@ -123,6 +128,11 @@ impl fmt::Display for Explained<'_> {
                 "the event topic {event} keeps records {retention_ms} ms, less than attribution window + lateness + commit interval ({needed_ms} ms), so a new owner could not read back a partition's open lists; run {}",
                 alter(event, format!("retention.ms={}", (*needed_ms).max(7 * 24 * 3_600_000)))
             ),
+            Problem::EventTopicCompacted { policy } => write!(
+                f,
+                "the event topic {event} is compacted (cleanup.policy={policy}): the broker keeps only each user's last event, so a new owner could not read back a partition's open lists; run {}",
+                alter(event, "cleanup.policy=delete".to_owned())
+            ),
             Problem::TooFewStatePartitions { has, needs } => write!(
                 f,
                 "the state topic {state} has {has} partitions, fewer than the event topic's {needs}: partitions past {has} could not hand over their open lists (a consuming instance adds the missing ones where the broker allows it); run kafka-topics.sh --bootstrap-server {brokers} --alter --topic {state} --partitions {needs}"
@@ -150,6 +160,13 @@ pub fn problems(topics: &Topics, needed_retention: Duration) -> Vec<Problem> {
             problems.push(Problem::RetentionTooShort {
                 retention_ms,
                 needed_ms,
+            });
+        }
+    }
+    if let Some(policy) = event.cleanup_policy() {
+        if policy.split(',').any(|part| part.trim() == "compact") {
+            problems.push(Problem::EventTopicCompacted {
+                policy: policy.to_owned(),
             });
         }
     }
@@ -447,5 +464,26 @@ mod tests {
             state: topic(12, &[("cleanup.policy", "compact")]),
         };
         assert_eq!(problems(&long_enough, NEEDED), []);
+    }
+
+    #[test]
+    fn a_compacted_event_topic_is_refused() {
+        for policy in ["compact", "compact,delete", "delete, compact"] {
+            let compacted = Topics {
+                event: topic(12, &[("cleanup.policy", policy)]),
+                state: topic(12, &[("cleanup.policy", "compact")]),
+            };
+            assert_eq!(
+                problems(&compacted, NEEDED),
+                [Problem::EventTopicCompacted {
+                    policy: policy.into()
+                }]
+            );
+        }
+        let deleting = Topics {
+            event: topic(12, &[("cleanup.policy", "delete")]),
+            state: topic(12, &[("cleanup.policy", "compact")]),
+        };
+        assert_eq!(problems(&deleting, NEEDED), []);
     }
 }
