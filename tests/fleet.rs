@@ -590,9 +590,14 @@ async fn hand_over_exactly(broker: &Broker, mut instances: Vec<Server>) {
     instances.remove(0);
     instances.push(instance(broker, &[]));
     let live: Vec<&Server> = instances.iter().collect();
-    wait_for(&live, "the partitions to be shared again", |m| {
+    let shared = wait_for(&live, "the partitions to be shared again", |m| {
         total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
     });
+    for metrics in &shared {
+        // What the alert on unowned partitions compares the owned ones with.
+        let seen = value(metrics, "rankwatch_kafka_event_topic_partitions");
+        assert_eq!(seen, f64::from(PARTITIONS));
+    }
     produce(&producer, &second).await;
     let expected_received = first.len() + second.len();
     let live = wait_for(&live, "the second half", |m| {
@@ -1464,4 +1469,39 @@ async fn a_partition_claimed_in_a_later_generation_is_left_to_its_new_owner() {
     );
     assert_eq!(last_of_6.manifest.generation, Some(generation));
     assert_ne!(last_of_6.manifest.owner, CLAIMANT);
+}
+
+/// A relay keeps looking at its event topic: deleted while the relay runs,
+/// the relay turns not ready with the problem named, where it had said
+/// ready for good once it had seen the topic at start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_whose_event_topic_is_deleted_turns_not_ready() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let brokers = broker.address();
+    let relay = Server::start(&["--kafka-mode", "relay", "--kafka-brokers", &brokers]);
+    let became = |status: u16| {
+        (0..POLLS).find_map(|_| {
+            let (got, body) = readiness(&relay);
+            if got == status {
+                return Some(body);
+            }
+            std::thread::sleep(POLL);
+            None
+        })
+    };
+    assert!(became(200).is_some(), "the relay is ready");
+    let admin: AdminClient<DefaultClientContext> = broker.client().create().unwrap();
+    let deleted = admin
+        .delete_topics(&[TOPIC], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
+    let body = became(503).expect("the relay turns not ready once its topic is gone");
+    assert!(
+        body.contains(TOPIC) && body.contains("does not exist"),
+        "{body}"
+    );
 }

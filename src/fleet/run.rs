@@ -38,6 +38,10 @@ pub fn describe() {
         "rankwatch_kafka_partitions",
         "Partitions of the event topic this instance evaluates now."
     );
+    metrics::describe_gauge!(
+        topics::EVENT_TOPIC_PARTITIONS,
+        "Partitions the event topic has, as this consuming instance last looked (0 before): more than the instances of a fleet own leaves events unevaluated."
+    );
     metrics::describe_counter!(
         "rankwatch_kafka_partitions_assigned_total",
         "Partitions taken over from the state topic's snapshots."
@@ -126,6 +130,7 @@ fn start_at_zero() {
         metrics::counter!(name).absolute(0);
     }
     metrics::gauge!("rankwatch_kafka_partitions").set(0.0);
+    metrics::gauge!(topics::EVENT_TOPIC_PARTITIONS).set(0.0);
     metrics::gauge!("rankwatch_kafka_lag_records").set(0.0);
     metrics::gauge!("rankwatch_kafka_stalled_partitions").set(0.0);
 }
@@ -262,13 +267,11 @@ pub async fn start(
             let engine = relay::start(settings, engine, setup.settings, setup.validator, capacity)?;
             let (settings, shutdown_check) = (settings.clone(), shutdown.clone());
             tokio::spawn(async move {
-                topics::wait_until_usable(
-                    &settings,
-                    topics::Need::Produce,
-                    &readiness,
-                    &shutdown_check,
-                )
-                .await
+                let need = topics::Need::Produce;
+                while topics::wait_until_usable(&settings, need, &readiness, &shutdown_check).await
+                {
+                    topics::watch_while_usable(&settings, need, &shutdown_check).await;
+                }
             });
             Ok(Started {
                 engine,

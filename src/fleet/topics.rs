@@ -26,12 +26,17 @@ use tokio_util::sync::CancellationToken;
 
 /// Gauge: 1 when the topics give the handoff guarantees, else 0.
 pub const TOPICS_USABLE: &str = "rankwatch_kafka_topics_usable";
+/// Gauge: the event topic's partitions, as a consuming instance last looked.
+pub const EVENT_TOPIC_PARTITIONS: &str = "rankwatch_kafka_event_topic_partitions";
 /// The part of readiness that the topics set.
 const TOPICS: &str = "kafka topics";
 /// How long a request to the broker may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often unusable topics are looked at again.
 const RECHECK_EVERY: Duration = Duration::from_secs(2);
+/// How often a relay looks again at topics found usable: a deleted event
+/// topic makes it not ready.
+const WATCH_EVERY: Duration = Duration::from_secs(5);
 
 /// What the broker says of one topic.
 #[derive(Clone, Debug, PartialEq)]
@@ -252,6 +257,7 @@ pub async fn prepare(
     let Some(event) = &topics.event else {
         return Ok((topics.clone(), problems(&topics, needed_retention)));
     };
+    metrics::gauge!(EVENT_TOPIC_PARTITIONS).set(event.partitions as f64);
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
     let state_topic = settings.state_topic.as_str();
     match &topics.state {
@@ -310,6 +316,31 @@ pub enum Need {
         /// The event topic's shortest usable retention.
         retention: Duration,
     },
+}
+
+/// Looks at the topics every [`WATCH_EVERY`] for as long as they are
+/// usable for `need`; returns once a look finds them unusable (the caller
+/// waits for them again, not ready meanwhile) or at `shutdown`. A look
+/// that cannot be taken (the broker unreachable, which the broker's own
+/// probe reports) finds nothing. Each look takes a client of its own, with
+/// no metadata kept from the look before.
+pub async fn watch_while_usable(
+    settings: &FleetSettings,
+    need: Need,
+    shutdown: &CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+        let Ok(admin) = admin(settings) else { continue };
+        if let Ok(found) = check(&admin, settings, need).await {
+            if !found.is_empty() {
+                return;
+            }
+        }
+    }
 }
 
 /// What is still wrong with the topics for `need`, having prepared them
