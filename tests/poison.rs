@@ -385,3 +385,27 @@ fn a_value_that_does_not_parse_exits_1_and_names_the_variable_it_came_from() {
         "a flag that does not exist is a usage error: {stderr}"
     );
 }
+
+/// A control model or a model of the expected split that no event could
+/// name (longer than max_label_bytes, or starting with `__`) is refused at
+/// start: the comparisons or the sample ratio check would wait for it
+/// forever.
+#[test]
+fn models_that_no_event_could_name_are_refused_as_control_or_split() {
+    let long = "m".repeat(300);
+    let split_long = format!("{long}=0.5,b=0.5");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--control-model", &long], "control_model"),
+        (
+            &["--control-model", "abcd", "--max-label-bytes", "3"],
+            "control_model",
+        ),
+        (&["--expected-split", &split_long], "expected_split"),
+        (&["--expected-split", "__x=0.5,b=0.5"], "expected_split"),
+    ];
+    for (args, setting) in cases {
+        let (code, stderr) = exit_of(&mut serve_command(args));
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(setting), "{args:?}: {stderr}");
+    }
+}

@@ -326,8 +326,32 @@ fn segment_labels(args: &EngineArgs, file: &FileSettings) -> Result<Vec<String>,
     Ok(labels)
 }
 
+/// Checks that events could name `model`, the value of `setting`: no
+/// longer than `max_label_bytes`, and not starting with the prefix of
+/// rankwatch's own groups. A comparison or a check that waits for a model
+/// no event can name would wait forever.
+fn nameable(setting: &'static str, model: &str, max_label_bytes: usize) -> Result<(), ConfigError> {
+    if model.starts_with(crate::event::RESERVED_PREFIX) {
+        return Err(invalid(
+            setting,
+            format!("{model:?} starts with {RESERVED}, which only rankwatch's own groups do (such as the overflow group)", RESERVED = crate::event::RESERVED_PREFIX),
+        ));
+    }
+    if model.len() > max_label_bytes {
+        return Err(invalid(
+            setting,
+            format!("the model name of {} bytes is longer than max_label_bytes = {max_label_bytes}, so no event could name it", model.len()),
+        ));
+    }
+    Ok(())
+}
+
 /// The control model, if any: flags and environment over the file; a blank name is an error.
-fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String>, ConfigError> {
+fn control_model(
+    args: &EngineArgs,
+    file: &FileSettings,
+    max_label_bytes: usize,
+) -> Result<Option<String>, ConfigError> {
     let Some(name) = args
         .control_model
         .clone()
@@ -341,12 +365,7 @@ fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String
             "the control model's name is empty",
         ));
     }
-    if name.starts_with(crate::event::RESERVED_PREFIX) {
-        return Err(invalid(
-            "control_model",
-            format!("{name:?} starts with {RESERVED}, which only rankwatch's own groups do (such as the overflow group)", RESERVED = crate::event::RESERVED_PREFIX),
-        ));
-    }
+    nameable("control_model", &name, max_label_bytes)?;
     Ok(Some(name))
 }
 
@@ -356,6 +375,7 @@ fn control_model(args: &EngineArgs, file: &FileSettings) -> Result<Option<String
 fn expected_split(
     args: &EngineArgs,
     file: &FileSettings,
+    max_label_bytes: usize,
 ) -> Result<Vec<(String, f64)>, ConfigError> {
     let Some(split) = args.expected_split.clone().or_else(|| {
         file.expected_split
@@ -372,6 +392,9 @@ fn expected_split(
             "expected_split",
             "name two or more distinct models, each once, e.g. control=0.5,candidate=0.5",
         ));
+    }
+    for model in &models {
+        nameable("expected_split", model, max_label_bytes)?;
     }
     if let Some((model, share)) = split.iter().find(|(_, s)| !(s.is_finite() && *s > 0.0)) {
         return Err(invalid(
@@ -449,6 +472,7 @@ impl EngineSettings {
                 )
             };
         }
+        let max_label_bytes = limit!(max_label_bytes, MAX_LABEL_BYTES)?;
         Ok(Self {
             attribution_window: positive(
                 "attribution_window",
@@ -495,7 +519,7 @@ impl EngineSettings {
             )?,
             number_items: resolved(args.number_items, file.number_items, defaults::NUMBER_ITEMS),
             max_items: limit!(max_items, MAX_ITEMS)?,
-            max_label_bytes: limit!(max_label_bytes, MAX_LABEL_BYTES)?,
+            max_label_bytes,
             max_groups: limit!(max_groups, MAX_GROUPS)?,
             segments: SegmentSettings {
                 labels: segment_labels(args, file)?,
@@ -503,8 +527,8 @@ impl EngineSettings {
             },
             max_open_impressions: limit!(max_open_impressions, MAX_OPEN_IMPRESSIONS)?,
             max_waiting_interactions: limit!(max_waiting_interactions, MAX_WAITING_INTERACTIONS)?,
-            control_model: control_model(args, file)?,
-            expected_split: expected_split(args, file)?,
+            control_model: control_model(args, file, max_label_bytes)?,
+            expected_split: expected_split(args, file, max_label_bytes)?,
             max_interleaved_rankers: max_interleaved_rankers(args, file)?,
         })
     }
