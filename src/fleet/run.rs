@@ -38,10 +38,7 @@ pub fn describe() {
         "rankwatch_kafka_partitions",
         "Partitions of the event topic this instance evaluates now."
     );
-    metrics::describe_gauge!(
-        topics::EVENT_TOPIC_PARTITIONS,
-        "Partitions the event topic has, as this consuming instance last looked (0 before): more than the instances of a fleet own leaves events unevaluated."
-    );
+    topics::describe_gauges();
     metrics::describe_counter!(
         "rankwatch_kafka_partitions_assigned_total",
         "Partitions taken over from the state topic's snapshots."

@@ -244,6 +244,14 @@ async fn describe(
     }))
 }
 
+/// Describes the gauge of the event topic's partitions.
+pub fn describe_gauges() {
+    metrics::describe_gauge!(
+        EVENT_TOPIC_PARTITIONS,
+        "Partitions the event topic has, as this consuming instance last looked (0 before): more than the instances of a fleet own leaves events unevaluated."
+    );
+}
+
 /// Makes the state topic what it must be where it can: creates it,
 /// compacted, with the event topic's partition count if it is missing, and
 /// adds partitions to one that has too few. Returns the topics as they are
