@@ -120,13 +120,14 @@ struct JsonImpression<'a> {
 }
 
 /// `"interleaving": {"rankers": ["a", "b"], "teams": [0, 1]}`; a team index
-/// may be a number or a string of one, as proto3 JSON allows for `uint32`.
+/// may be a number or a string of one, as proto3 JSON allows for `uint32`,
+/// and `null` leaves a list empty, as it leaves any field not set.
 #[derive(Default, Deserialize)]
 struct JsonInterleaving<'a> {
     #[serde(borrow, default)]
-    rankers: Vec<Text<'a>>,
+    rankers: Option<Vec<Text<'a>>>,
     #[serde(borrow, default)]
-    teams: Vec<Number<'a>>,
+    teams: Option<Vec<Number<'a>>>,
 }
 
 impl<'a> JsonInterleaving<'a> {
@@ -141,8 +142,8 @@ impl<'a> JsonInterleaving<'a> {
             }
         };
         RawInterleaving {
-            rankers: self.rankers.iter().map(|r| r.0.clone()).collect(),
-            teams: self.teams.iter().map(index).collect(),
+            rankers: self.rankers.iter().flatten().map(|r| r.0.clone()).collect(),
+            teams: self.teams.iter().flatten().map(index).collect(),
         }
     }
 }
@@ -433,6 +434,36 @@ mod tests {
         // null stays "not set", as the mapping reads it.
         let unset = r#"{"impression":null,"interaction":{"userId":"u","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#;
         assert!(matches!(parse_line(unset, &v), Ok(Event::Interaction(_))));
+    }
+
+    #[test]
+    fn null_rankers_and_teams_are_not_set_as_any_other_null_field() {
+        let v = validator();
+        let with = |interleaving: &str| {
+            format!(
+                r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z","interleaving":{interleaving}}}}}"#
+            )
+        };
+        let empty = with("{}");
+        let unset = parse_line(&empty, &v);
+        assert_eq!(
+            unset.as_ref().unwrap_err().reason,
+            Reason::InvalidInterleaving
+        );
+        for nulls in [
+            r#"{"rankers":null,"teams":null}"#,
+            r#"{"rankers":null}"#,
+            r#"{"teams":null}"#,
+        ] {
+            let line = with(nulls);
+            assert_eq!(parse_line(&line, &v), unset, "{nulls}");
+        }
+        let (set, with_null) = (
+            with(r#"{"rankers":["x","y"],"teams":[0,1]}"#),
+            with(r#"{"rankers":["x","y"],"teams":[0,1],"x":null}"#),
+        );
+        assert!(parse_line(&set, &v).is_ok());
+        assert_eq!(parse_line(&set, &v), parse_line(&with_null, &v));
     }
 
     /// Whether the fast reader takes `line`.
