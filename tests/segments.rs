@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::server::{event_from_json, parse_metrics, saving_to, Server};
+use common::server::{event_from_json, parse_metrics, saving_to, split_labels, Server};
 use common::{replay, replay_json};
 use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
@@ -517,13 +517,7 @@ fn no_label_of_rankwatchs_own_series_can_be_a_segment_label() {
     let names: std::collections::BTreeSet<String> = parse_metrics(&text)
         .keys()
         .filter_map(|key| key.split_once('{'))
-        .flat_map(|(_, labels)| {
-            labels
-                .trim_end_matches('}')
-                .split("\",")
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|(_, labels)| split_labels(labels.trim_end_matches('}')))
         .filter_map(|label| label.split_once('=').map(|(name, _)| name.to_owned()))
         .filter(|name| name != "country")
         .collect();

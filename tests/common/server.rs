@@ -280,7 +280,9 @@ pub fn parse_metrics(text: &str) -> std::collections::BTreeMap<String, f64> {
     series
 }
 
-fn split_labels(labels: &str) -> Vec<&str> {
+/// The `name="value"` pairs of a label set written as in the text format
+/// (without its braces), split at the commas outside the values.
+pub fn split_labels(labels: &str) -> Vec<&str> {
     let mut parts = Vec::new();
     let (mut start, mut quoted, mut escaped) = (0, false, false);
     for (i, c) in labels.char_indices() {
