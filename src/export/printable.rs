@@ -3,11 +3,13 @@
 
 use std::borrow::Cow;
 
-/// `name` with its control characters (ESC, CR, LF, BEL, ...) and the
-/// characters that turn text direction escaped as `\u{..}`, so that a
-/// name can neither break a table's rows nor drive the terminal, and its
-/// backslashes doubled, so that a name which spells `\u{1b}` is told
-/// apart from one that holds ESC.
+/// `name` with its control characters (ESC, CR, LF, BEL, ...), line and
+/// paragraph separators, and the characters a terminal shows as nothing
+/// (zero-width spaces and joiners, the byte order mark, those that turn
+/// text direction, ...) escaped as `\u{..}`, so that a name can neither
+/// break a table's rows, nor drive the terminal, nor pass for another;
+/// and its backslashes doubled, so that a name which spells `\u{1b}` is
+/// told apart from one that holds ESC.
 pub fn printable(name: &str) -> Cow<'_, str> {
     if !name.chars().any(|c| c == '\\' || acts_on_terminal(c)) {
         return Cow::Borrowed(name);
@@ -25,10 +27,32 @@ pub fn printable(name: &str) -> Cow<'_, str> {
     Cow::Owned(shown)
 }
 
-/// Whether a terminal does something with `c` besides showing it.
+/// Whether a terminal does something with `c` besides showing it, or
+/// shows it as nothing: a control character, a line or paragraph
+/// separator, or one of Unicode's default ignorable code points
+/// (DerivedCoreProperties.txt, Unicode 16).
 fn acts_on_terminal(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{061c}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fff8}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
 }
 
 #[cfg(test)]
@@ -49,5 +73,20 @@ mod tests {
         assert_eq!(printable(r"m\u{1b}"), r"m\\u{1b}");
         assert_eq!(printable("m\u{1b}"), r"m\u{1b}");
         assert_eq!(printable(r"C:\models"), r"C:\\models");
+    }
+
+    #[test]
+    fn a_name_that_looks_like_another_or_breaks_a_line_shows_what_is_hidden() {
+        // Zero-width and other invisible characters: "mod\u{200b}el" must
+        // not print as "model", a group of its own looking like another.
+        assert_eq!(printable("mod\u{200b}el"), r"mod\u{200b}el");
+        assert_eq!(printable("\u{feff}model"), r"\u{feff}model");
+        assert_eq!(printable("a\u{2060}b\u{ad}c\u{fe0f}"), r"a\u{2060}b\u{ad}c\u{fe0f}");
+        assert_eq!(printable("a\u{e0041}"), r"a\u{e0041}");
+        // Line and paragraph separators break a row in many terminals.
+        assert_eq!(printable("a\u{2028}b\u{2029}"), r"a\u{2028}b\u{2029}");
+        // A zero-width joiner, which emoji and some scripts need, is
+        // escaped too: a table shows every part of a name, hiding none.
+        assert_eq!(printable("a\u{200d}b"), r"a\u{200d}b");
     }
 }

@@ -7,7 +7,7 @@ screen needs no sideways scrolling, and that the console logged no error and
 no script threw. Then, against `rankwatch serve` given one list of each model,
 that the page calls no comparison settled from so few lists; and that
 models named as a JavaScript object's own properties ("constructor") chart
-like any other. Screenshots are kept in target/artifacts/ (status.png for a
+like any other, and a name hiding a zero-width space is shown escaped. Screenshots are kept in target/artifacts/ (status.png for a
 laptop, status-phone.png for a phone).
 
 Usage: python tests/browser/status_page.py --binary target/release/rankwatch
@@ -309,13 +309,15 @@ def check_few_lists(binary: str, page: DevTools) -> None:
 def check_names_objects_have(binary: str, page: DevTools) -> None:
     """Models and a surface named as every JavaScript object's own
     properties chart like any other: a model called "constructor" had
-    stopped the page from drawing anything, for every viewer."""
+    stopped the page from drawing anything, for every viewer. A model
+    whose name hides a zero-width space is shown with it escaped, not as
+    the model it passes for."""
     server, addresses = start(binary, "serve", "--attribution-window", "1s", "--allowed-lateness", "0s")
-    models = ("constructor", "toString")
+    models = ("constructor", "toString", "model", "mod\u200bel")
     try:
         shown = time.time()
         with rankwatch.Collector(addresses["grpc_addr"]) as collector:
-            for user, model in zip(("u1", "u2"), models):
+            for user, model in zip(("u1", "u2", "u3", "u4"), models):
                 collector.impression(user_id=user, items=["x", "y"], model=model, surface="hasOwnProperty",
                                      request_id=user, time=shown)
                 collector.interaction(user_id=user, item_id="x", type="click", request_id=user, time=shown)
@@ -326,9 +328,13 @@ def check_names_objects_have(binary: str, page: DevTools) -> None:
             state = page.evaluate("document.getElementById('state').textContent")
             return f"within 30 s the page charted {cards} ({state!r})"
 
-        wanted = [("hasOwnProperty", list(models))]
+        wanted = [("hasOwnProperty", sorted(models))]
         wait_for(lambda: charts(page), lambda cards: [(c["surface"], sorted(c["lines"])) for c in cards] == wanted,
                  30, 0.5, charted)
+        names = page.evaluate("JSON.stringify([...document.querySelectorAll('li.series .model')]"
+                              ".map(s => s.textContent))")
+        if sorted(json.loads(names)) != sorted(["constructor", "toString", "model", "mod\\u{200b}el"]):
+            raise Failure(f"the legend names the models {names}")
     finally:
         server.terminate()
         server.wait(timeout=30)

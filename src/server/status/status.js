@@ -24,12 +24,25 @@ const $ = (id) => document.getElementById(id);
 // any other, not a property every object inherits.
 const byName = () => Object.create(null);
 
+// The characters a page shows as nothing or that break a line: controls,
+// line and paragraph separators, and Unicode's default ignorable code points
+// (zero-width spaces and joiners, the byte order mark, direction marks, ...);
+// and the backslash that starts an escape.
+const HIDDEN = /[\\\p{Cc}\u2028\u2029\p{Default_Ignorable_Code_Point}]/gu;
+
+// `text` with what it hides written as \u{..} and a backslash doubled, as
+// the tables of `rankwatch replay` and `query` print names:
+// "mod\u200bel" must not pass for "model".
+function shown(text) {
+  return String(text).replace(HIDDEN, (c) => (c === "\\" ? "\\\\" : "\\u{" + c.codePointAt(0).toString(16) + "}"));
+}
+
 function element(tag, attributes, text) {
   const node = tag.startsWith("svg:")
     ? document.createElementNS(SVG, tag.slice(4))
     : document.createElement(tag);
   for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, value);
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = shown(text);
   return node;
 }
 
