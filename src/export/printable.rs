@@ -81,7 +81,10 @@ mod tests {
         // not print as "model", a group of its own looking like another.
         assert_eq!(printable("mod\u{200b}el"), r"mod\u{200b}el");
         assert_eq!(printable("\u{feff}model"), r"\u{feff}model");
-        assert_eq!(printable("a\u{2060}b\u{ad}c\u{fe0f}"), r"a\u{2060}b\u{ad}c\u{fe0f}");
+        assert_eq!(
+            printable("a\u{2060}b\u{ad}c\u{fe0f}"),
+            r"a\u{2060}b\u{ad}c\u{fe0f}"
+        );
         assert_eq!(printable("a\u{e0041}"), r"a\u{e0041}");
         // Line and paragraph separators break a row in many terminals.
         assert_eq!(printable("a\u{2028}b\u{2029}"), r"a\u{2028}b\u{2029}");

@@ -369,7 +369,7 @@ impl Rebalancer {
             self.start_one(id, feed, start, manifest);
             return Some(Offset::Stored);
         };
-        let next_offset = manifest.next_offset.max(low);
+        let next_offset = first_offset_held(id, manifest.next_offset, low);
         let claim = Manifest {
             handed_over: false,
             next_offset,
@@ -822,6 +822,30 @@ fn warn_if_joined_otherwise(partition: i32, saved: Option<&JoinRules>, running: 
     }
 }
 
+/// Counter of the event topic's records the broker deleted before any
+/// instance read them.
+pub const RECORDS_EXPIRED_UNREAD: &str = "rankwatch_kafka_records_expired_unread_total";
+
+/// Where partition `partition` is read from: `next_offset`, where its
+/// snapshot (or the group) left off, unless the broker no longer holds it
+/// (`low`, its first offset, is past it: the topic's retention deleted
+/// records that no instance had read); then from `low`, the records
+/// between counted as lost and logged.
+fn first_offset_held(partition: i32, next_offset: i64, low: i64) -> i64 {
+    if next_offset < low {
+        let lost = low - next_offset;
+        metrics::counter!(RECORDS_EXPIRED_UNREAD).increment(u64::try_from(lost).unwrap_or(0));
+        tracing::error!(
+            partition,
+            from_offset = next_offset,
+            to_offset = low,
+            lost,
+            "RECORDS LOST: the broker deleted records of the event topic that no instance had read (the fleet was behind by more than the topic's retention.ms or retention.bytes); their lists and interactions are not counted"
+        );
+    }
+    next_offset.max(low)
+}
+
 fn restore_failed(partition: i32, why: &str) {
     metrics::counter!("rankwatch_kafka_restore_failures_total").increment(1);
     tracing::error!(
@@ -946,4 +970,37 @@ fn leave(consumer: &BaseConsumer<Rebalancer>, fleet: &Fleet) {
         consumer.context().checkpoint(consumer, &ids, true);
     }
     tracing::info!("partitions handed over");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{first_offset_held, RECORDS_EXPIRED_UNREAD};
+
+    /// The value of the lost records' counter in `rendered` metrics text.
+    fn expired(rendered: &str) -> f64 {
+        rendered
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(RECORDS_EXPIRED_UNREAD)?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
+    #[test]
+    fn records_deleted_before_they_were_read_are_counted_as_lost() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            // Where the snapshot left off is still held: read from there.
+            assert_eq!(first_offset_held(3, 120, 100), 120);
+            assert_eq!(first_offset_held(3, 100, 100), 100);
+            assert_eq!(expired(&handle.render()), 0.0);
+            // Records 120 to 149 were deleted unread: read from 150, and say so.
+            assert_eq!(first_offset_held(3, 120, 150), 150);
+            assert_eq!(expired(&handle.render()), 30.0);
+        });
+    }
 }

@@ -94,6 +94,10 @@ pub fn describe() {
         "Partitions whose snapshot could not be read on assignment (started empty)."
     );
     metrics::describe_counter!(
+        super::consume::RECORDS_EXPIRED_UNREAD,
+        "Records of the event topic the broker deleted before any instance read them (the fleet was behind by more than the topic's retention): their lists and interactions are not counted."
+    );
+    metrics::describe_counter!(
         "rankwatch_kafka_produced_events_total",
         "Relay: events the broker acknowledged."
     );
@@ -121,6 +125,7 @@ fn start_at_zero() {
         "rankwatch_kafka_partition_mismatches_total",
         "rankwatch_kafka_snapshot_failures_total",
         "rankwatch_kafka_restore_failures_total",
+        super::consume::RECORDS_EXPIRED_UNREAD,
         "rankwatch_kafka_produced_events_total",
         "rankwatch_kafka_produce_failures_total",
     ] {
