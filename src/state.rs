@@ -418,12 +418,18 @@ impl StateFile {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(io_error(source)),
         };
-        let bytes = read_state(&self.path, length).map_err(io_error)?;
-        if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        // The header first: a file that does not fit it is not read on.
+        let mut file = File::open(&self.path).map_err(io_error)?;
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        (&mut file)
+            .take(HEADER_LEN as u64)
+            .read_to_end(&mut header)
+            .map_err(io_error)?;
+        if header.len() < HEADER_LEN || &header[..8] != MAGIC {
             return Err(corrupt("not a rankwatch state file"));
         }
         let word = |range: std::ops::Range<usize>| {
-            bytes[range]
+            header[range]
                 .iter()
                 .rev()
                 .fold(0u64, |acc, b| acc << 8 | u64::from(*b))
@@ -437,12 +443,19 @@ impl StateFile {
                 ),
             });
         }
-        let payload = &bytes[HEADER_LEN..];
-        if word(12..20) != payload.len() as u64 {
+        let payload_len = word(12..20);
+        if Some(length) != payload_len.checked_add(HEADER_LEN as u64) {
             return Err(corrupt(
                 "not as long as its header says (truncated, or written to since)",
             ));
         }
+        let payload = read_payload(file, payload_len).map_err(io_error)?;
+        if payload.len() as u64 != payload_len {
+            return Err(corrupt(
+                "not as long as its header says (truncated, or written to since)",
+            ));
+        }
+        let payload = &payload[..];
         if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
             return Err(corrupt("checksum mismatch"));
         }
@@ -498,26 +511,13 @@ impl StateFile {
     }
 }
 
-/// The bytes of the state file at `path`, `length` bytes long when it was
-/// looked at: its header alone when that is not a state file's (a large
-/// file named by mistake is not read through), else no more than `length`
-/// bytes and one, so that a file that grew is found to differ from its header.
-fn read_state(path: &Path, length: u64) -> io::Result<Vec<u8>> {
-    let mut file = File::open(path)?;
-    let mut bytes = Vec::new();
-    (&mut file)
-        .take(HEADER_LEN as u64)
-        .read_to_end(&mut bytes)?;
-    if bytes.starts_with(MAGIC) {
-        bytes.reserve(
-            usize::try_from(length)
-                .unwrap_or(0)
-                .saturating_sub(HEADER_LEN),
-        );
-        file.take((length + 1).saturating_sub(HEADER_LEN as u64))
-            .read_to_end(&mut bytes)?;
-    }
-    Ok(bytes)
+/// The `len` bytes of payload after the header `file` was read to, and
+/// one more if the file grew since its length was taken (a file written to
+/// since is then found to differ from its header).
+fn read_payload(file: File, len: u64) -> io::Result<Vec<u8>> {
+    let mut payload = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len.saturating_add(1)).read_to_end(&mut payload)?;
+    Ok(payload)
 }
 
 #[cfg(test)]

@@ -211,6 +211,35 @@ async fn a_state_file_that_is_not_a_regular_file_is_set_aside_unread() {
     assert_eq!(server.get("/readyz").0, 200, "the server runs, empty");
 }
 
+/// A state file whose header does not fit the file (a payload length
+/// other than the file's, or a format version this build does not read) is
+/// set aside once its header is read, the rest unread: a sparse file of
+/// 1 GiB behind a well-formed header had been read whole first, memory
+/// growing by the file's length before the server answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_whose_header_does_not_fit_is_set_aside_unread() {
+    for (version, said) in [
+        (9u32, "not as long as its header says"),
+        (0, "format version 0"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut header = b"RNKWATCH".to_vec();
+        header.extend(version.to_le_bytes());
+        header.extend(10u64.to_le_bytes()); // the payload's length
+        header.extend(0u64.to_le_bytes()); // its checksum
+        let path = dir.path().join("rankwatch.state");
+        std::fs::write(&path, header).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(1 << 30).unwrap();
+        let server = Server::start(&["--state-dir", dir.path().to_str().unwrap()]);
+        let metrics = parse_metrics(&server.get("/metrics").1);
+        assert_eq!(metrics["rankwatch_state_restore_failures_total"], 1.0);
+        server.logged(said);
+        let peak = common::memory_kib(server.child.id(), "VmHWM");
+        assert!(peak < 256 * 1024, "version {version}: peak {peak} KiB");
+    }
+}
+
 /// With a save every millisecond, a periodic save is as good as always
 /// under way when SIGTERM comes: the final save still succeeds (exit 0),
 /// and the restarted server reports exactly what the stopped one did.
