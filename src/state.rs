@@ -52,6 +52,15 @@ pub enum StateError {
         /// What is wrong.
         reason: String,
     },
+    /// The state directory's lock file was removed while this server ran,
+    /// and another server holds the directory now.
+    #[error("lost the state directory: its lock file {path} was removed while this server ran, and it cannot be taken again: {reason}; not saving, which would overwrite the other server's figures")]
+    LockLost {
+        /// The lock file.
+        path: PathBuf,
+        /// Why it cannot be taken again.
+        reason: String,
+    },
     /// The file was written by another format version or under other metric settings.
     #[error("state file {path} is incompatible: {reason}")]
     Incompatible {
@@ -255,6 +264,55 @@ fn ensure_dir(dir: &Path) -> Result<(), UnusableDir> {
     }
 }
 
+/// Takes `dir` (created if missing) for this process alone by locking its
+/// lock file, which is left holding this process's pid.
+fn take_lock(dir: &Path) -> Result<File, UnusableDir> {
+    let unusable = |problem| UnusableDir::new(dir, problem);
+    ensure_dir(dir)?;
+    let path = dir.join(LOCK_NAME);
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|error| unusable(format!("cannot hold its lock file ({error}): fix its permissions, or point state_dir at a writable directory")))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let holder = fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            let holder = if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {holder})")
+            };
+            return Err(unusable(format!(
+                "is in use by another rankwatch server{holder}: two servers saving to one state directory overwrite each other's figures; give each its own state_dir, or stop the other first (a Deployment whose state_dir is a persistent volume: use strategy Recreate)"
+            )));
+        }
+        Err(fs::TryLockError::Error(error)) => {
+            return Err(unusable(format!(
+                "cannot be locked ({error}): point state_dir at a local directory"
+            )))
+        }
+    }
+    // The pid is for the message above; the lock alone decides.
+    let _ = file
+        .set_len(0)
+        .and_then(|()| write!(file, "{}", std::process::id()));
+    Ok(file)
+}
+
+/// Whether `path` names the open file `file` (the same device and inode).
+fn is_same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+        _ => false,
+    }
+}
+
 /// The state file of one state directory.
 #[derive(Clone, Debug)]
 pub struct StateFile {
@@ -263,8 +321,9 @@ pub struct StateFile {
     /// The running join rules.
     join_rules: JoinRules,
     /// The directory's lock, once [`Self::lock`] took it: released as the
-    /// last clone is dropped (or the process ends).
-    lock: Option<std::sync::Arc<File>>,
+    /// last clone is dropped (or the process ends); taken again by a save
+    /// that finds its file gone ([`Self::hold_lock`]).
+    lock: Option<std::sync::Arc<std::sync::Mutex<File>>>,
 }
 
 impl StateFile {
@@ -289,43 +348,38 @@ impl StateFile {
     /// the other's figures. Creates the directory if missing; call before
     /// [`Self::prepare`], which may remove a temporary file.
     pub fn lock(mut self) -> Result<Self, UnusableDir> {
-        let dir = self.dir();
-        let unusable = |problem| UnusableDir::new(dir, problem);
-        ensure_dir(dir)?;
-        let path = dir.join(LOCK_NAME);
-        let mut file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|error| unusable(format!("cannot hold its lock file ({error}): fix its permissions, or point state_dir at a writable directory")))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                let holder = fs::read_to_string(&path).unwrap_or_default();
-                let holder = holder.trim();
-                let holder = if holder.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (pid {holder})")
-                };
-                return Err(unusable(format!(
-                    "is in use by another rankwatch server{holder}: two servers saving to one state directory overwrite each other's figures; give each its own state_dir, or stop the other first (a Deployment whose state_dir is a persistent volume: use strategy Recreate)"
-                )));
-            }
-            Err(fs::TryLockError::Error(error)) => {
-                return Err(unusable(format!(
-                    "cannot be locked ({error}): point state_dir at a local directory"
-                )))
-            }
-        }
-        // The pid is for the message above; the lock alone decides.
-        let _ = file
-            .set_len(0)
-            .and_then(|()| write!(file, "{}", std::process::id()));
-        self.lock = Some(std::sync::Arc::new(file));
+        let file = take_lock(self.dir())?;
+        self.lock = Some(std::sync::Arc::new(std::sync::Mutex::new(file)));
         Ok(self)
+    }
+
+    /// Checks, before a save, that the directory is still this server's:
+    /// that its lock file is the one this server locked. A lock file
+    /// removed (the directory deleted by a cleanup, say) would let another
+    /// server take the directory and the two overwrite each other's
+    /// figures: the lock is taken again, with a warning, or, when another
+    /// server holds it by now, the save fails saying so.
+    fn hold_lock(&self) -> Result<(), StateError> {
+        let Some(lock) = &self.lock else {
+            return Ok(());
+        };
+        let mut held = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let path = self.dir().join(LOCK_NAME);
+        if is_same_file(&held, &path) {
+            return Ok(());
+        }
+        let file = take_lock(self.dir()).map_err(|unusable| StateError::LockLost {
+            path: path.clone(),
+            reason: unusable.to_string(),
+        })?;
+        tracing::warn!(
+            path = %path.display(),
+            "the state directory's lock file was removed or replaced while this server ran; took the directory again"
+        );
+        *held = file;
+        Ok(())
     }
 
     /// Where the state lives.
@@ -377,7 +431,9 @@ impl StateFile {
         bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
         bytes.extend_from_slice(&payload);
-        if let Some(dir) = self.path.parent() {
+        if self.lock.is_some() {
+            self.hold_lock()?;
+        } else if let Some(dir) = self.path.parent() {
             fs::create_dir_all(dir).map_err(io_error)?;
         }
         let temporary = self.temporary();

@@ -164,6 +164,12 @@ async fn a_corrupt_state_file_is_set_aside_and_counted() {
     let server = Server::start(&["--state-dir", dir.path().to_str().unwrap()]);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_state_restore_failures_total"], 1.0);
+    // The saves' series are there from the start, for rate() and alerts.
+    assert_eq!(metrics.get("rankwatch_state_saves_total"), Some(&0.0));
+    assert_eq!(
+        metrics.get("rankwatch_state_save_failures_total"),
+        Some(&0.0)
+    );
     let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -355,6 +361,60 @@ async fn a_second_server_on_the_same_state_dir_is_refused() {
     let second = Server::start(&args);
     assert_eq!(second.get("/healthz").0, 200);
     assert_eq!(second.stop().await, Some(0));
+}
+
+/// Waits up to 20 s for `path` to exist.
+fn wait_for_file(path: &std::path::Path) {
+    for _ in 0..200 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{} did not appear within 20 s", path.display());
+}
+
+/// A state directory deleted while its server runs (a cleanup that removed
+/// it, lock file and all) is taken again, locked, at the next save, so that
+/// a second server pointed at it is refused; when a second server took it
+/// first, the first stops saving and says why, rather than each overwrite
+/// the other's figures. The directory had been recreated without a lock,
+/// and two servers saved to one file in turns, without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_deleted_while_its_server_runs_is_taken_again_or_left_to_its_new_holder()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    let args = [&saving_to(&state_dir)[..], &["--snapshot-interval", "1s"]].concat();
+    let state = state_dir.join("rankwatch.state");
+    let first = Server::start(&args);
+    send(&first, &log_lines()).await;
+    wait_for_file(&state);
+
+    std::fs::remove_dir_all(&state_dir).unwrap();
+    wait_for_file(&state);
+    let (code, log) = common::server::exit_of(&mut common::server::serve_command(&args));
+    assert!(code.is_some_and(|c| c != 0), "{log}");
+    assert!(log.contains("in use by another rankwatch server"), "{log}");
+    first.logged(
+        "lock file was removed or replaced while this server ran; took the directory again",
+    );
+
+    std::fs::remove_dir_all(&state_dir).unwrap();
+    let second = Server::start(&args);
+    first.logged("lost the state directory");
+    let failures = |server: &Server| {
+        parse_metrics(&server.get("/metrics").1)["rankwatch_state_save_failures_total"]
+    };
+    assert!(failures(&first) >= 1.0);
+    // The first cannot save at shutdown either; the state left is the
+    // second's, which was given no list.
+    assert_eq!(first.stop().await, Some(1));
+    assert_eq!(second.stop().await, Some(0));
+    let third = Server::start(&args);
+    let restored = parse_metrics(&third.get("/metrics").1);
+    assert_eq!(restored["rankwatch_open_impressions"], 0.0);
+    assert_eq!(restored["rankwatch_events_accepted_total"], 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

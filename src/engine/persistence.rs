@@ -48,6 +48,9 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     let fresh = || Engine::new(engine.join(windows), engine.evaluator());
     metrics::counter!(STATE_RESTORE_FAILURES_TOTAL).absolute(0);
     let Some(file) = file else { return fresh() };
+    // Saves are counted from the start, so that rate() and alerts see them.
+    metrics::counter!(STATE_SAVES_TOTAL).absolute(0);
+    metrics::counter!(STATE_SAVE_FAILURES_TOTAL).absolute(0);
     match file.load() {
         Ok(Some(loaded)) => {
             let limits = engine.join(windows);
@@ -210,7 +213,10 @@ async fn keep_saved(
     let mut every = Every::after_one(interval, shutdown);
     while every.tick().await {
         if let Err(error) = save(&engine, &file).await {
-            tracing::warn!(error = format!("{error:#}"), "periodic state save failed");
+            tracing::error!(
+                error = format!("{error:#}"),
+                "periodic state save failed: a restart would restore the last state saved, or none"
+            );
         }
     }
     drained.cancelled().await;
