@@ -106,22 +106,37 @@ impl<R: Read> Read for Counted<R> {
 
 /// A log file whose end is checked: one that shrank while it was read (a
 /// rotation that copies and truncates it in place) fails there, instead of
-/// ending as if the log were whole.
-struct Unshrunk(File);
+/// ending as if the log were whole, whether it was cut before or past
+/// where reading had come to.
+struct Unshrunk {
+    file: File,
+    /// The file's length when it was opened, or later when it grew.
+    longest: u64,
+}
+
+impl Unshrunk {
+    fn open(path: &Path) -> io::Result<Self> {
+        let file = File::open(path)?;
+        let longest = file.metadata()?.len();
+        Ok(Self { file, longest })
+    }
+}
 
 impl Read for Unshrunk {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.0.read(buf)?;
+        let n = self.file.read(buf)?;
         if n == 0 && !buf.is_empty() {
-            let (len, offset) = (self.0.metadata()?.len(), self.0.stream_position()?);
-            if len < offset {
+            let (len, offset) = (self.file.metadata()?.len(), self.file.stream_position()?);
+            if len < self.longest.max(offset) {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!(
-                        "the file shrank to {len} bytes while it was read, past its byte {offset} (truncated in place, by a log rotation perhaps)"
+                        "the file shrank from {} to {len} bytes while it was read, up to its byte {offset} (truncated in place, by a log rotation perhaps)",
+                        self.longest.max(offset)
                     ),
                 ));
             }
+            self.longest = len;
         }
         Ok(n)
     }
@@ -520,7 +535,7 @@ fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
-        Box::new(Unshrunk(File::open(path)?))
+        Box::new(Unshrunk::open(path)?)
     };
     let named_gzip = path.extension().is_some_and(|extension| extension == "gz");
     text(Counted { inner: raw, read }, named_gzip)

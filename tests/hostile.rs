@@ -1247,79 +1247,91 @@ async fn messages_begun_and_never_finished_hold_no_more_than_their_budget() {
     );
 }
 
+/// A log truncated in place while replay reads it (a rotation by copy and
+/// truncate) ends the replay with exit code 3, saying so, whether it is cut
+/// before or past where replay has read to: cut past it, replay had read
+/// on to the new end and taken it for the log's (exit 0).
 #[test]
 fn replay_of_a_log_truncated_while_read_reports_the_lines_before_and_exits_3() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rotated.jsonl");
-    let mut log = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let items: Vec<String> = (0..20).map(|i| format!("\"item-{i}\"")).collect();
     let items = items.join(",");
-    for i in 0..300_000 {
-        writeln!(
-            log,
-            r#"{{"impression":{{"requestId":"r{i}","userId":"u{}","itemIds":[{items}],{T}}}}}"#,
-            i % 5000
-        )
-        .unwrap();
-    }
-    drop(log);
-    let size = std::fs::metadata(&path).unwrap().len();
-    let replay = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-        .args(["replay", "--threads", "1", "--format", "json"])
-        .arg(&path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = replay.id().to_string();
-    // Once replay has begun reading the log, it is paused, the log is
-    // truncated in place (as a rotation by copy and truncate does), and
-    // replay goes on.
-    let position = || -> Option<u64> {
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
-        let fd = fds
-            .flatten()
-            .find(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))?;
-        let info =
-            std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_str()?))
-                .ok()?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("pos:")?.trim().parse().ok())
+    let write_log = || {
+        let mut log = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        for i in 0..300_000 {
+            writeln!(
+                log,
+                r#"{{"impression":{{"requestId":"r{i}","userId":"u{}","itemIds":[{items}],{T}}}}}"#,
+                i % 5000
+            )
+            .unwrap();
+        }
     };
-    let signal = |name: &str| {
-        let sent = std::process::Command::new("kill")
-            .args([name, &pid])
-            .status();
-        assert!(sent.unwrap().success());
-    };
-    let mut waited = 0;
-    while position().is_none_or(|read| read == 0) {
-        assert!(waited < 10_000, "replay never began reading");
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        waited += 1;
+    // Cut to nothing, and halfway between where replay has read and the end.
+    let cuts: [fn(u64, u64) -> u64; 2] = [|_, _| 0, |read, size| read + (size - read) / 2];
+    for cut in cuts {
+        write_log();
+        let size = std::fs::metadata(&path).unwrap().len();
+        let replay = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+            .args(["replay", "--threads", "1", "--format", "json"])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = replay.id().to_string();
+        // Once replay has begun reading the log, it is paused, the log is
+        // truncated in place, and replay goes on.
+        let position = || -> Option<u64> {
+            let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+            let fd = fds
+                .flatten()
+                .find(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))?;
+            let info =
+                std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_str()?))
+                    .ok()?;
+            info.lines()
+                .find_map(|line| line.strip_prefix("pos:")?.trim().parse().ok())
+        };
+        let signal = |name: &str| {
+            let sent = std::process::Command::new("kill")
+                .args([name, &pid])
+                .status();
+            assert!(sent.unwrap().success());
+        };
+        let mut waited = 0;
+        while position().is_none_or(|read| read == 0) {
+            assert!(waited < 10_000, "replay never began reading");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            waited += 1;
+        }
+        signal("-STOP");
+        let read = position().unwrap();
+        assert!(
+            read < size,
+            "replay read all {size} bytes before it was paused"
+        );
+        let cut_to = cut(read, size);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut_to)
+            .unwrap();
+        signal("-CONT");
+        let output = replay.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(3), "cut to {cut_to}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "shrank from {size} to {cut_to} bytes while it was read"
+            )),
+            "{stderr}"
+        );
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let impressions = report["counters"]["impressions"].as_u64().unwrap();
+        assert!(impressions > 0 && impressions < 300_000, "{impressions}");
     }
-    signal("-STOP");
-    let read = position().unwrap();
-    assert!(
-        read < size,
-        "replay read all {size} bytes before it was paused"
-    );
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
-    signal("-CONT");
-    let output = replay.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(3), "{stderr}");
-    assert!(
-        stderr.contains("shrank to 0 bytes while it was read"),
-        "{stderr}"
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let impressions = report["counters"]["impressions"].as_u64().unwrap();
-    assert!(impressions > 0 && impressions < 300_000, "{impressions}");
 }
