@@ -128,6 +128,29 @@ def test_drops_of_a_full_queue_are_logged(server: Server, caplog: pytest.LogCapt
         os.kill(server.process.pid, signal.SIGCONT)
 
 
+def test_a_server_that_stops_acknowledging_is_warned_of_and_then_delivered_to(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that takes the stream and then answers nothing (stopped, or
+    behind a network that drops packets) had been waited for in silence,
+    every event counted as sent, until TCP gave up some 15 minutes later."""
+    with Collector(server.grpc_addr, stall_after=1.0) as client:
+        client.impression(user_id="u0", items=["a"])
+        assert client.flush(timeout=10)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            with caplog.at_level(logging.WARNING, logger="rankwatch"):
+                for i in range(1, 6):
+                    client.impression(user_id=f"u{i}", items=["a"])
+                assert not client.flush(timeout=2.5)
+            stalled = [r.getMessage() for r in caplog.records if "acknowledged nothing" in r.getMessage()]
+            assert stalled and "5 event(s) wait" in stalled[0], caplog.text
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert client.flush(timeout=10)
+    assert client.stats().accepted == 6, client.stats()
+
+
 def test_the_queue_is_bounded_in_bytes_too(server: Server) -> None:
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
@@ -262,6 +285,28 @@ def test_items_without_a_rank_order_or_of_the_wrong_kind_raise_naming_them() -> 
     for seconds, nanos in ((0, -5), (0, 2_000_000_000), (10**12, 0)):
         with pytest.raises(ValueError, match="not a valid time"):
             events.interaction(user_id="u", item_id="a", time=Timestamp(seconds=seconds, nanos=nanos))
+
+
+def test_times_out_of_a_timestamps_range_raise_value_error_whatever_their_kind() -> None:
+    """Times past the years 1 to 9999 raise the documented ValueError,
+    not OverflowError, as a float, a Fraction or a datetime: a caller that
+    catches ValueError would have crashed."""
+    import datetime
+    import fractions
+
+    early = datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))
+    for time in (1e300, -1e300, fractions.Fraction(10**400), early, 10**30):
+        with pytest.raises(ValueError, match="time"):
+            events.interaction(user_id="u", item_id="a", time=time)
+
+
+def test_settings_that_are_not_finite_numbers_raise_at_construction() -> None:
+    """A NaN linger had been taken: the sender thread spun a whole core and
+    sent nothing until close."""
+    for setting in ("linger", "retry_backoff", "max_retry_backoff", "log_interval"):
+        for value in (float("nan"), float("inf"), -1.0):
+            with pytest.raises(ValueError, match=setting):
+                Collector("127.0.0.1:1", **{setting: value})
 
 
 def test_rfc_3339_spellings_with_a_lowercase_t_z_or_a_space_are_read() -> None:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import math
+import numbers
 import os
 import threading
 import time
@@ -71,6 +73,10 @@ class _Unacked:
     """The stream it was last given to (streams are numbered from 1; 0: none yet)."""
     suspect: bool = False
     """In the window when a stream was refused; suspects are sent one at a time."""
+    sent_at: float = 0.0
+    """When it was last given to a stream (`time.monotonic()`)."""
+    stall_told: bool = False
+    """Whether a warning said that its ack is late."""
 
 
 @dataclasses.dataclass
@@ -108,6 +114,7 @@ class Collector(EventSink):
         max_retry_backoff: float = 5.0,
         channel_options: Sequence[Tuple[str, object]] = (),
         log_interval: float = DEFAULT_INTERVAL_S,
+        stall_after: float = 10.0,
     ) -> None:
         """A client of the server at `target` (`host:port`), TLS when `credentials` are given.
 
@@ -121,10 +128,22 @@ class Collector(EventSink):
         A broken stream is opened again after `retry_backoff` seconds, doubling
         up to `max_retry_backoff` while it keeps failing. Warnings of one
         subject (a rejection reason, the connection) are logged at most once
-        per `log_interval` seconds.
+        per `log_interval` seconds. A warning says when the server has
+        acknowledged nothing for `stall_after` seconds while batches wait (a
+        stopped server, or a network that drops packets); they stay queued.
         """
         if max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be at least 1")
+        for name, seconds in (
+            ("linger", linger),
+            ("retry_backoff", retry_backoff),
+            ("max_retry_backoff", max_retry_backoff),
+            ("log_interval", log_interval),
+            ("stall_after", stall_after),
+        ):
+            # NaN passes every comparison: a NaN linger had kept the sender spinning.
+            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 <= seconds < math.inf:
+                raise ValueError(f"{name} is {seconds!r}; give a finite number of seconds, 0 or more")
         options = list(CHANNEL_OPTIONS) + list(channel_options)
         if credentials is None:
             channel = grpc.insecure_channel(target, options=options)
@@ -139,6 +158,7 @@ class Collector(EventSink):
             max_inflight_batches,
             (retry_backoff, max_retry_backoff),
             Throttle(log_interval),
+            stall_after,
         )
         # Dropped without close: the streamer, which its threads hold, sends
         # what it holds and closes on its own. It reaches the callback through
@@ -208,11 +228,12 @@ class _Streamer(CallbackGuard):
         max_inflight: int,
         backoff: Tuple[float, float],
         throttle: Throttle,
+        stall_after: float,
     ) -> None:
         """Starts sending what `buffer` is given over `channel` to `target`,
         with `max_inflight` batches waiting for their ack at most, a broken
         stream opened again after the first of `backoff`, doubling up to the
-        second."""
+        second, and a warning once an ack is `stall_after` seconds late."""
         self._buffer = buffer
         self._channel = channel
         self._target = target
@@ -220,6 +241,7 @@ class _Streamer(CallbackGuard):
         self._max_inflight = max_inflight
         self._first_backoff, self._max_backoff = backoff
         self._throttle = throttle
+        self._stall_after = stall_after
 
         self._state = threading.Condition()
         self._window: Deque[_Unacked] = collections.deque()
@@ -374,6 +396,7 @@ class _Streamer(CallbackGuard):
     def _run(self) -> None:
         """Cuts batches and sends them, over a new stream whenever the last one broke."""
         while True:
+            self._warn_if_stalled()
             with self._state:
                 if self._stopping:
                     return
@@ -384,6 +407,26 @@ class _Streamer(CallbackGuard):
             events = self._buffer.take(timeout=IDLE_WAKEUP_S)
             if events:
                 self._dispatch(events)
+
+    def _warn_if_stalled(self) -> None:
+        """Warns, once per batch, when the oldest batch given to the stream
+        has waited `stall_after` seconds for its ack."""
+        with self._state:
+            oldest = self._window[0] if self._window else None
+            if oldest is None or not oldest.generation or oldest.stall_told:
+                return
+            waited = time.monotonic() - oldest.sent_at
+            if waited < self._stall_after:
+                return
+            oldest.stall_told = True
+            waiting = sum(len(unacked.batch.events) for unacked in self._window)
+            batches = len(self._window)
+        self._throttle.warn(
+            logger, "stalls",
+            "rankwatch: the server at %s has acknowledged nothing for %.1f s; %d event(s) wait in %d batch(es) "
+            "(a stopped or overloaded server, or a network that drops packets); they stay queued",
+            self._target, waited, waiting, batches,
+        )
 
     def _pause(self) -> float:
         """How long to wait for a stream or for room in the window."""
@@ -441,6 +484,7 @@ class _Streamer(CallbackGuard):
             else:
                 self._sent += len(unacked.batch.events)
             unacked.generation = self._generation
+            unacked.sent_at = time.monotonic()
             self._stream.send(unacked.batch)
 
     def _suspects(self) -> bool:

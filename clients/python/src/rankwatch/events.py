@@ -44,6 +44,20 @@ def new_id() -> str:
 
 
 def set_time(target: Timestamp, time: EventTime) -> None:
+    """Writes `time` (now when `None`) into the Timestamp `target`; a time
+    outside the years 1 to 9999 raises `ValueError`."""
+    try:
+        _write_time(target, time)
+    except OverflowError:
+        raise _outside(time) from None
+
+
+def _outside(time: object) -> ValueError:
+    """The error of a time outside what a protobuf `Timestamp` holds."""
+    return ValueError(f"event time {time!r} is outside the years 1 to 9999 that an event's Timestamp holds")
+
+
+def _write_time(target: Timestamp, time: EventTime) -> None:
     """Writes `time` (now when `None`) into the Timestamp `target`."""
     if time is None:
         target.FromNanoseconds(clock.time_ns())
@@ -64,8 +78,12 @@ def set_time(target: Timestamp, time: EventTime) -> None:
                              "nanos from 0 to 999999999, between the years 1 and 9999")
         target.CopyFrom(time)
     elif isinstance(time, numbers.Integral) and not isinstance(time, bool):
+        if not _FIRST_SECOND <= int(time) <= _LAST_SECOND:
+            raise _outside(time)
         target.FromNanoseconds(int(time) * 1_000_000_000)
     elif isinstance(time, numbers.Real) and not isinstance(time, bool) and math.isfinite(time):
+        if not _FIRST_SECOND <= float(time) < _LAST_SECOND + 1:
+            raise _outside(time)
         target.FromNanoseconds(round(float(time) * 1_000_000_000))
     else:
         raise ValueError(f"event time {time!r} is neither an aware datetime nor finite seconds since 1970")
