@@ -97,6 +97,21 @@ fn a_server_that_cannot_be_reached_is_told_without_repeats() {
     assert!(stderr.contains("Connection refused"), "{stderr}");
 }
 
+/// The address may be given as a URL, as `loadgen --target` takes it; a
+/// timeout of zero, which no answer can meet, is refused as a bad setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_may_be_a_url_and_a_zero_timeout_is_refused() {
+    let server = Server::start(&[]);
+    let url = format!("http://{}", server.grpc);
+    let output = query(&["--grpc-addr", &url, "--format", "json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let output = query(&["--grpc-addr", &server.grpc.to_string(), "--timeout", "0s"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--timeout"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfigured_window_is_refused_with_the_configured_ones() {
     let server = Server::start(&[]);

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// `rankwatch loadgen`: synthetic traffic against a running server.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LoadgenArgs {
-    /// gRPC address of the server.
+    /// gRPC address of the server: a URL, or HOST:PORT (read as http://HOST:PORT).
     #[arg(
         long,
         env = "RANKWATCH_LOADGEN_TARGET",

@@ -81,7 +81,11 @@ pub async fn run_until(
     if args.kafka_brokers.is_some() {
         anyhow::bail!("--kafka-brokers: {}", crate::fleet::settings::NO_KAFKA);
     }
-    let endpoint = Endpoint::from_shared(args.target.clone())
+    let url = match args.target.contains("://") {
+        true => args.target.clone(),
+        false => format!("http://{}", args.target),
+    };
+    let endpoint = Endpoint::from_shared(url)
         .map_err(|source| LoadError::Target {
             target: args.target.clone(),
             source,

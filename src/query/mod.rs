@@ -22,7 +22,7 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 /// Where to ask, what for, and how to trust the answer.
 #[derive(clap::Args, Clone, Debug)]
 pub struct QueryArgs {
-    /// The server's gRPC address, as HOST:PORT.
+    /// The server's gRPC address, as HOST:PORT (or a URL, http://HOST:PORT).
     #[arg(long, env = "RANKWATCH_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: String,
     /// A configured rolling window such as 5m [default: since start].
@@ -44,8 +44,8 @@ pub struct QueryArgs {
     /// The name the server's certificate must carry [default: the host of --grpc-addr].
     #[arg(long, env = "RANKWATCH_TLS_SERVER_NAME", requires = "tls_ca_cert")]
     pub tls_server_name: Option<String>,
-    /// How long to wait for the server to answer.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    /// How long to wait for the server to answer (more than 0).
+    #[arg(long, default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
 }
 
@@ -167,7 +167,17 @@ async fn fetch_report(args: &QueryArgs) -> Result<Report, QueryError> {
     Ok(Report::try_from(report)?)
 }
 
+/// A timeout: a duration of more than 0, which an answer could meet.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout.is_zero() {
+        return Err("no answer comes in 0s; give a timeout of more than 0, e.g. 10s".to_owned());
+    }
+    Ok(timeout)
+}
+
 /// The endpoint of `args`: `https` with the TLS settings when a CA is given.
+/// An address given as a URL keeps its scheme.
 fn endpoint(args: &QueryArgs) -> Result<Endpoint, QueryError> {
     let address = || QueryError::Address(args.grpc_addr.clone());
     let scheme = if args.tls_ca_cert.is_some() {
@@ -175,7 +185,11 @@ fn endpoint(args: &QueryArgs) -> Result<Endpoint, QueryError> {
     } else {
         "http"
     };
-    let endpoint = Endpoint::from_shared(format!("{scheme}://{}", args.grpc_addr))
+    let url = match args.grpc_addr.contains("://") {
+        true => args.grpc_addr.clone(),
+        false => format!("{scheme}://{}", args.grpc_addr),
+    };
+    let endpoint = Endpoint::from_shared(url)
         .map_err(|_| address())?
         .connect_timeout(args.timeout)
         .timeout(args.timeout);
