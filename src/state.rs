@@ -475,6 +475,47 @@ impl StateFile {
             Err(source) => return Err(io_error(source)),
         };
         // The header first: a file that does not fit it is not read on.
+        let (version, payload) = self.read_checked(length)?;
+        let payload = &payload[..];
+        let undecodable = |e: postcard::Error| corrupt(&format!("undecodable: {e}"));
+        let ((fingerprint, mut state), rest) =
+            postcard::take_from_bytes::<(String, EngineState)>(payload).map_err(undecodable)?;
+        // None from a build before join rules were saved; rules this build
+        // cannot read leave the state as usable as before they were saved.
+        let join_rules = postcard::from_bytes::<JoinRules>(rest).ok();
+        state.coverage_passed_on = version == COVERAGE_PASSED_ON;
+        if fingerprint != self.fingerprint {
+            return Err(StateError::Incompatible {
+                path: self.path.clone(),
+                reason: format!(
+                    "saved under other settings ({}); to keep its figures, restart with the settings it was saved under and put the file back as {FILE_NAME}",
+                    settings_changed(&fingerprint, &self.fingerprint)
+                ),
+            });
+        }
+        if let Some(inconsistency) = state.inconsistency() {
+            return Err(corrupt(&format!("inconsistent: {inconsistency}")));
+        }
+        let join_rules_changed = join_rules.and_then(|saved| self.join_rules.changed_since(&saved));
+        Ok(Some(Loaded {
+            state,
+            join_rules_changed,
+        }))
+    }
+
+    /// The format version and the payload of the state file, `length`
+    /// bytes long: its header is read and checked first (magic, a version
+    /// this build reads, the payload's length against the file's), and the
+    /// payload only then, checked against its checksum.
+    fn read_checked(&self, length: u64) -> Result<(u32, Vec<u8>), StateError> {
+        let corrupt = |reason: &str| StateError::Corrupt {
+            path: self.path.clone(),
+            reason: reason.to_owned(),
+        };
+        let io_error = |source| StateError::Io {
+            path: self.path.clone(),
+            source,
+        };
         let mut file = File::open(&self.path).map_err(io_error)?;
         let mut header = Vec::with_capacity(HEADER_LEN);
         (&mut file)
@@ -500,45 +541,18 @@ impl StateFile {
             });
         }
         let payload_len = word(12..20);
+        let short = "not as long as its header says (truncated, or written to since)";
         if Some(length) != payload_len.checked_add(HEADER_LEN as u64) {
-            return Err(corrupt(
-                "not as long as its header says (truncated, or written to since)",
-            ));
+            return Err(corrupt(short));
         }
         let payload = read_payload(file, payload_len).map_err(io_error)?;
         if payload.len() as u64 != payload_len {
-            return Err(corrupt(
-                "not as long as its header says (truncated, or written to since)",
-            ));
+            return Err(corrupt(short));
         }
-        let payload = &payload[..];
-        if word(20..28) != xxhash_rust::xxh3::xxh3_64(payload) {
+        if word(20..28) != xxhash_rust::xxh3::xxh3_64(&payload) {
             return Err(corrupt("checksum mismatch"));
         }
-        let undecodable = |e: postcard::Error| corrupt(&format!("undecodable: {e}"));
-        let ((fingerprint, mut state), rest) =
-            postcard::take_from_bytes::<(String, EngineState)>(payload).map_err(undecodable)?;
-        // None from a build before join rules were saved; rules this build
-        // cannot read leave the state as usable as before they were saved.
-        let join_rules = postcard::from_bytes::<JoinRules>(rest).ok();
-        state.coverage_passed_on = version == COVERAGE_PASSED_ON;
-        if fingerprint != self.fingerprint {
-            return Err(StateError::Incompatible {
-                path: self.path.clone(),
-                reason: format!(
-                    "saved under other settings ({}); to keep its figures, restart with the settings it was saved under and put the file back as {FILE_NAME}",
-                    settings_changed(&fingerprint, &self.fingerprint)
-                ),
-            });
-        }
-        if let Some(inconsistency) = state.inconsistency() {
-            return Err(corrupt(&format!("inconsistent: {inconsistency}")));
-        }
-        let join_rules_changed = join_rules.and_then(|saved| self.join_rules.changed_since(&saved));
-        Ok(Some(Loaded {
-            state,
-            join_rules_changed,
-        }))
+        Ok((version, payload))
     }
 
     /// Moves an unusable file aside (keeping it for a person to inspect)

@@ -826,6 +826,14 @@ fn warn_if_joined_otherwise(partition: i32, saved: Option<&JoinRules>, running: 
 /// instance read them.
 pub const RECORDS_EXPIRED_UNREAD: &str = "rankwatch_kafka_records_expired_unread_total";
 
+/// Describes the counters of taking partitions that this module alone counts.
+pub fn describe_counters() {
+    metrics::describe_counter!(
+        RECORDS_EXPIRED_UNREAD,
+        "Records of the event topic the broker deleted before any instance read them (the fleet was behind by more than the topic's retention): their lists and interactions are not counted."
+    );
+}
+
 /// Where partition `partition` is read from: `next_offset`, where its
 /// snapshot (or the group) left off, unless the broker no longer holds it
 /// (`low`, its first offset, is past it: the topic's retention deleted

@@ -93,10 +93,7 @@ pub fn describe() {
         "rankwatch_kafka_restore_failures_total",
         "Partitions whose snapshot could not be read on assignment (started empty)."
     );
-    metrics::describe_counter!(
-        super::consume::RECORDS_EXPIRED_UNREAD,
-        "Records of the event topic the broker deleted before any instance read them (the fleet was behind by more than the topic's retention): their lists and interactions are not counted."
-    );
+    super::consume::describe_counters();
     metrics::describe_counter!(
         "rankwatch_kafka_produced_events_total",
         "Relay: events the broker acknowledged."
