@@ -418,10 +418,7 @@ impl StateFile {
 
     /// Writes `state` atomically; returns the bytes written.
     pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
-        let io_error = |source| StateError::Io {
-            path: self.path.clone(),
-            source,
-        };
+        let io_error = |source| self.io_error(source);
         // The join rules last: a build before them reads the rest as it did.
         let payload = postcard::to_stdvec(&(&self.fingerprint, state, &self.join_rules))
             .map_err(|e| io_error(io::Error::other(e.to_string())))?;
@@ -456,16 +453,26 @@ impl StateFile {
         Ok(bytes.len() as u64)
     }
 
-    /// Reads the saved state; `None` when there is none.
-    pub fn load(&self) -> Result<Option<Loaded>, StateError> {
-        let corrupt = |reason: &str| StateError::Corrupt {
+    /// This file is damaged, as `reason` says.
+    fn corrupt(&self, reason: &str) -> StateError {
+        StateError::Corrupt {
             path: self.path.clone(),
             reason: reason.to_owned(),
-        };
-        let io_error = |source| StateError::Io {
+        }
+    }
+
+    /// Reading or writing this file failed.
+    fn io_error(&self, source: io::Error) -> StateError {
+        StateError::Io {
             path: self.path.clone(),
             source,
-        };
+        }
+    }
+
+    /// Reads the saved state; `None` when there is none.
+    pub fn load(&self) -> Result<Option<Loaded>, StateError> {
+        let corrupt = |reason: &str| self.corrupt(reason);
+        let io_error = |source| self.io_error(source);
         // A named pipe would wait for a writer, a device such as /dev/zero
         // never end: neither is opened.
         let length = match fs::metadata(&self.path) {
@@ -508,14 +515,8 @@ impl StateFile {
     /// this build reads, the payload's length against the file's), and the
     /// payload only then, checked against its checksum.
     fn read_checked(&self, length: u64) -> Result<(u32, Vec<u8>), StateError> {
-        let corrupt = |reason: &str| StateError::Corrupt {
-            path: self.path.clone(),
-            reason: reason.to_owned(),
-        };
-        let io_error = |source| StateError::Io {
-            path: self.path.clone(),
-            source,
-        };
+        let corrupt = |reason: &str| self.corrupt(reason);
+        let io_error = |source| self.io_error(source);
         let mut file = File::open(&self.path).map_err(io_error)?;
         let mut header = Vec::with_capacity(HEADER_LEN);
         (&mut file)
