@@ -55,7 +55,7 @@
 //! | | [`sequential`] | anytime-valid confidence sequences and their simulation |
 //! | | [`split_check`] | the anytime-valid sample ratio check and its simulation |
 //! | | [`sensitivity`] | interleaving against A/B by simulation: lists until the sequence excludes 0 |
-//! | shared | [`codec`], [`clock`] | the raw gRPC codec; the wall clock and the ticker of periodic tasks |
+//! | shared | [`codec`], [`clock`], [`address`] | the raw gRPC codec; the wall clock and the ticker of periodic tasks; the gRPC address a command is given |
 //! | | [`pem`], [`files`] | the TLS settings' PEM files, checked; files the settings name, read within a bound |
 //!
 //! Pure logic ([`event`], [`join`], [`metrics`], [`window`], [`export`])
@@ -67,6 +67,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod address;
 pub mod clock;
 pub mod codec;
 pub mod config;

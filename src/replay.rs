@@ -127,12 +127,12 @@ impl Read for Unshrunk {
         let n = self.file.read(buf)?;
         if n == 0 && !buf.is_empty() {
             let (len, offset) = (self.file.metadata()?.len(), self.file.stream_position()?);
-            if len < self.longest.max(offset) {
+            let was = self.longest.max(offset);
+            if len < was {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!(
-                        "the file shrank from {} to {len} bytes while it was read, up to its byte {offset} (truncated in place, by a log rotation perhaps)",
-                        self.longest.max(offset)
+                        "the file shrank from {was} to {len} bytes while it was read, up to its byte {offset} (truncated in place, by a log rotation perhaps)"
                     ),
                 ));
             }

@@ -81,11 +81,7 @@ pub async fn run_until(
     if args.kafka_brokers.is_some() {
         anyhow::bail!("--kafka-brokers: {}", crate::fleet::settings::NO_KAFKA);
     }
-    let url = match args.target.contains("://") {
-        true => args.target.clone(),
-        false => format!("http://{}", args.target),
-    };
-    let endpoint = Endpoint::from_shared(url)
+    let endpoint = Endpoint::from_shared(crate::address::url(&args.target, "http"))
         .map_err(|source| LoadError::Target {
             target: args.target.clone(),
             source,

@@ -185,11 +185,7 @@ fn endpoint(args: &QueryArgs) -> Result<Endpoint, QueryError> {
     } else {
         "http"
     };
-    let url = match args.grpc_addr.contains("://") {
-        true => args.grpc_addr.clone(),
-        false => format!("{scheme}://{}", args.grpc_addr),
-    };
-    let endpoint = Endpoint::from_shared(url)
+    let endpoint = Endpoint::from_shared(crate::address::url(&args.grpc_addr, scheme))
         .map_err(|_| address())?
         .connect_timeout(args.timeout)
         .timeout(args.timeout);
