@@ -413,6 +413,102 @@ async fn lists_left_out_of_their_experiments_are_counted_in_the_report() {
     assert_eq!(queried["interleaving"], replayed["interleaving"]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_past_max_groups_counts_in_its_own_surfaces_experiment() {
+    // Three groups fill max_groups; the interleaved lists that follow go to
+    // the overflow group, but their experiment is still that of their
+    // surface and segment value (the third country folds into __other__).
+    let mut lines: Vec<String> = ["p1", "p2", "p3"]
+        .iter()
+        .map(|model| {
+            json!({"impression": {
+                "requestId": model, "userId": model, "itemIds": ["i0"],
+                "time": time(0), "model": model, "surface": "home",
+                "labels": {"country": "de"},
+            }})
+            .to_string()
+        })
+        .collect();
+    for (list, country) in ["de", "de", "fr", "it"].iter().enumerate() {
+        let (request, user) = (format!("r{list}"), format!("u{list}"));
+        lines.push(
+            json!({"impression": {
+                "requestId": request, "userId": user, "itemIds": ["i0", "i1"],
+                "time": time(1 + list as u64), "model": "mixed", "surface": "home",
+                "labels": {"country": country},
+                "interleaving": {"rankers": ["a", "b"], "teams": [0, 1]},
+            }})
+            .to_string(),
+        );
+        lines.push(
+            json!({"interaction": {
+                "userId": user, "requestId": request, "itemId": "i0",
+                "type": "click", "time": time(1 + list as u64),
+            }})
+            .to_string(),
+        );
+    }
+    lines.push(
+        json!({"interaction": {"userId": "closing", "itemId": "i0", "type": "click", "time": time(9999)}})
+            .to_string(),
+    );
+    let settings = [
+        "--max-groups",
+        "3",
+        "--segment-labels",
+        "country",
+        "--max-segment-values",
+        "2",
+    ];
+    let (_dir, path) = write_log(&lines);
+    let replayed = replay_json(
+        &[&["--format", "json", &path], &settings[..]].concat(),
+        None,
+    );
+    let rows: Vec<(&str, &str, u64, u64)> = replayed["interleaving"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["surface"].as_str().unwrap(),
+                r["segments"]["country"].as_str().unwrap(),
+                r["lists"].as_u64().unwrap(),
+                r["wins_a"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("home", "__other__", 1, 1),
+            ("home", "de", 2, 2),
+            ("home", "fr", 1, 1)
+        ],
+        "{replayed}"
+    );
+    let overflow = &replayed["groups"][0];
+    assert_eq!(
+        (&overflow["model"], &overflow["lists"]),
+        (&json!("__overflow__"), &json!(4)),
+        "{replayed}"
+    );
+    let server = Server::exact(&settings);
+    server.stream_lines(&lines).await;
+    let queried = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args([
+            "query",
+            "--format",
+            "json",
+            "--grpc-addr",
+            &server.grpc.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let queried: Value = serde_json::from_slice(&queried.stdout).unwrap();
+    assert_eq!(queried["interleaving"], replayed["interleaving"]);
+}
+
 #[test]
 fn the_table_shows_each_experiment() {
     let (lines, shown, _) = log(11);

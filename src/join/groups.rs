@@ -218,6 +218,29 @@ impl Groups {
         id
     }
 
+    /// The name the impression placed last would have, `model` on
+    /// `surface` with its segment values folded, had it had a group of its
+    /// own: what an interleaved list in the overflow group is registered
+    /// under, so that its experiment is its surface's whatever the groups.
+    pub fn last_placed_name(&self, model: &str, surface: &str) -> GroupName {
+        let segments = self
+            .segments
+            .iter()
+            .zip(&self.scratch)
+            .map(|(registry, &value)| {
+                (
+                    registry.label.clone(),
+                    registry.names[value as usize].clone(),
+                )
+            })
+            .collect();
+        GroupName {
+            model: model.to_owned(),
+            surface: surface.to_owned(),
+            segments,
+        }
+    }
+
     /// The id of the group called `name`, registered as it is (its values
     /// do not fold) if there is room: how figures from elsewhere are added.
     pub fn id_of_name(&mut self, name: &GroupName) -> GroupId {

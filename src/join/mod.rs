@@ -662,15 +662,29 @@ impl Engine {
         );
         let lineup = match &impression.interleaving {
             None => NOT_INTERLEAVED,
-            Some(interleaving) => self
-                .experiments
-                .lineup(
-                    &self.groups.names()[group as usize],
-                    &interleaving.rankers,
-                    self.settings.max_groups,
-                    &self.settings.windows,
-                )
-                .unwrap_or(NOT_INTERLEAVED),
+            Some(interleaving) => {
+                let name = &self.groups.names()[group as usize];
+                // An experiment is its surface's and segment values', not
+                // the overflow group's (whose names are `__overflow__`).
+                let own;
+                let name = match name.is_overflow() {
+                    true => {
+                        own = self
+                            .groups
+                            .last_placed_name(&impression.model, &impression.surface);
+                        &own
+                    }
+                    false => name,
+                };
+                self.experiments
+                    .lineup(
+                        name,
+                        &interleaving.rankers,
+                        self.settings.max_groups,
+                        &self.settings.windows,
+                    )
+                    .unwrap_or(NOT_INTERLEAVED)
+            }
         };
         Placement { group, lineup }
     }
