@@ -390,14 +390,17 @@ impl Pass {
 
     fn write(&self, k: usize, relevant_total: f64, row: &mut [f64]) {
         let ratio = |num: f64, den: f64| if den > 0.0 { num / den } else { 0.0 };
+        // A list's gain over its ideal order's is at most 1; the two sums add
+        // the same gains in other orders, which may round the ratio past it.
+        let normalized = |num: f64, den: f64| ratio(num, den).min(1.0);
         row[Metric::HitRate as usize] = if self.hits > 0.0 { 1.0 } else { 0.0 };
         row[Metric::Mrr as usize] = self.first_hit_rank.map_or(0.0, |rank| 1.0 / rank as f64);
         row[Metric::Precision as usize] = self.hits / k as f64;
         row[Metric::Recall as usize] = ratio(self.hits, relevant_total);
         row[Metric::Map as usize] = ratio(self.precision_sum, relevant_total);
-        row[Metric::Ndcg as usize] = ratio(self.dcg, self.ideal_dcg);
+        row[Metric::Ndcg as usize] = normalized(self.dcg, self.ideal_dcg);
         row[Metric::Dcg as usize] = self.dcg;
-        row[Metric::HalfLifeUtility as usize] = ratio(self.half_life, self.ideal_half_life);
+        row[Metric::HalfLifeUtility as usize] = normalized(self.half_life, self.ideal_half_life);
         row[Metric::PairwiseAccuracy as usize] = ratio(
             self.concordant_pairs,
             self.concordant_pairs + self.discordant_pairs,
@@ -434,6 +437,21 @@ mod tests {
         // The cut at K = 1 keeps the first term only.
         let (values, _) = row(MetricSettings::default(), 1, &[3.0, 0.0, 2.0]);
         assert!(close(values[Metric::Err as usize], 0.875));
+    }
+
+    #[test]
+    fn normalized_metrics_of_an_ideal_order_are_one_however_sums_round() {
+        // Discounts of 1 at every rank make any order ideal; DCG and ideal
+        // DCG then add the same gains in other orders, and 0.1 + 0.2 + 0.7
+        // rounds above 0.7 + 0.2 + 0.1.
+        let settings = MetricSettings {
+            discount: Discount::Jarvelin { base: 3.0 },
+            half_life: 1e300,
+            ..MetricSettings::default()
+        };
+        let (values, _) = row(settings, 3, &[0.1, 0.2, 0.7]);
+        assert_eq!(values[Metric::Ndcg as usize], 1.0);
+        assert_eq!(values[Metric::HalfLifeUtility as usize], 1.0);
     }
 
     #[test]
