@@ -509,6 +509,76 @@ async fn a_list_past_max_groups_counts_in_its_own_surfaces_experiment() {
     assert_eq!(queried["interleaving"], replayed["interleaving"]);
 }
 
+/// The report of `server`, as `rankwatch query --format json` prints it.
+fn queried(server: &Server) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["query", "--format", "json", "--grpc-addr"])
+        .arg(server.grpc.to_string())
+        .output()
+        .unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_experiment_is_retired_and_its_slot_taken_by_a_new_one() {
+    // Room for one experiment. The first pair's list is finalized, its group
+    // and experiment go idle and are retired; the next pair then registers.
+    let server = Server::exact(&["--max-groups", "1", "--group-idle-timeout", "1s"]);
+    let list = |request: &str, rankers: [&str; 2], second: u64| {
+        vec![
+            json!({"impression": {
+                "requestId": request, "userId": request, "itemIds": ["i0", "i1"],
+                "time": time(second), "model": "mixed", "surface": "home",
+                "interleaving": {"rankers": rankers, "teams": [0, 1]},
+            }})
+            .to_string(),
+            json!({"interaction": {
+                "userId": request, "requestId": request, "itemId": "i0",
+                "type": "click", "time": time(second),
+            }})
+            .to_string(),
+            json!({"interaction": {"userId": "closing", "itemId": "i0", "type": "click", "time": time(second + 1000)}})
+                .to_string(),
+        ]
+    };
+    let experiments = |report: &Value| -> Vec<(String, String, u64)> {
+        report["interleaving"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let name = |field: &str| r[field].as_str().unwrap().to_owned();
+                (name("a"), name("b"), r["lists"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    server.stream_lines(&list("r1", ["a", "b"], 0)).await;
+    assert_eq!(
+        experiments(&queried(&server)),
+        [("a".into(), "b".into(), 1)]
+    );
+    let mut polls = 0;
+    while common::server::parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"]
+        < 1.0
+    {
+        polls += 1;
+        assert!(polls < 200, "no group retired within 20 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    server.stream_lines(&list("r2", ["c", "d"], 2000)).await;
+    let report = queried(&server);
+    assert_eq!(
+        experiments(&report),
+        [("c".into(), "d".into(), 1)],
+        "{report}"
+    );
+    assert_eq!(
+        report["counters"].get("unregistered_interleaved_lists"),
+        None,
+        "none left out"
+    );
+}
+
 #[test]
 fn the_table_shows_each_experiment() {
     let (lines, shown, _) = log(11);

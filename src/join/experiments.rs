@@ -5,7 +5,9 @@
 //! of each pair of its rankers, so that finalizing it looks up no name.
 //! Lineups and experiments are each bounded by `max_groups`; an interleaved
 //! list that would need more counts in its group only, and is counted
-//! (`unregistered`).
+//! (`unregistered`). A lineup that takes no list for the groups' idle
+//! timeout and that no open list names is retired with the groups, and so
+//! is an experiment no lineup names any more, freeing their slots.
 
 use super::groups::GroupName;
 use crate::event::Nanos;
@@ -18,6 +20,10 @@ use std::collections::HashMap;
 
 /// Index of a lineup in the registry.
 pub type LineupId = u32;
+
+/// When a lineup restored from saved state last took a list: unknown, so
+/// its idle time starts at the first check after the restart.
+const UNSEEN: Nanos = Nanos::MAX;
 
 /// What an experiment is called: its row of a report and the labels of its series.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -70,27 +76,36 @@ pub struct Experiments {
     ids: HashMap<ExperimentName, u32>,
     #[serde(skip)]
     lineup_ids: HashMap<String, LineupId>,
+    /// When each lineup last took a list (the engine's receipt clock), by
+    /// id. Not saved: a restart restarts every lineup's idle time.
+    #[serde(skip)]
+    last_seen: Vec<Nanos>,
     #[serde(skip)]
     scratch: String,
 }
 
 impl Experiments {
     /// The lineup of an interleaved list of `rankers` in `group`, registered
-    /// if new and if it and its experiments fit under `max`.
+    /// if new and if it and its experiments fit under `max`; seen `now`.
     pub fn lineup(
         &mut self,
         group: &GroupName,
         rankers: &[Cow<'_, str>],
         max: usize,
         windows: &[Nanos],
+        now: Nanos,
     ) -> Option<LineupId> {
         let mut key = std::mem::take(&mut self.scratch);
         lineup_key(&mut key, group, rankers);
         let found = self.lineup_ids.get(key.as_str()).copied();
         let id = found.or_else(|| self.register(&key, group, rankers, max, windows));
         self.scratch = key;
-        if id.is_none() {
-            self.unregistered += 1;
+        match id {
+            Some(id) => {
+                self.last_seen.resize(self.lineups.len(), UNSEEN);
+                self.last_seen[id as usize] = now;
+            }
+            None => self.unregistered += 1,
         }
         id
     }
@@ -242,8 +257,62 @@ impl Experiments {
         registry
     }
 
-    /// Rebuilds the lookups that are not saved, for a registry just restored.
+    /// Rebuilds the lookups that are not saved, for a registry just
+    /// restored; every lineup's idle time starts at the next check.
     pub fn restored(&mut self) {
+        self.last_seen = vec![UNSEEN; self.lineups.len()];
+        self.rebuild_lookups();
+    }
+
+    /// Removes the lineups that took no list after `before` and that no
+    /// open list names (`named`, by id), then the experiments that no
+    /// lineup left names, figures and all; the others keep their order.
+    /// Returns the new id of each old lineup (`None`: retired), or `None`
+    /// when none was retired. A lineup restored unseen counts as seen `now`.
+    pub fn retire_idle(
+        &mut self,
+        now: Nanos,
+        before: Nanos,
+        named: &[bool],
+    ) -> Option<Vec<Option<LineupId>>> {
+        self.last_seen.resize(self.lineups.len(), UNSEEN);
+        let retired: Vec<bool> = self
+            .last_seen
+            .iter_mut()
+            .enumerate()
+            .map(|(id, seen)| {
+                if *seen == UNSEEN {
+                    *seen = now;
+                }
+                *seen <= before && !named.get(id).copied().unwrap_or(false)
+            })
+            .collect();
+        if !retired.contains(&true) {
+            return None;
+        }
+        let new_lineups = renumbered(&retired);
+        keep_unmarked(&mut self.lineups, &retired);
+        keep_unmarked(&mut self.last_seen, &retired);
+        let mut unnamed = vec![true; self.names.len()];
+        for pair in self.lineups.iter().flat_map(|l| &l.pairs) {
+            if let Some(unnamed) = unnamed.get_mut(pair.experiment as usize) {
+                *unnamed = false;
+            }
+        }
+        let new_experiments = renumbered(&unnamed);
+        keep_unmarked(&mut self.names, &unnamed);
+        keep_unmarked(&mut self.aggregates, &unnamed);
+        for pair in self.lineups.iter_mut().flat_map(|l| &mut l.pairs) {
+            if let Some(Some(id)) = new_experiments.get(pair.experiment as usize) {
+                pair.experiment = *id;
+            }
+        }
+        self.rebuild_lookups();
+        Some(new_lineups)
+    }
+
+    /// Rebuilds the lookups by name and by key from the lists they index.
+    fn rebuild_lookups(&mut self) {
         self.ids = self.names.iter().cloned().zip(0..).collect();
         self.lineup_ids = self
             .lineups
@@ -270,6 +339,30 @@ impl Experiments {
                 })
             })
     }
+}
+
+/// The new index of each entry of a list once those marked in `removed`
+/// are removed (`None` for them).
+fn renumbered(removed: &[bool]) -> Vec<Option<u32>> {
+    let mut next = 0;
+    removed
+        .iter()
+        .map(|&gone| {
+            (!gone).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
+}
+
+/// Keeps the entries of `list` that `removed` does not mark, in order.
+fn keep_unmarked<T>(list: &mut Vec<T>, removed: &[bool]) {
+    let mut index = 0;
+    list.retain(|_| {
+        index += 1;
+        !removed.get(index - 1).copied().unwrap_or(false)
+    });
 }
 
 /// Writes the key of a lineup: each part behind its length, so that no
@@ -306,7 +399,7 @@ mod tests {
     fn a_lineup_credits_each_pair_oriented_by_name() {
         let mut experiments = Experiments::default();
         let id = experiments
-            .lineup(&group("home"), &rankers(&["c", "a", "b"]), 10, &[])
+            .lineup(&group("home"), &rankers(&["c", "a", "b"]), 10, &[], 0)
             .unwrap();
         let names: Vec<(String, String)> = experiments
             .names()
@@ -331,10 +424,10 @@ mod tests {
         );
         assert_eq!(totals(1), [0.0, 1.0, 0.0, 1.0], "b vs c");
         assert_eq!(totals(2), [0.0, 1.0, 0.0, 0.0], "a vs b: b wins");
-        let same = experiments.lineup(&group("home"), &rankers(&["c", "a", "b"]), 10, &[]);
+        let same = experiments.lineup(&group("home"), &rankers(&["c", "a", "b"]), 10, &[], 0);
         assert_eq!(same, Some(id));
         let reordered = experiments
-            .lineup(&group("home"), &rankers(&["a", "b", "c"]), 10, &[])
+            .lineup(&group("home"), &rankers(&["a", "b", "c"]), 10, &[], 0)
             .unwrap();
         assert_ne!(reordered, id, "another order is another lineup");
         assert_eq!(experiments.names().len(), 3, "of the same experiments");
@@ -344,16 +437,16 @@ mod tests {
     fn past_the_bound_a_lineup_is_not_registered_and_is_counted() {
         let mut experiments = Experiments::default();
         assert!(experiments
-            .lineup(&group("s"), &rankers(&["a", "b"]), 2, &[])
+            .lineup(&group("s"), &rankers(&["a", "b"]), 2, &[], 0)
             .is_some());
         assert!(experiments
-            .lineup(&group("s"), &rankers(&["a", "b", "c"]), 2, &[])
+            .lineup(&group("s"), &rankers(&["a", "b", "c"]), 2, &[], 0)
             .is_none());
         assert!(experiments
-            .lineup(&group("t"), &rankers(&["a", "b"]), 2, &[])
+            .lineup(&group("t"), &rankers(&["a", "b"]), 2, &[], 0)
             .is_some());
         assert!(experiments
-            .lineup(&group("u"), &rankers(&["a", "b"]), 2, &[])
+            .lineup(&group("u"), &rankers(&["a", "b"]), 2, &[], 0)
             .is_none());
         assert_eq!(experiments.unregistered, 2);
     }

@@ -317,8 +317,10 @@ impl Engine {
     /// Retires every group that received no impression during `idle` up
     /// to `now` and has no open impression: its figures go, its slot under
     /// `max_groups` is freed, the counters since start keep what it counted.
-    /// Returns how many were retired.
+    /// Interleaving lineups and experiments idle as long go the same way.
+    /// Returns how many groups were retired.
     pub fn retire_idle_groups(&mut self, now: Nanos, idle: Nanos) -> usize {
+        self.retire_idle_lineups(now, now.saturating_sub(idle));
         let mut retired = self.groups.idle(now, now.saturating_sub(idle));
         if !retired.contains(&true) {
             return 0;
@@ -348,6 +350,33 @@ impl Engine {
             }
         }
         count
+    }
+
+    /// Retires the lineups that took no list after `before` and that no
+    /// open list names, and the experiments left without a lineup; open
+    /// lists take their lineups' new ids.
+    fn retire_idle_lineups(&mut self, now: Nanos, before: Nanos) {
+        let mut named = vec![false; self.experiments.lineup_count()];
+        for open in self
+            .shards
+            .iter()
+            .flat_map(|s| s.values())
+            .flat_map(|u| &u.open)
+        {
+            if let Some(named) = named.get_mut(open.lineup() as usize) {
+                *named = true;
+            }
+        }
+        let Some(new_ids) = self.experiments.retire_idle(now, before, &named) else {
+            return;
+        };
+        for user in self.shards.iter_mut().flat_map(|s| s.values_mut()) {
+            for open in &mut user.open {
+                if let Some(Some(id)) = new_ids.get(open.lineup() as usize) {
+                    open.set_lineup(*id);
+                }
+            }
+        }
     }
 
     /// The watermark `W = T − L`, once an event has been accepted.
@@ -682,6 +711,7 @@ impl Engine {
                         &interleaving.rankers,
                         self.settings.max_groups,
                         &self.settings.windows,
+                        self.received_at,
                     )
                     .unwrap_or(NOT_INTERLEAVED)
             }
@@ -988,6 +1018,52 @@ mod tests {
             segments: Vec::new(),
             interleaving: None,
         }))
+    }
+
+    #[test]
+    fn idle_experiments_are_retired_and_free_their_slots_for_new_ones() {
+        // Room for 10 lineups and experiments: ten pairs of rankers fill it.
+        let mut engine = engine(100, 100);
+        let interleaved = |user: &str, rankers: [&'static str; 2], time: Nanos| {
+            let Event::Impression(mut m) = impression(user, user, &["a", "b"], time) else {
+                unreachable!("an impression")
+            };
+            m.interleaving = Some(crate::event::Interleaving {
+                rankers: rankers.map(Cow::Borrowed).to_vec(),
+                teams: vec![0, 1],
+            });
+            Event::Impression(m)
+        };
+        const RANKERS: [&str; 11] = [
+            "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10",
+        ];
+        engine.received_at(10);
+        for (i, pair) in RANKERS.windows(2).take(10).enumerate() {
+            engine.apply(interleaved(&format!("u{i}"), [pair[0], pair[1]], 0));
+        }
+        // One of them, which an open list names, is kept however idle.
+        engine.apply(interleaved("late", ["r0", "r1"], 400 * S));
+        assert_eq!(engine.experiment_names().len(), 10);
+        assert_eq!(engine.retire_idle_groups(100, 85), 0, "the group is busy");
+        let names: Vec<(&str, &str)> = engine
+            .experiment_names()
+            .iter()
+            .map(|n| (n.a.as_str(), n.b.as_str()))
+            .collect();
+        assert_eq!(names, [("r0", "r1")]);
+        assert_eq!(engine.experiment_aggregates()[0].totals.lists, 1);
+        // A new pair finds room, and the open list counts in its experiment.
+        engine.received_at(110);
+        engine.apply(interleaved("new", ["x", "y"], 401 * S));
+        engine.finish();
+        let lists: Vec<(&str, u64)> = engine
+            .experiment_names()
+            .iter()
+            .zip(engine.experiment_aggregates())
+            .map(|(n, a)| (n.a.as_str(), a.totals.lists))
+            .collect();
+        assert_eq!(lists, [("r0", 2), ("x", 1)]);
+        assert_eq!(engine.unregistered_interleavings(), 0);
     }
 
     #[test]

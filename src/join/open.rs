@@ -208,6 +208,15 @@ impl OpenImpression {
         }
     }
 
+    /// Gives an interleaved list its lineup's new id, once lineups were
+    /// retired; a list that was not interleaved stays so.
+    pub(super) fn set_lineup(&mut self, lineup: u32) {
+        if self.shape.interleaved {
+            let at = self.items.len() - LINEUP_BYTES;
+            self.items[at..].copy_from_slice(&lineup.to_le_bytes());
+        }
+    }
+
     /// The team of each item, rank order, into `teams`; none for a list
     /// that was not interleaved.
     pub fn teams_into(&self, teams: &mut Vec<u8>) {
