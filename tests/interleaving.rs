@@ -359,6 +359,16 @@ fn one_set_of_rankers_sent_in_any_order_is_one_lineup() {
     );
 }
 
+/// The report of `server`, as `rankwatch query --format json` prints it.
+fn queried(server: &Server) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["query", "--format", "json", "--grpc-addr"])
+        .arg(server.grpc.to_string())
+        .output()
+        .unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_left_out_of_their_experiments_are_counted_in_the_report() {
     // Room for two experiments: the third pair's list counts in its group only.
@@ -395,17 +405,7 @@ async fn lists_left_out_of_their_experiments_are_counted_in_the_report() {
     );
     let server = Server::exact(&["--max-groups", "2"]);
     server.stream_lines(&lines).await;
-    let queried = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-        .args([
-            "query",
-            "--format",
-            "json",
-            "--grpc-addr",
-            &server.grpc.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let queried: Value = serde_json::from_slice(&queried.stdout).unwrap();
+    let queried = queried(&server);
     assert_eq!(
         queried["counters"]["unregistered_interleaved_lists"], 1,
         "{queried}"
@@ -495,28 +495,8 @@ async fn a_list_past_max_groups_counts_in_its_own_surfaces_experiment() {
     );
     let server = Server::exact(&settings);
     server.stream_lines(&lines).await;
-    let queried = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-        .args([
-            "query",
-            "--format",
-            "json",
-            "--grpc-addr",
-            &server.grpc.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let queried: Value = serde_json::from_slice(&queried.stdout).unwrap();
+    let queried = queried(&server);
     assert_eq!(queried["interleaving"], replayed["interleaving"]);
-}
-
-/// The report of `server`, as `rankwatch query --format json` prints it.
-fn queried(server: &Server) -> Value {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-        .args(["query", "--format", "json", "--grpc-addr"])
-        .arg(server.grpc.to_string())
-        .output()
-        .unwrap();
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
