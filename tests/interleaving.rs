@@ -557,6 +557,11 @@ async fn an_idle_experiment_is_retired_and_its_slot_taken_by_a_new_one() {
         None,
         "none left out"
     );
+    let metrics = common::server::parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        metrics["rankwatch_interleaving_experiments_retired_total"],
+        1.0
+    );
 }
 
 #[test]

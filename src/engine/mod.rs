@@ -21,7 +21,7 @@ pub use ack::AckBuilder;
 pub use batch::RawBatch;
 pub use command::{Applied, Command};
 pub use handle::{EngineHandle, EngineStopped};
-pub use owner::GROUPS_RETIRED_TOTAL;
+pub use owner::{EXPERIMENTS_RETIRED_TOTAL, GROUPS_RETIRED_TOTAL};
 pub use readiness::Readiness;
 pub use settings::EngineSettings;
 
@@ -33,5 +33,10 @@ pub fn describe() {
         "Groups retired after group_idle_timeout without an impression (gone from the list metrics, their slots under max_groups freed)."
     );
     metrics::counter!(GROUPS_RETIRED_TOTAL).absolute(0);
+    metrics::describe_counter!(
+        EXPERIMENTS_RETIRED_TOTAL,
+        "Interleaving experiments retired with the idle groups: no lineup left names them (gone from the interleaving series, their slots under max_groups freed)."
+    );
+    metrics::counter!(EXPERIMENTS_RETIRED_TOTAL).absolute(0);
     persistence::describe();
 }

@@ -20,6 +20,8 @@ use tokio::sync::mpsc;
 
 /// Counter: groups retired after `group_idle_timeout` without an impression.
 pub const GROUPS_RETIRED_TOTAL: &str = "rankwatch_groups_retired_total";
+/// Interleaving experiments retired with the idle groups.
+pub const EXPERIMENTS_RETIRED_TOTAL: &str = "rankwatch_interleaving_experiments_retired_total";
 
 /// Runs the engine until every sender of `commands` is gone.
 pub(super) async fn run(
@@ -68,7 +70,8 @@ pub(super) async fn run(
             }
             Command::RetireIdleGroups { now, idle } => {
                 let retired = engine.retire_idle_groups(now, idle);
-                metrics::counter!(GROUPS_RETIRED_TOTAL).increment(retired as u64);
+                metrics::counter!(GROUPS_RETIRED_TOTAL).increment(retired.groups as u64);
+                metrics::counter!(EXPERIMENTS_RETIRED_TOTAL).increment(retired.experiments as u64);
             }
             Command::Snapshot { reply } => {
                 let snapshot = Snapshot::of(&engine, report_config.control_model.clone())

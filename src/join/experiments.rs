@@ -267,14 +267,15 @@ impl Experiments {
     /// Removes the lineups that took no list after `before` and that no
     /// open list names (`named`, by id), then the experiments that no
     /// lineup left names, figures and all; the others keep their order.
-    /// Returns the new id of each old lineup (`None`: retired), or `None`
-    /// when none was retired. A lineup restored unseen counts as seen `now`.
+    /// Returns the new id of each old lineup (`None`: retired) and how
+    /// many experiments went, or `None` when no lineup was retired. A
+    /// lineup restored unseen counts as seen `now`.
     pub fn retire_idle(
         &mut self,
         now: Nanos,
         before: Nanos,
         named: &[bool],
-    ) -> Option<Vec<Option<LineupId>>> {
+    ) -> Option<(Vec<Option<LineupId>>, usize)> {
         self.last_seen.resize(self.lineups.len(), UNSEEN);
         let retired: Vec<bool> = self
             .last_seen
@@ -308,7 +309,8 @@ impl Experiments {
             }
         }
         self.rebuild_lookups();
-        Some(new_lineups)
+        let experiments = unnamed.iter().filter(|&&gone| gone).count();
+        Some((new_lineups, experiments))
     }
 
     /// Rebuilds the lookups by name and by key from the lists they index.

@@ -26,6 +26,15 @@ pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
 pub use sharded::{Batch, EventAt, Parsed, Router, ShardedEngine, SHARDS};
 
+/// What one check for idle groups retired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retired {
+    /// Groups.
+    pub groups: usize,
+    /// Interleaving experiments.
+    pub experiments: usize,
+}
+
 use crate::event::hashed::IdentityHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{
@@ -318,10 +327,20 @@ impl Engine {
     /// to `now` and has no open impression: its figures go, its slot under
     /// `max_groups` is freed, the counters since start keep what it counted.
     /// Interleaving lineups and experiments idle as long go the same way.
-    /// Returns how many groups were retired.
-    pub fn retire_idle_groups(&mut self, now: Nanos, idle: Nanos) -> usize {
-        self.retire_idle_lineups(now, now.saturating_sub(idle));
-        let mut retired = self.groups.idle(now, now.saturating_sub(idle));
+    pub fn retire_idle_groups(&mut self, now: Nanos, idle: Nanos) -> Retired {
+        let before = now.saturating_sub(idle);
+        let experiments = self.retire_idle_lineups(now, before);
+        let groups = self.retire_groups_idle_since(now, before);
+        Retired {
+            groups,
+            experiments,
+        }
+    }
+
+    /// Retires the groups that received no impression after `before` and
+    /// have no open impression; returns how many.
+    fn retire_groups_idle_since(&mut self, now: Nanos, before: Nanos) -> usize {
+        let mut retired = self.groups.idle(now, before);
         if !retired.contains(&true) {
             return 0;
         }
@@ -354,8 +373,8 @@ impl Engine {
 
     /// Retires the lineups that took no list after `before` and that no
     /// open list names, and the experiments left without a lineup; open
-    /// lists take their lineups' new ids.
-    fn retire_idle_lineups(&mut self, now: Nanos, before: Nanos) {
+    /// lists take their lineups' new ids. Returns how many experiments went.
+    fn retire_idle_lineups(&mut self, now: Nanos, before: Nanos) -> usize {
         let mut named = vec![false; self.experiments.lineup_count()];
         for open in self
             .shards
@@ -367,8 +386,8 @@ impl Engine {
                 *named = true;
             }
         }
-        let Some(new_ids) = self.experiments.retire_idle(now, before, &named) else {
-            return;
+        let Some((new_ids, experiments)) = self.experiments.retire_idle(now, before, &named) else {
+            return 0;
         };
         for user in self.shards.iter_mut().flat_map(|s| s.values_mut()) {
             for open in &mut user.open {
@@ -377,6 +396,7 @@ impl Engine {
                 }
             }
         }
+        experiments
     }
 
     /// The watermark `W = T − L`, once an event has been accepted.
@@ -1044,7 +1064,15 @@ mod tests {
         // One of them, which an open list names, is kept however idle.
         engine.apply(interleaved("late", ["r0", "r1"], 400 * S));
         assert_eq!(engine.experiment_names().len(), 10);
-        assert_eq!(engine.retire_idle_groups(100, 85), 0, "the group is busy");
+        let retired = engine.retire_idle_groups(100, 85);
+        assert_eq!(
+            retired,
+            Retired {
+                groups: 0,
+                experiments: 9
+            },
+            "the group is busy"
+        );
         let names: Vec<(&str, &str)> = engine
             .experiment_names()
             .iter()
@@ -1085,7 +1113,7 @@ mod tests {
         engine.apply(shown("new", "u4", 400 * S));
         engine.apply(click("u3", "a", None, 401 * S));
         // "old" and "busy" have finalized lists; "busy" still has one open.
-        assert_eq!(engine.retire_idle_groups(100, 85), 1);
+        assert_eq!(engine.retire_idle_groups(100, 85).groups, 1);
         let names: Vec<&str> = engine
             .group_names()
             .iter()
