@@ -9,7 +9,7 @@
 //! timeout and that no open list names is retired with the groups, and so
 //! is an experiment no lineup names any more, freeing their slots.
 
-use super::groups::GroupName;
+use super::groups::{idle_since, GroupName, UNSEEN};
 use crate::event::Nanos;
 use crate::metrics::interleaving::{pair_outcome, slot};
 use crate::metrics::GroupTotals;
@@ -20,10 +20,6 @@ use std::collections::HashMap;
 
 /// Index of a lineup in the registry.
 pub type LineupId = u32;
-
-/// When a lineup restored from saved state last took a list: unknown, so
-/// its idle time starts at the first check after the restart.
-const UNSEEN: Nanos = Nanos::MAX;
 
 /// What an experiment is called: its row of a report and the labels of its series.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -264,36 +260,21 @@ impl Experiments {
         self.rebuild_lookups();
     }
 
-    /// Removes the lineups that took no list after `before` and that no
-    /// open list names (`named`, by id), then the experiments that no
-    /// lineup left names, figures and all; the others keep their order.
-    /// Returns the new id of each old lineup (`None`: retired) and how
-    /// many experiments went, or `None` when no lineup was retired. A
-    /// lineup restored unseen counts as seen `now`.
-    pub fn retire_idle(
-        &mut self,
-        now: Nanos,
-        before: Nanos,
-        named: &[bool],
-    ) -> Option<(Vec<Option<LineupId>>, usize)> {
+    /// Whether each lineup, by id, took no list after `before`. A lineup
+    /// restored unseen counts as seen `now`, and is not idle.
+    pub fn idle(&mut self, now: Nanos, before: Nanos) -> Vec<bool> {
         self.last_seen.resize(self.lineups.len(), UNSEEN);
-        let retired: Vec<bool> = self
-            .last_seen
-            .iter_mut()
-            .enumerate()
-            .map(|(id, seen)| {
-                if *seen == UNSEEN {
-                    *seen = now;
-                }
-                *seen <= before && !named.get(id).copied().unwrap_or(false)
-            })
-            .collect();
-        if !retired.contains(&true) {
-            return None;
-        }
-        let new_lineups = renumbered(&retired);
-        keep_unmarked(&mut self.lineups, &retired);
-        keep_unmarked(&mut self.last_seen, &retired);
+        idle_since(&mut self.last_seen, now, before)
+    }
+
+    /// Removes the lineups marked in `retired` (by id), then the
+    /// experiments that no lineup left names, figures and all; the others
+    /// keep their order. Returns the new id of each old lineup (`None`:
+    /// retired) and how many experiments went.
+    pub fn retire(&mut self, retired: &[bool]) -> (Vec<Option<LineupId>>, usize) {
+        let new_lineups = renumbered(retired);
+        keep_unmarked(&mut self.lineups, retired);
+        keep_unmarked(&mut self.last_seen, retired);
         let mut unnamed = vec![true; self.names.len()];
         for pair in self.lineups.iter().flat_map(|l| &l.pairs) {
             if let Some(unnamed) = unnamed.get_mut(pair.experiment as usize) {
@@ -310,7 +291,7 @@ impl Experiments {
         }
         self.rebuild_lookups();
         let experiments = unnamed.iter().filter(|&&gone| gone).count();
-        Some((new_lineups, experiments))
+        (new_lineups, experiments)
     }
 
     /// Rebuilds the lookups by name and by key from the lists they index.

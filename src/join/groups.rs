@@ -13,9 +13,24 @@ use std::collections::{BTreeMap, HashMap};
 /// Index of a group in the registry.
 pub type GroupId = u32;
 
-/// When a group restored from saved state was last seen: unknown, so its
-/// idle time starts at the first sweep after the restart.
-const UNSEEN: Nanos = Nanos::MAX;
+/// When a group (or an interleaving lineup) restored from saved state was
+/// last seen: unknown, so its idle time starts at the first sweep after the
+/// restart.
+pub(super) const UNSEEN: Nanos = Nanos::MAX;
+
+/// Whether each entry of `last_seen` was last seen at or before `before`.
+/// An entry restored unseen counts as seen `now`, and is not idle.
+pub(super) fn idle_since(last_seen: &mut [Nanos], now: Nanos, before: Nanos) -> Vec<bool> {
+    last_seen
+        .iter_mut()
+        .map(|seen| {
+            if *seen == UNSEEN {
+                *seen = now;
+            }
+            *seen <= before
+        })
+        .collect()
+}
 
 /// The model and surface names (and segment values) of the overflow group.
 const OVERFLOW_GROUP_NAME: &str = "__overflow__";
@@ -339,15 +354,7 @@ impl Groups {
     /// Whether each group, by id, received no impression after `before`. A
     /// group restored unseen counts as seen `now`, and is not idle.
     pub(super) fn idle(&mut self, now: Nanos, before: Nanos) -> Vec<bool> {
-        self.last_seen
-            .iter_mut()
-            .map(|seen| {
-                if *seen == UNSEEN {
-                    *seen = now;
-                }
-                *seen <= before
-            })
-            .collect()
+        idle_since(&mut self.last_seen, now, before)
     }
 
     /// Removes the groups marked in `retired` (by id); the others keep their

@@ -26,15 +26,6 @@ pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::EngineState;
 pub use sharded::{Batch, EventAt, Parsed, Router, ShardedEngine, SHARDS};
 
-/// What one check for idle groups retired.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Retired {
-    /// Groups.
-    pub groups: usize,
-    /// Interleaving experiments.
-    pub experiments: usize,
-}
-
 use crate::event::hashed::IdentityHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{
@@ -48,6 +39,15 @@ use items::ItemTable;
 use open::{OpenImpression, NOT_INTERLEAVED};
 use std::collections::HashMap;
 use user::{Attributed, UserState, Waiting};
+
+/// What one check for idle groups retired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retired {
+    /// Groups.
+    pub groups: usize,
+    /// Interleaving experiments.
+    pub experiments: usize,
+}
 
 /// Join timing and bounds.
 #[derive(Clone, Debug, PartialEq)]
@@ -344,12 +344,7 @@ impl Engine {
         if !retired.contains(&true) {
             return 0;
         }
-        for open in self
-            .shards
-            .iter()
-            .flat_map(|s| s.values())
-            .flat_map(|u| &u.open)
-        {
+        for open in self.open_lists() {
             retired[open.group as usize] = false;
         }
         let count = retired.iter().filter(|&&gone| gone).count();
@@ -371,24 +366,31 @@ impl Engine {
         count
     }
 
+    /// Every open list, user by user.
+    fn open_lists(&self) -> impl Iterator<Item = &OpenImpression> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.values())
+            .flat_map(|u| &u.open)
+    }
+
     /// Retires the lineups that took no list after `before` and that no
     /// open list names, and the experiments left without a lineup; open
     /// lists take their lineups' new ids. Returns how many experiments went.
     fn retire_idle_lineups(&mut self, now: Nanos, before: Nanos) -> usize {
-        let mut named = vec![false; self.experiments.lineup_count()];
-        for open in self
-            .shards
-            .iter()
-            .flat_map(|s| s.values())
-            .flat_map(|u| &u.open)
-        {
-            if let Some(named) = named.get_mut(open.lineup() as usize) {
-                *named = true;
+        let mut retired = self.experiments.idle(now, before);
+        if !retired.contains(&true) {
+            return 0;
+        }
+        for open in self.open_lists() {
+            if let Some(named) = retired.get_mut(open.lineup() as usize) {
+                *named = false;
             }
         }
-        let Some((new_ids, experiments)) = self.experiments.retire_idle(now, before, &named) else {
+        if !retired.contains(&true) {
             return 0;
-        };
+        }
+        let (new_ids, experiments) = self.experiments.retire(&retired);
         for user in self.shards.iter_mut().flat_map(|s| s.values_mut()) {
             for open in &mut user.open {
                 if let Some(Some(id)) = new_ids.get(open.lineup() as usize) {
