@@ -9,7 +9,7 @@
 //! timeout and that no open list names is retired with the groups, and so
 //! is an experiment no lineup names any more, freeing their slots.
 
-use super::groups::{idle_since, GroupName, UNSEEN};
+use super::groups::{idle_since, keep_unmarked, renumbered, GroupName, UNSEEN};
 use crate::event::Nanos;
 use crate::metrics::interleaving::{pair_outcome, slot};
 use crate::metrics::GroupTotals;
@@ -322,30 +322,6 @@ impl Experiments {
                 })
             })
     }
-}
-
-/// The new index of each entry of a list once those marked in `removed`
-/// are removed (`None` for them).
-fn renumbered(removed: &[bool]) -> Vec<Option<u32>> {
-    let mut next = 0;
-    removed
-        .iter()
-        .map(|&gone| {
-            (!gone).then(|| {
-                next += 1;
-                next - 1
-            })
-        })
-        .collect()
-}
-
-/// Keeps the entries of `list` that `removed` does not mark, in order.
-fn keep_unmarked<T>(list: &mut Vec<T>, removed: &[bool]) {
-    let mut index = 0;
-    list.retain(|_| {
-        index += 1;
-        !removed.get(index - 1).copied().unwrap_or(false)
-    });
 }
 
 /// Writes the key of a lineup: each part behind its length, so that no

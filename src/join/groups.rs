@@ -32,6 +32,30 @@ pub(super) fn idle_since(last_seen: &mut [Nanos], now: Nanos, before: Nanos) -> 
         .collect()
 }
 
+/// The new index of each entry of a list once those marked in `removed`
+/// are removed (`None` for them).
+pub(super) fn renumbered(removed: &[bool]) -> Vec<Option<u32>> {
+    let mut next = 0;
+    removed
+        .iter()
+        .map(|&gone| {
+            (!gone).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
+}
+
+/// Keeps the entries of `list` that `removed` does not mark, in order.
+pub(super) fn keep_unmarked<T>(list: &mut Vec<T>, removed: &[bool]) {
+    let mut index = 0;
+    list.retain(|_| {
+        index += 1;
+        !removed.get(index - 1).copied().unwrap_or(false)
+    });
+}
+
 /// The model and surface names (and segment values) of the overflow group.
 const OVERFLOW_GROUP_NAME: &str = "__overflow__";
 
@@ -361,24 +385,9 @@ impl Groups {
     /// order. Returns the new id of each old one (`None`: retired). The
     /// segment values of a retired group stay known.
     pub(super) fn retire(&mut self, retired: &[bool]) -> Vec<Option<GroupId>> {
-        let mut next = 0;
-        let new_ids: Vec<Option<GroupId>> = retired
-            .iter()
-            .map(|&gone| {
-                (!gone).then(|| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect();
-        let kept = |index: &mut usize| {
-            *index += 1;
-            !retired[*index - 1]
-        };
-        let mut index = 0;
-        self.names.retain(|_| kept(&mut index));
-        let mut index = 0;
-        self.last_seen.retain(|_| kept(&mut index));
+        let new_ids = renumbered(retired);
+        keep_unmarked(&mut self.names, retired);
+        keep_unmarked(&mut self.last_seen, retired);
         let renumber = |id: &mut GroupId| match new_ids[*id as usize] {
             Some(new) => {
                 *id = new;

@@ -352,11 +352,7 @@ impl Engine {
             return 0;
         }
         let new_ids = self.groups.retire(&retired);
-        let mut id = 0;
-        self.aggregates.retain(|_| {
-            id += 1;
-            !retired[id - 1]
-        });
+        groups::keep_unmarked(&mut self.aggregates, &retired);
         for user in self.shards.iter_mut().flat_map(|s| s.values_mut()) {
             for open in &mut user.open {
                 open.group = new_ids[open.group as usize]
