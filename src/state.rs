@@ -32,6 +32,9 @@ const HEADER_LEN: usize = 8 + 4 + 8 + 8;
 const FILE_NAME: &str = "rankwatch.state";
 /// The file a server holds locked while the directory is its, holding its pid.
 const LOCK_NAME: &str = "rankwatch.lock";
+/// The file the last save of a graceful shutdown leaves beside the state:
+/// a copy of the state file's header.
+const CLEAN_MARK_NAME: &str = "rankwatch.clean";
 
 /// A state file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -419,8 +422,10 @@ impl StateFile {
     /// Writes `state` atomically; returns the bytes written.
     pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
         let io_error = |source| self.io_error(source);
-        // The join rules last: a build before them reads the rest as it did.
-        let payload = postcard::to_stdvec(&(&self.fingerprint, state, &self.join_rules))
+        // The join rules and what /metrics' counters leave out last: a
+        // build before them reads the rest as it did.
+        let trailer = (&self.join_rules, &state.counted_before);
+        let payload = postcard::to_stdvec(&(&self.fingerprint, state, trailer))
             .map_err(|e| io_error(io::Error::other(e.to_string())))?;
         let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
         bytes.extend_from_slice(MAGIC);
@@ -445,12 +450,53 @@ impl StateFile {
             let _ = fs::remove_file(&temporary);
             return Err(io_error(error));
         }
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_error)?;
-        }
+        self.sync_dir().map_err(io_error)?;
         Ok(bytes.len() as u64)
+    }
+
+    /// Makes the directory's entries, as renamed or removed, last.
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(self.dir())?.sync_all()
+    }
+
+    /// The state file's header, as it is on disk now.
+    fn header(&self) -> io::Result<Vec<u8>> {
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        File::open(&self.path)?
+            .take(HEADER_LEN as u64)
+            .read_to_end(&mut header)?;
+        Ok(header)
+    }
+
+    /// Notes that the state file was saved by a graceful shutdown: the
+    /// next server to start from it carries the exported counters on
+    /// rather than resetting them.
+    pub fn mark_clean(&self) -> io::Result<()> {
+        let header = self.header()?;
+        let mut mark = File::create(self.dir().join(CLEAN_MARK_NAME))?;
+        mark.write_all(&header)?;
+        mark.sync_all()?;
+        self.sync_dir()
+    }
+
+    /// Whether the state file is the one a graceful shutdown saved last
+    /// (its header is the mark's), with no server started from it since.
+    /// Removes the mark, so that this server's own end, if not graceful,
+    /// reads as such; false when it could not be removed.
+    pub fn take_clean_mark(&self) -> bool {
+        let path = self.dir().join(CLEAN_MARK_NAME);
+        let mut mark = Vec::with_capacity(HEADER_LEN);
+        let read = File::open(&path)
+            .and_then(|file| file.take(HEADER_LEN as u64 + 1).read_to_end(&mut mark));
+        if read.is_err() {
+            return false;
+        }
+        let matches = self.header().is_ok_and(|header| header == mark);
+        let removed = fs::remove_file(&path).and_then(|()| self.sync_dir());
+        if let Err(error) = &removed {
+            tracing::warn!(%error, path = %path.display(), "could not remove the mark of a graceful shutdown: /metrics' counters start again from 0, as after a crash");
+        }
+        matches && removed.is_ok()
     }
 
     /// This file is damaged, as `reason` says.
@@ -489,7 +535,12 @@ impl StateFile {
             postcard::take_from_bytes::<(String, EngineState)>(payload).map_err(undecodable)?;
         // None from a build before join rules were saved; rules this build
         // cannot read leave the state as usable as before they were saved.
-        let join_rules = postcard::from_bytes::<JoinRules>(rest).ok();
+        let (join_rules, rest) = match postcard::take_from_bytes::<JoinRules>(rest) {
+            Ok((rules, rest)) => (Some(rules), rest),
+            Err(_) => (None, &[][..]),
+        };
+        // Empty from a build before it was saved: the counters are reset.
+        state.counted_before = postcard::from_bytes(rest).unwrap_or_default();
         state.coverage_passed_on = version == COVERAGE_PASSED_ON;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
@@ -640,6 +691,52 @@ mod tests {
             restored.aggregates()[0].totals,
             engine.aggregates()[0].totals
         );
+    }
+
+    #[test]
+    fn what_the_counters_left_out_is_restored_and_a_mark_of_a_graceful_shutdown_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut engine, settings) = engine_with_traffic();
+        engine.finish();
+        engine.reset_exported_counters();
+        let counted_before = engine.counted_before();
+        assert_eq!(counted_before.groups.len(), 1);
+        let file = StateFile::new(dir.path(), "fingerprint".into());
+        file.save(&engine.to_state()).unwrap();
+        assert!(
+            !file.take_clean_mark(),
+            "no mark before a graceful shutdown"
+        );
+        file.mark_clean().unwrap();
+        assert!(file.take_clean_mark());
+        assert!(!file.take_clean_mark(), "taken by the first start");
+        file.mark_clean().unwrap();
+        let mut changed = engine.to_state();
+        changed.counted_before = Default::default();
+        file.save(&changed).unwrap();
+        assert!(
+            !file.take_clean_mark(),
+            "another state saved since the mark"
+        );
+        file.save(&engine.to_state()).unwrap();
+
+        let state = file.load().unwrap().unwrap().state;
+        assert_eq!(state.counted_before, counted_before);
+        let restore = |state| {
+            let windows = [std::time::Duration::from_secs(60)];
+            Engine::from_state(settings.join(&windows), settings.evaluator(), state)
+        };
+        let mut restored = restore(file.load().unwrap().unwrap().state);
+        assert!(restored.carry_on_from(counted_before.clone()));
+        assert_eq!(restored.counted_before(), counted_before);
+        let mut more = counted_before;
+        more.groups[0].as_mut().unwrap().totals.lists += 1;
+        let mut restored = restore(state);
+        assert!(
+            !restored.carry_on_from(more),
+            "more lists than the group holds"
+        );
+        assert_eq!(restored.counted_before().groups, [None]);
     }
 
     #[test]

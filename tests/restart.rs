@@ -157,6 +157,134 @@ async fn kill_9_loses_only_what_came_after_the_last_snapshot() {
     common::assert_reports_match(&got["groups"], &expected["groups"]);
 }
 
+/// Five lists of three items shown at `hour` o'clock, the first
+/// interleaved, a click on each, and an interaction half an hour later
+/// that finalizes them.
+fn round(hour: u32) -> Vec<String> {
+    let at = |minute: u32, second: u32| format!("2026-11-01T{hour:02}:{minute:02}:{second:02}Z");
+    let mut lines = Vec::new();
+    for user in 0..5 {
+        let request = format!("r{hour}-{user}");
+        let mut impression = json!({"impression": {"requestId": request,
+            "userId": format!("u{user}"), "itemIds": ["a", "b", "c"], "time": at(0, 0)}});
+        if user == 0 {
+            impression["impression"]["interleaving"] =
+                json!({"rankers": ["x", "y"], "teams": [0, 1, 0]});
+        }
+        lines.push(impression.to_string());
+        lines.push(
+            json!({"interaction": {"requestId": request, "userId": format!("u{user}"),
+            "itemId": "b", "type": "click", "time": at(0, 1)}})
+            .to_string(),
+        );
+    }
+    lines.push(
+        json!({"interaction": {"userId": "closing", "itemId": "x", "type": "click",
+        "time": at(30, 0)}})
+        .to_string(),
+    );
+    lines
+}
+
+/// Counter families that `/metrics` renders from the figures since start.
+const COUNTED: [&str; 6] = [
+    "rankwatch_events_received_total",
+    "rankwatch_impressions_total",
+    "rankwatch_lists_finalized_total",
+    "rankwatch_list_ndcg_count",
+    "rankwatch_position_lists_total",
+    "rankwatch_interleaving_lists_total",
+];
+
+/// The sum of every series of `family`, whatever its labels.
+fn family_sum(metrics: &std::collections::BTreeMap<String, f64>, family: &str) -> f64 {
+    let labelled = format!("{family}{{");
+    metrics
+        .iter()
+        .filter(|(key, _)| *key == family || key.starts_with(&labelled))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// The sum of each of [`COUNTED`] on `server`'s `/metrics`.
+fn counted(server: &Server) -> Vec<f64> {
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    COUNTED.map(|family| family_sum(&metrics, family)).to_vec()
+}
+
+/// Waits until `server` has saved its state twice more.
+async fn wait_for_two_saves(server: &Server) {
+    let saves = |server: &Server| {
+        parse_metrics(&server.get("/metrics").1)
+            .get("rankwatch_state_saves_total")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let before = saves(server);
+    for _ in 0..100 {
+        if saves(server) >= before + 2.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no snapshot within 10 s");
+}
+
+fn kill_9(mut server: Server) {
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+}
+
+/// After `kill -9` the exported counters start again from 0, as a new
+/// process's do, so that Prometheus reads the drop as the reset it is.
+/// Restored at the last snapshot's values, lower than those it last
+/// scraped, they were taken for new counts: `rate()` and `increase()`
+/// counted every list and event since the first start again. The report
+/// since start keeps the restored figures; a SIGTERM restart carries the
+/// counters on; a `kill -9` before any save after such a restart resets
+/// them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_exported_counters_start_again_from_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let saving = saving_to(dir.path());
+    let often = [&saving[..], &["--snapshot-interval", "200ms"]].concat();
+    let never = [&saving[..], &["--snapshot-interval", "1h"]].concat();
+    let (a, b, c) = (round(10), round(12), round(14));
+    let (a, b, c) = (&a[..], &b[..], &c[..]);
+
+    let server = Server::start(&often);
+    send(&server, a).await;
+    wait_for_two_saves(&server).await;
+    let before = counted(&server);
+    assert!(before.iter().all(|&n| n > 0.0), "{COUNTED:?} {before:?}");
+    let since_start = server.report().await.counters;
+    kill_9(server);
+
+    let server = Server::start(&often);
+    assert_eq!(counted(&server), [0.0; 6], "{COUNTED:?} after kill -9");
+    assert_eq!(server.report().await.counters, since_start);
+    send(&server, b).await;
+    let after_b = counted(&server);
+    assert_eq!(
+        after_b[0],
+        b.len() as f64,
+        "events received since the restart"
+    );
+    assert_eq!(server.stop().await, Some(0));
+
+    let server = Server::start(&never);
+    assert_eq!(counted(&server), after_b, "carried on after SIGTERM");
+    kill_9(server);
+    let server = Server::start(&often);
+    assert_eq!(
+        counted(&server),
+        [0.0; 6],
+        "{COUNTED:?} after a kill -9 before any save"
+    );
+    send(&server, c).await;
+    assert_eq!(counted(&server)[0], c.len() as f64);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_state_file_is_set_aside_and_counted() {
     let dir = tempfile::tempdir().unwrap();

@@ -51,10 +51,19 @@ pub fn restore(engine: &EngineSettings, windows: &[Duration], file: Option<&Stat
     // Saves are counted from the start, so that rate() and alerts see them.
     metrics::counter!(STATE_SAVES_TOTAL).absolute(0);
     metrics::counter!(STATE_SAVE_FAILURES_TOTAL).absolute(0);
+    let clean = file.take_clean_mark();
     match file.load() {
-        Ok(Some(loaded)) => {
+        Ok(Some(mut loaded)) => {
             let limits = engine.join(windows);
-            let restored = Engine::from_state(limits.clone(), engine.evaluator(), loaded.state);
+            let counted_before = std::mem::take(&mut loaded.state.counted_before);
+            let mut restored = Engine::from_state(limits.clone(), engine.evaluator(), loaded.state);
+            if !(clean && restored.carry_on_from(counted_before)) {
+                restored.reset_exported_counters();
+                tracing::info!(
+                    path = %file.path().display(),
+                    "the state was not saved by a graceful shutdown: the counters of /metrics start again from 0, as a new process's do, so that rate() does not count the restored figures again; the figures since start are kept"
+                );
+            }
             tracing::info!(
                 path = %file.path().display(),
                 open_impressions = restored.open_impressions(),
@@ -220,5 +229,10 @@ async fn keep_saved(
         }
     }
     drained.cancelled().await;
-    save(&engine, &file).await
+    save(&engine, &file).await?;
+    let marked = tokio::task::spawn_blocking(move || file.mark_clean()).await?;
+    if let Err(error) = marked {
+        tracing::warn!(%error, "could not mark the state as saved by a graceful shutdown: after a restart, the counters of /metrics start again from 0");
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! One moment's figures of the engine, as `/metrics` shows them.
 
 use crate::event::Nanos;
-use crate::join::{Counters, Engine, ExperimentName};
+use crate::join::{Counters, Engine, EngineBefore, ExperimentName, GroupBefore};
 use crate::metrics::{Coverage, CoverageFigures, CoverageMode, GroupTotals, PositionCurve};
 
 /// One group's figures at a moment.
@@ -23,6 +23,8 @@ pub struct GroupSnapshot {
     pub coverage: Option<CoverageFigures>,
     /// The same per configured window (empty when coverage is off).
     pub window_coverage: Vec<CoverageFigures>,
+    /// The figures since start when the exported counters were last reset.
+    pub before: Option<GroupBefore>,
 }
 
 /// One interleaving experiment's figures at a moment.
@@ -34,6 +36,8 @@ pub struct ExperimentSnapshot {
     pub totals: GroupTotals,
     /// Per configured window, over the lists in the window.
     pub windows: Vec<GroupTotals>,
+    /// The totals when the exported counters were last reset.
+    pub before: Option<GroupTotals>,
 }
 
 /// Everything `/metrics` shows of the engine, taken at one moment.
@@ -72,6 +76,8 @@ pub struct Snapshot {
     /// How far event time must still advance until the earliest open list
     /// is finalized, in seconds; `None` when none is open.
     pub seconds_to_first_finalization: Option<f64>,
+    /// The engine's own counts when the exported counters were last reset.
+    pub before: Option<EngineBefore>,
 }
 
 /// The totals of each of `count` rolling windows up to `frontier` (empty
@@ -115,6 +121,7 @@ impl Snapshot {
                     (true, None) => vec![Coverage::default().figures(); window_count],
                     (false, _) => Vec::new(),
                 },
+                before: aggregates.before.as_deref().cloned(),
             })
             .collect();
         Snapshot {
@@ -141,12 +148,45 @@ impl Snapshot {
                     name: name.clone(),
                     totals: aggregates.totals.clone(),
                     windows: window_totals(&aggregates.windows, window_count, frontier),
+                    before: aggregates.before.as_deref().cloned(),
                 })
                 .collect(),
             unregistered_interleavings: engine.unregistered_interleavings(),
             expected_split: Vec::new(),
             seconds_to_first_finalization: engine.seconds_to_first_finalization(),
+            before: engine.engine_before().cloned(),
         }
+    }
+
+    /// The snapshot as `/metrics` exports it: its figures since start less
+    /// those counted before the exported counters were last reset (a
+    /// restart after `kill -9`), so that every counter grew from 0 in
+    /// this process.
+    pub fn since_counters_reset(mut self) -> Self {
+        if let Some(before) = self.before.take() {
+            self.counters.less(&before.counters);
+            self.overflowed_impressions = self
+                .overflowed_impressions
+                .saturating_sub(before.overflowed);
+            for ((_, folded), earlier) in self.folded_segment_values.iter_mut().zip(before.folded) {
+                *folded = folded.saturating_sub(earlier);
+            }
+            self.unregistered_interleavings = self
+                .unregistered_interleavings
+                .saturating_sub(before.unregistered);
+        }
+        for group in &mut self.groups {
+            if let Some(before) = group.before.take() {
+                group.totals.less(&before.totals);
+                group.positions.less(&before.positions);
+            }
+        }
+        for experiment in &mut self.experiments {
+            if let Some(before) = experiment.before.take() {
+                experiment.totals.less(&before);
+            }
+        }
+        self
     }
 
     /// The snapshot with the sample ratio check against `split`.

@@ -104,24 +104,46 @@ impl Counters {
 
     /// Adds every counter of `other`.
     pub fn add(&mut self, other: &Counters) {
-        self.impressions += other.impressions;
-        self.interactions += other.interactions;
-        self.credited += other.credited;
+        self.combine(other, |mine, theirs| mine + theirs);
+    }
+
+    /// Takes out `before`, counters these grew from: what was counted since.
+    pub fn less(&mut self, before: &Counters) {
+        self.combine(before, u64::saturating_sub);
+    }
+
+    /// Sets each counter to `op` of it and the same counter of `other`.
+    fn combine(&mut self, other: &Counters, op: fn(u64, u64) -> u64) {
+        let pairs = [
+            (&mut self.impressions, other.impressions),
+            (&mut self.interactions, other.interactions),
+            (&mut self.credited, other.credited),
+            (&mut self.late_impressions, other.late_impressions),
+            (&mut self.duplicate_impressions, other.duplicate_impressions),
+            (
+                &mut self.duplicate_interactions,
+                other.duplicate_interactions,
+            ),
+            (&mut self.shed_impressions, other.shed_impressions),
+            (&mut self.shed_interactions, other.shed_interactions),
+            (&mut self.shed_open_per_user, other.shed_open_per_user),
+            (&mut self.shed_waiting_per_user, other.shed_waiting_per_user),
+            (
+                &mut self.shed_interactions_per_impression,
+                other.shed_interactions_per_impression,
+            ),
+            (&mut self.relayed, other.relayed),
+        ];
+        for (mine, theirs) in pairs {
+            *mine = op(*mine, theirs);
+        }
         for (mine, theirs) in self.unattributed.iter_mut().zip(other.unattributed) {
-            *mine += theirs;
+            *mine = op(*mine, theirs);
         }
-        self.late_impressions += other.late_impressions;
-        self.duplicate_impressions += other.duplicate_impressions;
-        self.duplicate_interactions += other.duplicate_interactions;
-        self.shed_impressions += other.shed_impressions;
-        self.shed_interactions += other.shed_interactions;
-        self.shed_open_per_user += other.shed_open_per_user;
-        self.shed_waiting_per_user += other.shed_waiting_per_user;
-        self.shed_interactions_per_impression += other.shed_interactions_per_impression;
         for (reason, count) in &other.rejected {
-            *self.rejected.entry(*reason).or_default() += count;
+            let mine = self.rejected.entry(*reason).or_default();
+            *mine = op(*mine, *count);
         }
-        self.relayed += other.relayed;
     }
 
     /// Counts one rejected event.

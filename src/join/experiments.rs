@@ -42,6 +42,21 @@ pub struct ExperimentAggregates {
     pub totals: GroupTotals,
     /// Per configured window.
     pub windows: RollingWindows,
+    /// The totals when `/metrics`' counters were last reset, if since
+    /// this experiment was registered (saved apart, after the state).
+    #[serde(skip)]
+    pub before: Option<Box<GroupTotals>>,
+}
+
+impl ExperimentAggregates {
+    /// Empty aggregates, with `windows`.
+    fn new(windows: &[Nanos]) -> Self {
+        Self {
+            totals: GroupTotals::new(slot::WIDTH),
+            windows: RollingWindows::new(windows),
+            before: None,
+        }
+    }
 }
 
 /// A pair of a lineup's rankers: their indexes in the list, `a` first by name.
@@ -170,10 +185,7 @@ impl Experiments {
         let id = self.names.len() as u32;
         self.names.push(name.clone());
         self.ids.insert(name.clone(), id);
-        self.aggregates.push(ExperimentAggregates {
-            totals: GroupTotals::new(slot::WIDTH),
-            windows: RollingWindows::new(windows),
-        });
+        self.aggregates.push(ExperimentAggregates::new(windows));
         id
     }
 
@@ -206,6 +218,11 @@ impl Experiments {
     /// Every experiment's aggregates, by id.
     pub fn aggregates(&self) -> &[ExperimentAggregates] {
         &self.aggregates
+    }
+
+    /// Every experiment's aggregates, by id, to change.
+    pub(super) fn aggregates_mut(&mut self) -> &mut [ExperimentAggregates] {
+        &mut self.aggregates
     }
 
     /// Adds the figures of `other`, experiment by name, and its count of
@@ -245,10 +262,7 @@ impl Experiments {
         let mut registry = self.clone();
         registry.unregistered = 0;
         for aggregates in &mut registry.aggregates {
-            *aggregates = ExperimentAggregates {
-                totals: GroupTotals::new(slot::WIDTH),
-                windows: RollingWindows::new(windows),
-            };
+            *aggregates = ExperimentAggregates::new(windows);
         }
         registry
     }

@@ -7,6 +7,7 @@
 //! The engine is pure: it knows nothing of gRPC, HTTP or files, so `serve`
 //! and `replay` run the same rules.
 
+mod counted_before;
 mod counters;
 mod due;
 mod experiments;
@@ -20,6 +21,7 @@ mod persist;
 mod sharded;
 mod user;
 
+pub use counted_before::{CountedBefore, EngineBefore, GroupBefore};
 pub use counters::{Counters, Unattributed};
 pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
@@ -140,6 +142,10 @@ pub struct GroupAggregates {
     pub coverage: Coverage,
     /// The same per configured window.
     pub coverage_windows: CoverageWindows,
+    /// The figures since start when `/metrics`' counters were last reset,
+    /// if since this group was registered (saved apart, after the state).
+    #[serde(skip)]
+    pub before: Option<Box<GroupBefore>>,
 }
 
 impl GroupAggregates {
@@ -157,6 +163,7 @@ impl GroupAggregates {
                 CoverageMode::Off => CoverageWindows::default(),
                 _ => CoverageWindows::new(&settings.windows),
             },
+            before: None,
         }
     }
 }
@@ -240,6 +247,8 @@ pub struct Engine {
     /// finalized, logged instead of added to this engine's figures (but
     /// for its position curve, a count).
     finalized_log: Option<finalized::FinalizedLog>,
+    /// The engine's own counts when `/metrics`' counters were last reset.
+    counted_before: Option<Box<EngineBefore>>,
 }
 
 /// Open lists and waiting interactions held by an engine's sibling shards.
@@ -306,6 +315,7 @@ impl Engine {
             time_capped: false,
             elsewhere: Elsewhere::default(),
             finalized_log: None,
+            counted_before: None,
         }
     }
 
@@ -629,6 +639,7 @@ impl Engine {
             counters: self.counters.clone(),
             users: persist::sorted_users(&self.shards, &self.items),
             coverage_passed_on: false,
+            counted_before: self.counted_before(),
         }
     }
 

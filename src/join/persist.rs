@@ -9,7 +9,7 @@ use super::items::ItemTable;
 use super::open::NOT_INTERLEAVED;
 use super::packed::SavedList;
 use super::user::{HeldUser, SavedUser, UserState};
-use super::{Counters, GroupAggregates, Groups, Shard};
+use super::{CountedBefore, Counters, GroupAggregates, Groups, Shard};
 use crate::event::Nanos;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
@@ -29,6 +29,10 @@ pub struct EngineState {
     /// the newest panes are not in it yet.
     #[serde(skip)]
     pub(crate) coverage_passed_on: bool,
+    /// What `/metrics`' counters leave out, which the state file keeps
+    /// after the rest (builds before it read the file as they did).
+    #[serde(skip)]
+    pub counted_before: CountedBefore,
 }
 
 /// An engine's open state, borrowed: the fields of [`EngineState`] in its

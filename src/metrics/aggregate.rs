@@ -69,6 +69,31 @@ impl GroupTotals {
         merge_into(&mut self.squares, &other.squares);
     }
 
+    /// Takes out `before`, totals these grew from: what was added since.
+    /// Floating-point sums of non-negative values stay non-negative and
+    /// grow with the totals.
+    pub fn less(&mut self, before: &GroupTotals) {
+        self.lists = self.lists.saturating_sub(before.lists);
+        self.engaged = self.engaged.saturating_sub(before.engaged);
+        for (mine, earlier) in [
+            (&mut self.sums, &before.sums),
+            (&mut self.squares, &before.squares),
+        ] {
+            for (value, earlier) in mine.iter_mut().zip(earlier) {
+                *value -= earlier;
+            }
+        }
+    }
+
+    /// Whether these totals could have grown from `before`: of the same
+    /// width, with no fewer lists.
+    pub fn grew_from(&self, before: &GroupTotals) -> bool {
+        self.sums.len() == before.sums.len()
+            && self.squares.len() == before.squares.len()
+            && self.lists >= before.lists
+            && self.engaged >= before.engaged
+    }
+
     /// The sum of the values at `slot`.
     pub fn sum(&self, slot: usize) -> f64 {
         self.sums.get(slot).copied().unwrap_or(0.0)

@@ -65,6 +65,29 @@ impl PositionCurve {
         }
     }
 
+    /// Takes out `before`, a curve this one grew from: what was counted since.
+    pub fn less(&mut self, before: &PositionCurve) {
+        for (mine, earlier) in [
+            (&mut self.lengths, &before.lengths),
+            (&mut self.interactions, &before.interactions),
+        ] {
+            for (count, earlier) in mine.iter_mut().zip(earlier) {
+                *count = count.saturating_sub(*earlier);
+            }
+        }
+    }
+
+    /// Whether this curve could have grown from `before`: of the same shape,
+    /// with no count lower.
+    pub fn grew_from(&self, before: &PositionCurve) -> bool {
+        let no_lower = |mine: &[u64], earlier: &[u64]| {
+            mine.len() == earlier.len() && mine.iter().zip(earlier).all(|(m, e)| m >= e)
+        };
+        self.types == before.types
+            && no_lower(&self.lengths, &before.lengths)
+            && no_lower(&self.interactions, &before.interactions)
+    }
+
     /// Lists that showed at least `rank` items (1-based).
     pub fn lists_reaching(&self, rank: usize) -> u64 {
         self.lengths.iter().skip(rank.saturating_sub(1)).sum()

@@ -101,6 +101,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, headers, "shutting down\n").into_response();
     };
     shared.process.collect();
+    let snapshot = snapshot.since_counters_reset();
     let mut text = prometheus::render(&snapshot, &shared.windows, wall_clock());
     text.push_piece(shared.recorder.render());
     // Sent piece by piece, each let go once sent.
