@@ -476,6 +476,14 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
             "rankwatch: no list was finalized in the last {window} ({} impressions received since start); without --window, query reports every list since start",
             report.counters.impressions
         );
+    } else if let (true, None, received @ 1..) = (
+        report.groups.is_empty(),
+        &report.pending,
+        report.counters.impressions,
+    ) {
+        tell!(
+            "rankwatch: no group holds figures: the {received} lists received since start were finalized, and their groups retired after group_idle_timeout without a new list"
+        );
     } else if report.groups.is_empty() {
         let wait = report.config.attribution_window_s + report.config.allowed_lateness_s;
         let when = match report.pending {

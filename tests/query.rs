@@ -336,6 +336,37 @@ async fn a_window_that_holds_no_list_is_told_apart_from_no_list_at_all() {
     );
 }
 
+/// A server whose every list was finalized, in groups since retired as
+/// idle, holds no figures: the query says so, not that no list is
+/// finalized yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_after_every_group_retired_says_so() {
+    let server = Server::exact(&["--group-idle-timeout", "1s"]);
+    server
+        .stream_lines(&[
+            r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#.into(),
+            r#"{"interaction":{"userId":"closing","itemId":"a","type":"click","time":"2026-11-01T11:00:00Z"}}"#.into(),
+        ])
+        .await;
+    let mut polls = 0;
+    while common::server::parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"]
+        < 1.0
+    {
+        polls += 1;
+        assert!(polls < 200, "no group retired within 20 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let output = query(&["--grpc-addr", &server.grpc.to_string()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the 1 lists received since start were finalized")
+            && stderr.contains("retired")
+            && !stderr.contains("no list is finalized yet"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_that_each_match_a_group_but_none_together_are_said() {
     let server = Server::exact(&[]);
