@@ -13,6 +13,7 @@ use crate::join::EngineState;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"RNKWATCH";
@@ -459,21 +460,30 @@ impl StateFile {
         File::open(self.dir())?.sync_all()
     }
 
-    /// The state file's header, as it is on disk now.
+    /// The state file's header, as it is on disk now; an error when it is
+    /// not a regular file, which is not opened (a named pipe would wait
+    /// for a writer).
     fn header(&self) -> io::Result<Vec<u8>> {
-        let mut header = Vec::with_capacity(HEADER_LEN);
-        File::open(&self.path)?
-            .take(HEADER_LEN as u64)
-            .read_to_end(&mut header)?;
-        Ok(header)
+        read_head(&self.path, HEADER_LEN, |path| fs::metadata(path))
+    }
+
+    /// Where the mark of a graceful shutdown is.
+    fn clean_mark(&self) -> PathBuf {
+        self.dir().join(CLEAN_MARK_NAME)
     }
 
     /// Notes that the state file was saved by a graceful shutdown: the
     /// next server to start from it carries the exported counters on
-    /// rather than resetting them.
+    /// rather than resetting them. The mark is a new file, whatever was
+    /// at its path before (a link is replaced, not written through).
     pub fn mark_clean(&self) -> io::Result<()> {
         let header = self.header()?;
-        let mut mark = File::create(self.dir().join(CLEAN_MARK_NAME))?;
+        let path = self.clean_mark();
+        remove_entry(&path)?;
+        let mut mark = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
         mark.write_all(&header)?;
         mark.sync_all()?;
         self.sync_dir()
@@ -481,18 +491,17 @@ impl StateFile {
 
     /// Whether the state file is the one a graceful shutdown saved last
     /// (its header is the mark's), with no server started from it since.
-    /// Removes the mark, so that this server's own end, if not graceful,
-    /// reads as such; false when it could not be removed.
+    /// Removes the mark, whatever it is, so that this server's own end,
+    /// if not graceful, reads as such; false when it could not be removed.
+    /// Neither file is opened unless it is a regular file.
     pub fn take_clean_mark(&self) -> bool {
-        let path = self.dir().join(CLEAN_MARK_NAME);
-        let mut mark = Vec::with_capacity(HEADER_LEN);
-        let read = File::open(&path)
-            .and_then(|file| file.take(HEADER_LEN as u64 + 1).read_to_end(&mut mark));
-        if read.is_err() {
+        let path = self.clean_mark();
+        let Ok(mark) = read_head(&path, HEADER_LEN + 1, |path| fs::symlink_metadata(path)) else {
+            let _ = remove_entry(&path);
             return false;
-        }
+        };
         let matches = self.header().is_ok_and(|header| header == mark);
-        let removed = fs::remove_file(&path).and_then(|()| self.sync_dir());
+        let removed = remove_entry(&path).and_then(|()| self.sync_dir());
         if let Err(error) = &removed {
             tracing::warn!(%error, path = %path.display(), "could not remove the mark of a graceful shutdown: /metrics' counters start again from 0, as after a crash");
         }
@@ -633,6 +642,36 @@ impl StateFile {
     }
 }
 
+/// The first `len` bytes of the file at `path`, which `metadata` (which
+/// follows links or not) must find regular: anything else is not opened.
+fn read_head(
+    path: &Path,
+    len: usize,
+    metadata: fn(&Path) -> io::Result<fs::Metadata>,
+) -> io::Result<Vec<u8>> {
+    if !metadata(path)?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    // Not waiting for a writer either, should a pipe take its place since.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let mut head = Vec::with_capacity(len);
+    file.take(len as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// Removes what is at `path`, a directory if empty; nothing there is no error.
+fn remove_entry(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+        Ok(metadata) if metadata.is_dir() => fs::remove_dir(path),
+        Ok(_) => fs::remove_file(path),
+    }
+}
+
 /// The `len` bytes of payload after the header `file` was read to, and
 /// one more if the file grew since its length was taken (a file written to
 /// since is then found to differ from its header).
@@ -729,12 +768,21 @@ mod tests {
         let mut restored = restore(file.load().unwrap().unwrap().state);
         assert!(restored.carry_on_from(counted_before.clone()));
         assert_eq!(restored.counted_before(), counted_before);
-        let mut more = counted_before;
-        more.groups[0].as_mut().unwrap().totals.lists += 1;
         let mut restored = restore(state);
+        let mut more = counted_before.clone();
+        more.groups[0].as_mut().unwrap().totals.lists += 1;
         assert!(
             !restored.carry_on_from(more),
             "more lists than the group holds"
+        );
+        let mut more = counted_before.clone();
+        more.groups[0].as_mut().unwrap().totals.sums[0] += 1.0;
+        assert!(!restored.carry_on_from(more), "a sum above the group's");
+        let mut more = counted_before;
+        more.engine.as_mut().unwrap().counters.impressions += 1;
+        assert!(
+            !restored.carry_on_from(more),
+            "more impressions than counted"
         );
         assert_eq!(restored.counted_before().groups, [None]);
     }

@@ -318,17 +318,9 @@ async fn a_corrupt_state_file_is_set_aside_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_file_that_is_not_a_regular_file_is_set_aside_unread() {
     let dir = tempfile::tempdir().unwrap();
-    let pipe = dir.path().join("rankwatch.state");
-    let made = std::process::Command::new("mkfifo").arg(&pipe).status();
-    assert!(made.unwrap().success(), "mkfifo");
-    let state_dir = dir.path().to_str().unwrap().to_owned();
-    let (sender, started) = std::sync::mpsc::channel();
-    std::thread::spawn(move || sender.send(Server::start(&["--state-dir", &state_dir])));
-    let Ok(server) = started.recv_timeout(Duration::from_secs(20)) else {
-        // Lets a server stuck opening the pipe go on, so it ends with the test.
-        let _ = std::fs::OpenOptions::new().write(true).open(&pipe);
-        panic!("the server did not start within 20 s with a named pipe as its state file");
-    };
+    // A mark of a graceful shutdown beside it, which is checked against it.
+    std::fs::write(dir.path().join("rankwatch.clean"), b"RNKWATCH").unwrap();
+    let server = start_beside_a_pipe(dir.path(), "rankwatch.state");
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_state_restore_failures_total"], 1.0);
     server.logged("not a regular file");
@@ -343,6 +335,52 @@ async fn a_state_file_that_is_not_a_regular_file_is_set_aside_unread() {
         "the pipe itself, moved aside"
     );
     assert_eq!(server.get("/readyz").0, 200, "the server runs, empty");
+}
+
+/// A mark of a graceful shutdown that is not a regular file (a named pipe,
+/// a link) is removed unread, and the mark the next graceful shutdown
+/// leaves is a file of its own: written through a link, it had truncated
+/// the state file the link named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_that_is_not_a_regular_file_is_removed_unread_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("rankwatch.clean");
+    let server = start_beside_a_pipe(dir.path(), "rankwatch.clean");
+    assert_eq!(server.get("/readyz").0, 200);
+    assert!(
+        std::fs::symlink_metadata(&mark).is_err(),
+        "the pipe removed"
+    );
+    send(&server, &round(10)).await;
+    assert_eq!(server.stop().await, Some(0));
+
+    std::fs::remove_file(&mark).unwrap();
+    std::os::unix::fs::symlink("rankwatch.state", &mark).unwrap();
+    let args = saving_to(dir.path());
+    let server = Server::start(&args);
+    assert_eq!(counted(&server), [0.0; 6], "a link is no mark");
+    send(&server, &round(12)).await;
+    let before = counted(&server);
+    assert_eq!(server.stop().await, Some(0));
+    assert!(std::fs::symlink_metadata(&mark).unwrap().is_file());
+    let server = Server::start(&args);
+    assert_eq!(counted(&server), before, "the state and the mark both kept");
+}
+
+/// A server started on `dir`, where `pipe` is a named pipe, within 20 s.
+fn start_beside_a_pipe(dir: &std::path::Path, pipe: &str) -> Server {
+    let pipe = dir.join(pipe);
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success(), "mkfifo");
+    let state_dir = dir.to_str().unwrap().to_owned();
+    let (sender, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(Server::start(&["--state-dir", &state_dir])));
+    let Ok(server) = started.recv_timeout(Duration::from_secs(20)) else {
+        // Lets a server stuck opening the pipe go on, so it ends with the test.
+        let _ = std::fs::OpenOptions::new().write(true).open(&pipe);
+        panic!("the server did not start within 20 s beside a named pipe {pipe:?}");
+    };
+    server
 }
 
 /// A state file whose header does not fit the file (a payload length

@@ -88,10 +88,23 @@ impl Engine {
         }
     }
 
+    /// Whether the engine's own counts could have grown from `before`.
+    fn grew_from(&self, before: &EngineBefore) -> bool {
+        let folded: Vec<u64> = self.groups.folded().map(|(_, folded)| folded).collect();
+        self.counters.grew_from(&before.counters)
+            && self.groups.overflowed >= before.overflowed
+            && folded.len() == before.folded.len()
+            && folded
+                .iter()
+                .zip(&before.folded)
+                .all(|(now, then)| now >= then)
+            && self.experiments.unregistered >= before.unregistered
+    }
+
     /// Carries the exported counters on from `before`, saved with the
     /// state this engine was restored from; returns false, changing
-    /// nothing, when it does not fit the figures (of other shapes, or
-    /// more than they hold), as from a file written by hand.
+    /// nothing, when it does not fit the figures (of other shapes, or a
+    /// count or sum above theirs), as from a file written by hand.
     pub fn carry_on_from(&mut self, before: CountedBefore) -> bool {
         let groups_fit = before.groups.len() <= self.aggregates.len()
             && before.groups.iter().zip(&self.aggregates).all(|(b, a)| {
@@ -103,8 +116,7 @@ impl Engine {
         let experiments_fit = before.experiments.len() <= experiments.len()
             && (before.experiments.iter().zip(experiments))
                 .all(|(b, a)| b.as_ref().is_none_or(|b| a.totals.grew_from(b)));
-        let labels = self.groups.folded().count();
-        let engine_fits = (before.engine.as_ref()).is_none_or(|b| b.folded.len() == labels);
+        let engine_fits = before.engine.as_ref().is_none_or(|b| self.grew_from(b));
         if !(groups_fit && experiments_fit && engine_fits) {
             return false;
         }

@@ -112,6 +112,14 @@ impl Counters {
         self.combine(before, u64::saturating_sub);
     }
 
+    /// Whether these counters could have grown from `before`: none lower.
+    pub fn grew_from(&self, before: &Counters) -> bool {
+        let mut again = self.clone();
+        again.less(before);
+        again.add(before);
+        again == *self
+    }
+
     /// Sets each counter to `op` of it and the same counter of `other`.
     fn combine(&mut self, other: &Counters, op: fn(u64, u64) -> u64) {
         let pairs = [

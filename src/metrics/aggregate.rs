@@ -86,12 +86,16 @@ impl GroupTotals {
     }
 
     /// Whether these totals could have grown from `before`: of the same
-    /// width, with no fewer lists.
+    /// width, with no count or sum lower (every per-list value is at
+    /// least 0), none of them NaN.
     pub fn grew_from(&self, before: &GroupTotals) -> bool {
-        self.sums.len() == before.sums.len()
-            && self.squares.len() == before.squares.len()
-            && self.lists >= before.lists
+        let no_lower = |mine: &[f64], earlier: &[f64]| {
+            mine.len() == earlier.len() && mine.iter().zip(earlier).all(|(m, e)| m >= e)
+        };
+        self.lists >= before.lists
             && self.engaged >= before.engaged
+            && no_lower(&self.sums, &before.sums)
+            && no_lower(&self.squares, &before.squares)
     }
 
     /// The sum of the values at `slot`.
