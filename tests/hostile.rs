@@ -1103,12 +1103,7 @@ async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
             .collect::<Vec<_>>(),
         [("junk", 1)]
     );
-    let mut polls = 0;
-    while parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"] < 1.0 {
-        polls += 1;
-        assert!(polls < 200, "no group retired within 20 s");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    server.wait_for_a_retired_group().await;
     // The freed slot takes a new group instead of the overflow group.
     send(3, vec![impression("r3", "next", "2026-11-01T10:20:00Z")]).await;
     let text = server.get("/metrics").1;

@@ -537,14 +537,7 @@ async fn an_idle_experiment_is_retired_and_its_slot_taken_by_a_new_one() {
         experiments(&queried(&server)),
         [("a".into(), "b".into(), 1)]
     );
-    let mut polls = 0;
-    while common::server::parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"]
-        < 1.0
-    {
-        polls += 1;
-        assert!(polls < 200, "no group retired within 20 s");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    server.wait_for_a_retired_group().await;
     server.stream_lines(&list("r2", ["c", "d"], 2000)).await;
     let report = queried(&server);
     assert_eq!(

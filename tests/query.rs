@@ -348,14 +348,7 @@ async fn query_after_every_group_retired_says_so() {
             r#"{"interaction":{"userId":"closing","itemId":"a","type":"click","time":"2026-11-01T11:00:00Z"}}"#.into(),
         ])
         .await;
-    let mut polls = 0;
-    while common::server::parse_metrics(&server.get("/metrics").1)["rankwatch_groups_retired_total"]
-        < 1.0
-    {
-        polls += 1;
-        assert!(polls < 200, "no group retired within 20 s");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    server.wait_for_a_retired_group().await;
     let output = query(&["--grpc-addr", &server.grpc.to_string()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");

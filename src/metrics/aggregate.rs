@@ -89,9 +89,6 @@ impl GroupTotals {
     /// width, with no count or sum lower (every per-list value is at
     /// least 0), none of them NaN.
     pub fn grew_from(&self, before: &GroupTotals) -> bool {
-        let no_lower = |mine: &[f64], earlier: &[f64]| {
-            mine.len() == earlier.len() && mine.iter().zip(earlier).all(|(m, e)| m >= e)
-        };
         self.lists >= before.lists
             && self.engaged >= before.engaged
             && no_lower(&self.sums, &before.sums)
@@ -139,4 +136,10 @@ fn merge_into(totals: &mut Vec<f64>, other: &[f64]) {
     for (total, value) in totals.iter_mut().zip(other) {
         *total += value;
     }
+}
+
+/// Whether `mine` holds as many values as `earlier`, none lower than the
+/// one at its place (and so none NaN).
+pub(super) fn no_lower<T: PartialOrd>(mine: &[T], earlier: &[T]) -> bool {
+    mine.len() == earlier.len() && mine.iter().zip(earlier).all(|(m, e)| m >= e)
 }

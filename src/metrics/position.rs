@@ -3,6 +3,7 @@
 //! credited at rank `r` by type, so that CTR by rank is one division away.
 //! Counts only: it knows nothing of events, time or transport.
 
+use super::aggregate::no_lower;
 use serde::{Deserialize, Serialize};
 
 /// One group's position curve, since start.
@@ -80,9 +81,6 @@ impl PositionCurve {
     /// Whether this curve could have grown from `before`: of the same shape,
     /// with no count lower.
     pub fn grew_from(&self, before: &PositionCurve) -> bool {
-        let no_lower = |mine: &[u64], earlier: &[u64]| {
-            mine.len() == earlier.len() && mine.iter().zip(earlier).all(|(m, e)| m >= e)
-        };
         self.types == before.types
             && no_lower(&self.lengths, &before.lengths)
             && no_lower(&self.interactions, &before.interactions)

@@ -472,6 +472,17 @@ impl Server {
         }
         assert_eq!(received, count, "one ack per batch");
     }
+
+    /// Waits, up to 20 s, until the server has retired a group as idle.
+    pub async fn wait_for_a_retired_group(&self) {
+        for _ in 0..200 {
+            if parse_metrics(&self.get("/metrics").1)["rankwatch_groups_retired_total"] >= 1.0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no group retired within 20 s");
+    }
 }
 
 /// Runs `command`, which should exit by itself at start: its exit code and
