@@ -274,11 +274,14 @@ fn take_lock(dir: &Path) -> Result<File, UnusableDir> {
     let unusable = |problem| UnusableDir::new(dir, problem);
     ensure_dir(dir)?;
     let path = dir.join(LOCK_NAME);
+    // Not through a link, which would lock and write a file elsewhere, nor
+    // waiting on a named pipe.
     let mut file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&path)
         .map_err(|error| unusable(format!("cannot hold its lock file ({error}): fix its permissions, or point state_dir at a writable directory")))?;
     match file.try_lock() {
@@ -410,8 +413,8 @@ impl StateFile {
         let unusable = |problem| UnusableDir::new(dir, problem);
         ensure_dir(dir)?;
         let temporary = self.temporary();
-        let stale = temporary.exists();
-        File::create(&temporary)
+        let stale = fs::symlink_metadata(&temporary).is_ok();
+        create_new(&temporary)
             .and_then(|mut file| file.write_all(MAGIC))
             .and_then(|()| fs::remove_file(&temporary))
             .map_err(|error| {
@@ -440,7 +443,7 @@ impl StateFile {
             fs::create_dir_all(dir).map_err(io_error)?;
         }
         let temporary = self.temporary();
-        let written = File::create(&temporary)
+        let written = create_new(&temporary)
             .and_then(|mut file| {
                 file.write_all(&bytes)?;
                 file.sync_all()
@@ -478,12 +481,7 @@ impl StateFile {
     /// at its path before (a link is replaced, not written through).
     pub fn mark_clean(&self) -> io::Result<()> {
         let header = self.header()?;
-        let path = self.clean_mark();
-        remove_entry(&path)?;
-        let mut mark = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let mut mark = create_new(&self.clean_mark())?;
         mark.write_all(&header)?;
         mark.sync_all()?;
         self.sync_dir()
@@ -662,6 +660,17 @@ fn read_head(
     Ok(head)
 }
 
+/// A new file at `path`, for writing, in place of whatever was there
+/// (removed, not opened: a named pipe would wait for a reader, a link
+/// would lead the writes out of the state directory).
+fn create_new(path: &Path) -> io::Result<File> {
+    remove_entry(path)?;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
 /// Removes what is at `path`, a directory if empty; nothing there is no error.
 fn remove_entry(path: &Path) -> io::Result<()> {
     match fs::symlink_metadata(path) {
@@ -778,6 +787,9 @@ mod tests {
         let mut more = counted_before.clone();
         more.groups[0].as_mut().unwrap().totals.sums[0] += 1.0;
         assert!(!restored.carry_on_from(more), "a sum above the group's");
+        let mut more = counted_before.clone();
+        more.groups[0].as_mut().unwrap().totals.squares[0] = f64::NEG_INFINITY;
+        assert!(!restored.carry_on_from(more), "a sum of squares below 0");
         let mut more = counted_before;
         more.engine.as_mut().unwrap().counters.impressions += 1;
         assert!(

@@ -367,6 +367,45 @@ async fn a_mark_that_is_not_a_regular_file_is_removed_unread_and_replaced() {
     assert_eq!(counted(&server), before, "the state and the mark both kept");
 }
 
+/// What is left at the path of a save's temporary file (a named pipe, a
+/// link to a file outside the state directory) is removed, not opened:
+/// the pipe had held the start for good, the link had the start's check
+/// write through it. A link as the lock file is refused, and the file it
+/// names left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_left_at_the_temporary_or_lock_path_is_never_opened_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_beside_a_pipe(dir.path(), "rankwatch.state.tmp");
+    assert_eq!(server.get("/readyz").0, 200);
+    assert_eq!(server.stop().await, Some(0));
+
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "kept").unwrap();
+    let temporary = dir.path().join("rankwatch.state.tmp");
+    std::os::unix::fs::symlink(&victim, &temporary).unwrap();
+    let server = Server::start(&saving_to(dir.path()));
+    send(&server, &round(10)).await;
+    assert_eq!(server.stop().await, Some(0));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
+    assert!(std::fs::symlink_metadata(&temporary).is_err());
+    assert!(
+        std::fs::metadata(dir.path().join("rankwatch.state"))
+            .unwrap()
+            .len()
+            > 28
+    );
+
+    let lock = dir.path().join("rankwatch.lock");
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    let args = saving_to(dir.path());
+    let (code, log) = common::server::exit_of(&mut common::server::serve_command(&args));
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("cannot hold its lock file"), "{log}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
+}
+
 /// A server started on `dir`, where `pipe` is a named pipe, within 20 s.
 fn start_beside_a_pipe(dir: &std::path::Path, pipe: &str) -> Server {
     let pipe = dir.join(pipe);

@@ -86,10 +86,12 @@ impl GroupTotals {
     }
 
     /// Whether these totals could have grown from `before`: of the same
-    /// width, with no count or sum lower (every per-list value is at
-    /// least 0), none of them NaN.
+    /// width, with no count or sum lower, and `before`'s sums finite and
+    /// at least 0 (as every per-list value is).
     pub fn grew_from(&self, before: &GroupTotals) -> bool {
-        self.lists >= before.lists
+        let possible = |sum: &f64| sum.is_finite() && *sum >= 0.0;
+        before.sums.iter().chain(&before.squares).all(possible)
+            && self.lists >= before.lists
             && self.engaged >= before.engaged
             && no_lower(&self.sums, &before.sums)
             && no_lower(&self.squares, &before.squares)
