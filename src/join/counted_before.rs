@@ -7,7 +7,7 @@
 //! `rate()` would count every list since the first start again.
 
 use super::{Counters, Engine};
-use crate::metrics::{GroupTotals, PositionCurve};
+use crate::metrics::{no_lower, GroupTotals, PositionCurve};
 use serde::{Deserialize, Serialize};
 
 /// One group's figures since start at the reset.
@@ -93,11 +93,7 @@ impl Engine {
         let folded: Vec<u64> = self.groups.folded().map(|(_, folded)| folded).collect();
         self.counters.grew_from(&before.counters)
             && self.groups.overflowed >= before.overflowed
-            && folded.len() == before.folded.len()
-            && folded
-                .iter()
-                .zip(&before.folded)
-                .all(|(now, then)| now >= then)
+            && no_lower(&folded, &before.folded)
             && self.experiments.unregistered >= before.unregistered
     }
 

@@ -142,6 +142,6 @@ fn merge_into(totals: &mut Vec<f64>, other: &[f64]) {
 
 /// Whether `mine` holds as many values as `earlier`, none lower than the
 /// one at its place (and so none NaN).
-pub(super) fn no_lower<T: PartialOrd>(mine: &[T], earlier: &[T]) -> bool {
+pub fn no_lower<T: PartialOrd>(mine: &[T], earlier: &[T]) -> bool {
     mine.len() == earlier.len() && mine.iter().zip(earlier).all(|(m, e)| m >= e)
 }

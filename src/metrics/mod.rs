@@ -9,7 +9,7 @@ mod list;
 mod position;
 pub mod uncertainty;
 
-pub use aggregate::{GroupTotals, MetricMeans};
+pub use aggregate::{no_lower, GroupTotals, MetricMeans};
 pub use coverage::{Coverage, CoverageFigures, CoverageMode, FiguresCache, ShownList};
 pub use hyperloglog::Slot;
 pub use list::{Discount, Gain, ListEvaluator, Metric, MetricSettings, R_PRECISION};
