@@ -213,9 +213,12 @@ impl<B> LimitedBody<B> {
 }
 
 /// The status of a message that arrived while `max` bytes of messages
-/// begun and not yet whole were held.
+/// begun and not yet whole were held: `UNAVAILABLE`, since the budget is
+/// shared by every call and frees as their messages end, so the client
+/// retries with backoff (`RESOURCE_EXHAUSTED` had clients take the message
+/// for one too large, and give its events up).
 fn partial_bytes_full(max: usize) -> Status {
-    Status::resource_exhausted(format!(
+    Status::unavailable(format!(
         "the server holds max_partial_message_bytes ({max} bytes) of messages begun and not yet whole, across all calls; retry shortly, and finish each message you start"
     ))
 }

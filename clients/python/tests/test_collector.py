@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
+import logging
 import signal
 import time
 from typing import Callable, List
+
+import pytest
 
 from conftest import Server, by_label, replay, sample
 from traffic import (START, assert_groups_match, assert_report_matches, batches_of, closing_event, lists,
                      unchecked, write_log)
 from proxy import Proxy
+from unfinished import UnfinishedMessage
 
 from rankwatch import Collector, Evaluation, RejectedEvent, events
 
@@ -217,7 +222,9 @@ def test_evaluation_reads_a_window(server: Server) -> None:
     assert report["config"]["k"] == [1, 5, 10]
 
 
-def test_a_batch_over_the_servers_limit_is_split_and_an_event_too_large_given_up(tmp_path) -> None:
+def test_a_batch_over_the_servers_limit_is_split_and_an_event_too_large_given_up(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="rankwatch")
     server = Server(["--max-message-size", "4096"])
     try:
         log = lists(seed=6, n_lists=40)
@@ -235,6 +242,9 @@ def test_a_batch_over_the_servers_limit_is_split_and_an_event_too_large_given_up
         assert (stats.failed, stats.accepted, stats.pending) == (1, len(log) + 1, 0)
         assert stats.stream_failures >= 2
         assert [(r.event, r.reason) for r in heard] == [(too_large, "resource_exhausted")]
+        # The halves of a refused batch keep its time sent: they had been
+        # taken for batches waiting since the machine started.
+        assert not [r for r in caplog.records if "acknowledged nothing" in r.getMessage()]
         write_log(str(tmp_path / "log.jsonl"), log)
         with Evaluation(server.grpc_addr) as evaluation:
             assert_report_matches(evaluation.get_metrics(), replay(str(tmp_path / "log.jsonl")))
@@ -254,5 +264,63 @@ def test_a_report_past_grpcs_usual_4_mib_is_read_whole() -> None:
         with Evaluation(server.grpc_addr) as evaluation:
             report = evaluation.get_metrics()
         assert len(report["groups"]) == 1000
+    finally:
+        server.kill()
+
+
+def test_events_met_by_a_full_budget_of_messages_begun_wait_and_are_sent_once_it_frees(tmp_path) -> None:
+    # Another connection holds all but 5.5 KB of the budget every call
+    # shares, and each event spans more than one 16 KB frame, so it is held
+    # as it arrives: the client had taken the refusal for a message too large
+    # and given every event up.
+    server = Server(["--max-message-size", "65536", "--max-partial-message-bytes", "65536"])
+    held = UnfinishedMessage(server.grpc_addr, declared=65000, held=60000)
+    try:
+        items = [f"item-{j:05d}-of-a-long-catalogue" for j in range(1000)]  # the most a list holds
+        log = [events.impression(user_id=f"u{i}", items=items, time=START + datetime.timedelta(seconds=i))
+               for i in range(6)]
+        assert min(e.ByteSize() for e in log) > 16384 + 65536 - 60000
+        heard: List[RejectedEvent] = []
+        client = Collector(server.grpc_addr, batch_size=1000, max_batch_bytes=50_000, linger=NEVER_S,
+                           on_rejection=heard.append)
+        for event in log + [closing_event(log)]:
+            client.send(event)
+        client.flush(timeout=0)
+        # Enough refusals for the old reading to have given an event up.
+        wait_until(lambda: client.stats().stream_failures >= 6, "the client to meet the full budget")
+        assert sample(server.scrape(), "rankwatch_partial_messages_refused_total") >= 6
+        assert (client.stats().failed, heard) == (0, [])
+        held.close()
+        flushed = client.flush(timeout=PATIENCE_S)
+        stats = client.stats()
+        client.close(timeout=0)
+        assert flushed, stats
+        assert (stats.failed, stats.accepted, stats.pending, heard) == (0, len(log) + 1, 0, [])
+        write_log(str(tmp_path / "log.jsonl"), log)
+        with Evaluation(server.grpc_addr) as evaluation:
+            assert_report_matches(evaluation.get_metrics(), replay(str(tmp_path / "log.jsonl")))
+    finally:
+        held.close()
+        server.kill()
+
+
+def test_a_stream_the_server_closes_as_idle_is_no_failure_and_opens_again_when_needed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="rankwatch")
+    server = Server(["--ingest-idle-timeout", "1s"])
+    try:
+        client = Collector(server.grpc_addr, batch_size=1000, linger=NEVER_S)
+        client.impression(user_id="u1", items=["a", "b"], time=START)
+        assert client.flush(timeout=PATIENCE_S)
+        wait_until(lambda: sample(server.scrape(), "rankwatch_ingest_streams") == 0, "the idle stream to close")
+        time.sleep(2.5)  # two more idle timeouts, had the client opened a stream again at once
+        assert sample(server.scrape(), "rankwatch_ingest_streams") == 0
+        client.impression(user_id="u2", items=["a", "b"], time=START)
+        assert client.flush(timeout=PATIENCE_S)
+        stats = client.stats()
+        client.close(timeout=PATIENCE_S)
+        assert (stats.accepted, stats.stream_failures, stats.resent_batches) == (2, 0, 0)
+        assert received(server) == 2
+        assert [r.getMessage() for r in caplog.records] == []
     finally:
         server.kill()

@@ -56,6 +56,14 @@ IDLE_WAKEUP_S = 0.2
 #: The server's reason for refusing a stream outright (retried, unlike an oversize message).
 TOO_MANY_STREAMS = "too many concurrent ingest streams"
 
+#: The setting a server names when the messages begun on all its calls fill
+#: their shared budget: a moment's refusal, retried (earlier servers said so
+#: with RESOURCE_EXHAUSTED, as for a message too large; now with UNAVAILABLE).
+PARTIAL_BUDGET = "max_partial_message_bytes"
+
+#: The setting a server names when it closes a stream that sent nothing for a while.
+IDLE_TIMEOUT = "ingest_idle_timeout"
+
 #: grpc's own reconnection backoff, short enough to find a restarted server within seconds.
 CHANNEL_OPTIONS: Tuple[Tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -124,7 +132,11 @@ class Collector(EventSink):
         events holding `queue_bytes` serialized bytes wait in the queue (past
         that they are dropped, counted and logged) and at most
         `max_inflight_batches` batches wait for their ack.
-        `on_rejection` hears every event the server rejected, with its reason.
+        `on_rejection` hears every event the server rejected with its reason,
+        up to the server's `max_ack_rejections` per batch (100 by default);
+        rejections past that come without the event: they are counted in
+        `stats().rejected` and logged, and the callback does not hear them
+        (keep `batch_size` at or under that setting to hear every one).
         A broken stream is opened again after `retry_backoff` seconds, doubling
         up to `max_retry_backoff` while it keeps failing. Warnings of one
         subject (a rejection reason, the connection) are logged at most once
@@ -262,6 +274,7 @@ class _Streamer(CallbackGuard):
         self._resent_batches = 0
         self._resent_events = 0
         self._stream_failures = 0
+        self._idle = False
         self._closed = False
         self._closing = threading.Lock()
         self._forked = False
@@ -400,10 +413,13 @@ class _Streamer(CallbackGuard):
             with self._state:
                 if self._stopping:
                     return
-                stream = self._live_stream()
-                if stream is None or len(self._window) >= self._max_inflight:
-                    self._state.wait(self._pause())
-                    continue
+                # A stream the server closed as idle is opened again once there is something to send.
+                if not (self._idle and not self._window):
+                    self._idle = False
+                    stream = self._live_stream()
+                    if stream is None or len(self._window) >= self._max_inflight:
+                        self._state.wait(self._pause())
+                        continue
             events = self._buffer.take(timeout=IDLE_WAKEUP_S)
             if events:
                 self._dispatch(events)
@@ -573,6 +589,12 @@ class _Streamer(CallbackGuard):
             if self._stopping:
                 self._state.notify_all()
                 return
+            if current and _closed_as_idle(stream, code, details) and not self._window:
+                # Not a failure: the server frees the stream of a client with nothing to send.
+                self._idle = True
+                self._state.notify_all()
+                logger.debug("rankwatch stream to %s closed by the server as idle (%s)", self._target, details)
+                return
             self._stream_failures += 1
             retry_in = self._backoff
             waiting = self._buffer.offered - self._settled
@@ -621,7 +643,10 @@ class _Streamer(CallbackGuard):
                 given_up = events[0]
             else:
                 half = len(events) // 2
-                halves = [_Unacked(self._numbered(part), refused.generation) for part in (events[:half], events[half:])]
+                halves = [
+                    _Unacked(self._numbered(part), refused.generation, sent_at=refused.sent_at)
+                    for part in (events[:half], events[half:])
+                ]
                 self._window.extendleft(reversed(halves))
         for unacked in self._window:
             unacked.suspect = True
@@ -635,10 +660,17 @@ class _Streamer(CallbackGuard):
 def _refused(code: grpc.StatusCode, details: str) -> bool:
     """Whether a stream ended on a message the server cannot take: undecodable
     (INVALID_ARGUMENT) or over its size limit (RESOURCE_EXHAUSTED unless it
-    refused the stream itself; OUT_OF_RANGE from older servers)."""
+    refused the stream itself or its budget of messages begun was full for
+    the moment; OUT_OF_RANGE from older servers)."""
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return True
-    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and TOO_MANY_STREAMS not in details
+    momentary = TOO_MANY_STREAMS in details or PARTIAL_BUDGET in details
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and not momentary
+
+
+def _closed_as_idle(stream: IngestStream, code: grpc.StatusCode, details: str) -> bool:
+    """Whether the server closed a stream it had taken because nothing came on it."""
+    return stream.opened and code == grpc.StatusCode.UNAVAILABLE and IDLE_TIMEOUT in details
 
 
 #: What the collectors of this process run on, for the fork hook below.
