@@ -340,6 +340,34 @@ def check_names_objects_have(binary: str, page: DevTools) -> None:
         server.wait(timeout=30)
 
 
+def check_groups_kept_apart(binary: str, page: DevTools) -> None:
+    """Two groups whose surface and segment values, joined with spaces, read
+    alike get a chart each: surface "home country=de" in country "us", every
+    list clicked, had been drawn as one line with surface "home" in country
+    "de country=us", none clicked, and the page showed only one of them."""
+    server, addresses = start(binary, "serve", "--segment-labels", "country", "--attribution-window", "1s",
+                              "--allowed-lateness", "0s")
+    try:
+        shown = time.time()
+        with rankwatch.Collector(addresses["grpc_addr"]) as collector:
+            for user, surface, country, clicked in (("u1", "home country=de", "us", True),
+                                                    ("u2", "home", "de country=us", False)):
+                collector.impression(user_id=user, items=["x", "y"], model="m", surface=surface,
+                                     request_id=user, time=shown, labels={"country": country})
+                if clicked:
+                    collector.interaction(user_id=user, item_id="x", type="click", request_id=user, time=shown)
+            if not collector.flush(timeout=30):
+                raise Failure("the server did not acknowledge the lists within 30 s")
+        page.call("Page.navigate", url=f"http://{addresses['http_addr']}/")
+        wanted = [('"home country=de" country=us', "1.0000"), ('home country="de country=us"', "0.0000")]
+        wait_for(lambda: charts(page),
+                 lambda cards: sorted((c["surface"], v) for c in cards for _, _, v in c["legend"]) == wanted,
+                 30, 0.5, lambda cards: f"within 30 s the page charted {cards}, not {wanted}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def check_history_on_reload(page: DevTools, http: str) -> None:
     """A page opened later starts with the history the server kept (a sample
     every 10 s), not with its first poll."""
@@ -387,6 +415,7 @@ def run(binary: str, artifacts: Path) -> None:
         check_history_on_reload(page, http)
         check_few_lists(binary, page)
         check_names_objects_have(binary, page)
+        check_groups_kept_apart(binary, page)
         errors = page.console_errors()
         if errors:
             raise Failure("the console logged:\n  " + "\n  ".join(errors))

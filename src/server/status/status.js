@@ -180,10 +180,18 @@ function render() {
   renderSettings();
 }
 
-// A surface with its segment values, if any: "home country=de".
+// A surface, label or value as a place shows it: quoted (as JSON) when it
+// holds a space, "=" or a quote, so that no two groups read alike (surface
+// "home country=de" with country "us" had been drawn in one chart with
+// surface "home" and country "de country=us").
+function part(text) {
+  return text === "" || /[\s="]/.test(text) ? JSON.stringify(text) : text;
+}
+
+// A surface with its segment values, if any ("home country=de"): one key per group.
 function place(group) {
-  const segments = Object.entries(group.segments || {}).map(([label, value]) => label + "=" + value);
-  return [group.surface].concat(segments).join(" ");
+  const segments = Object.entries(group.segments || {}).map(([label, value]) => part(label) + "=" + part(value));
+  return [part(group.surface)].concat(segments).join(" ");
 }
 
 // The points of every (surface and segments, model) on the chosen metric: {place: {model: [{t, mean, se}]}}.
