@@ -419,7 +419,14 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         |bad| {
             bad_lines += 1;
             if bad_lines <= BAD_LINES_SHOWN {
-                bar.suspend(|| tell!("{}:{}: {}", bad.path.display(), bad.line, bad.rejection));
+                bar.suspend(|| {
+                    tell!(
+                        "{}:{}: {}",
+                        replay::shown(bad.path),
+                        bad.line,
+                        bad.rejection
+                    )
+                });
             }
         },
     );
@@ -449,7 +456,7 @@ fn far_ahead_notice(far: &replay::FarAhead) -> String {
     let by = std::time::Duration::from_secs(far.by / NANOS_PER_SECOND as u64);
     format!(
         "rankwatch: {}:{}: its time, {}, moved the latest event time {} ahead, and {} later events were older than it by more than attribution window + allowed lateness: lists shown before it closed when it came, and those events came late for their lists. If that time is wrong, fix or drop the line",
-        far.path.display(),
+        replay::shown(&far.path),
         far.line,
         format_rfc3339(far.time),
         humantime::format_duration(by),

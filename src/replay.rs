@@ -20,7 +20,7 @@ mod gzip;
 /// A log that could not be read to its end (a bad line is not an error):
 /// the report of every line before the failure, and what failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read {}{}", path.display(), after_line(*line))]
+#[error("cannot read {}{}", shown(path), after_line(*line))]
 pub struct ReplayError {
     path: PathBuf,
     /// The last line of `path` read whole and evaluated (0: none).
@@ -28,6 +28,11 @@ pub struct ReplayError {
     source: io::Error,
     /// The report of the lines read before the failure.
     pub report: Box<Report>,
+}
+
+/// A log's path as messages print it: a terminal acts on no character of it.
+pub fn shown(path: &Path) -> String {
+    crate::export::printable(&path.to_string_lossy()).into_owned()
 }
 
 /// Where in a log reading stopped, for [`ReplayError`]'s message.

@@ -73,6 +73,35 @@ fn replay_quotes_a_short_prefix_of_huge_values_on_stderr() {
     assert!(lines.iter().all(|line| line.len() < 600), "{stderr:.2000}");
 }
 
+/// A log's name is printed with what a terminal acts on escaped, in the
+/// lines naming its bad lines and in the error of a log that cannot be
+/// read: a name holding ESC and BEL had set the terminal's title.
+#[test]
+fn replay_escapes_the_names_of_logs_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "log\u{1b}]0;TITLE\u{7}.jsonl";
+    std::fs::write(dir.path().join(name), "not json\n").unwrap();
+    let bad = dir.path().join(name).to_str().unwrap().to_owned();
+    let missing = dir
+        .path()
+        .join(format!("gone-{name}"))
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let output = replay(&[&bad, &missing], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(r"log\u{1b}]0;TITLE\u{7}.jsonl:1: invalid_json"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r"cannot read ") && stderr.contains(r"gone-log\u{1b}]0;TITLE\u{7}.jsonl"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(['\u{1b}', '\u{7}']), "{stderr:?}");
+}
+
 #[test]
 fn a_positive_grade_too_small_to_sum_is_rejected_and_a_small_one_evaluated() {
     let log = [

@@ -281,12 +281,17 @@ async fn a_filter_that_can_never_match_is_refused_and_one_that_matches_nothing_y
         "nomodel",
         "--segment",
         "country=xx",
+        "--segment",
+        "city=\u{1b}[2J",
     ]);
     let stderr = String::from_utf8_lossy(&unseen.stderr);
     assert!(unseen.status.success(), "{stderr}");
     assert!(
         stderr.contains("no group has model \"nomodel\"")
-            && stderr.contains("no group has segment country=xx"),
+            && stderr.contains("no group has segment country=\"xx\"")
+            // A value that would clear the terminal is shown escaped.
+            && stderr.contains(r#"no group has segment city="\u{1b}[2J""#)
+            && !stderr.contains('\u{1b}'),
         "{stderr}"
     );
 

@@ -14,6 +14,7 @@ mod wire;
 
 pub use comparison::{compare, Comparison, NamedTotals};
 pub use interleaving::{ExperimentReport, SplitReport};
+pub use printable::printable;
 pub use report::{
     GroupReport, MeanPair, Pending, PositionPoint, Report, ReportConfig, ReportCounters,
     TABLE_METRICS,

@@ -5,7 +5,7 @@
 //! model; a split check by its surface and segment values.
 
 use crate::event::group_name;
-use crate::export::{Report, TABLE_METRICS};
+use crate::export::{printable, Report, TABLE_METRICS};
 use crate::metrics::{Metric, R_PRECISION};
 
 /// The parts of a report to keep; an empty list keeps everything.
@@ -113,7 +113,7 @@ impl ReportFilter {
             .segments
             .iter()
             .filter(|(label, value)| !groups.iter().any(|g| g.segments.get(label) == Some(value)))
-            .map(|(label, value)| format!("no group has segment {label}={value}"));
+            .map(|(label, value)| format!("no group has segment {}={value:?}", printable(label)));
         let mut said: Vec<String> = models.chain(surfaces).chain(segments).collect();
         let nothing_kept = kept.groups.is_empty() && kept.interleaving.is_empty();
         if said.is_empty() && !groups.is_empty() && nothing_kept {
