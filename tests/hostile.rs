@@ -317,7 +317,7 @@ async fn sigterm_ends_an_unfinished_stream_with_unavailable_after_its_acks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_is_ended_and_its_permit_freed() {
-    let server = Server::exact(&["--ingest-idle-timeout", "300ms", "--max-streams", "1"]);
+    let server = Server::exact(&["--ingest-idle-timeout", "1s", "--max-streams", "1"]);
     let (batches, mut acks) = server.ingest_stream().await;
     batches.send(impression_batch(1)).await.unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
@@ -1269,6 +1269,8 @@ async fn messages_begun_and_never_finished_hold_no_more_than_their_budget() {
     );
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert!(metrics["rankwatch_partial_messages_refused_total"] >= 1.0);
+    // No message of the refused call's was at fault: it is no failed stream.
+    assert_eq!(metrics["rankwatch_streams_failed_total"], 0.0);
     assert_eq!(
         metrics[r#"rankwatch_limit{limit="max_partial_message_bytes"}"#],
         2097152.0

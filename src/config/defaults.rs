@@ -87,6 +87,10 @@ pub const MAX_PARTIAL_MESSAGE_BYTES: usize = 64 << 20;
 pub const MAX_STREAMS: usize = 256;
 /// `ingest_idle_timeout`.
 pub const INGEST_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The shortest `ingest_idle_timeout`: a shorter one closes streams before
+/// the batches a client sends as it opens one can arrive, so the client
+/// reconnects and backs off over and over.
+pub const MIN_INGEST_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// `group_idle_timeout`: a day, so that a group fed once a day or
 /// less often, or paused over a night, keeps its since-start figures,
 /// while junk labels free their slots under `max_groups` within a day.

@@ -107,6 +107,21 @@ fn positive(key: &'static str, value: Duration) -> Result<Duration, ConfigError>
     bounded(key, value)
 }
 
+/// A duration of at least `min` and at most [`MAX_DURATION`].
+fn at_least(key: &'static str, value: Duration, min: Duration) -> Result<Duration, ConfigError> {
+    if value < min {
+        return Err(invalid(
+            key,
+            format!(
+                "{} is too short: give {} or more",
+                humantime::format_duration(value),
+                humantime::format_duration(min)
+            ),
+        ));
+    }
+    bounded(key, value)
+}
+
 /// A duration of at most [`MAX_DURATION`] (zero allowed).
 fn bounded(key: &'static str, value: Duration) -> Result<Duration, ConfigError> {
     if value > MAX_DURATION {
@@ -508,6 +523,7 @@ mod edge_values {
                     }
                     prop_assert!(!s.snapshot_interval.is_zero() && s.snapshot_interval <= MAX_DURATION);
                     prop_assert!(s.group_idle_timeout <= MAX_DURATION);
+                    prop_assert!((defaults::MIN_INGEST_IDLE_TIMEOUT..=MAX_DURATION).contains(&s.ingest_idle_timeout));
                 }
                 Err(error) => prop_assert!(matches!(error, ConfigError::Invalid { .. }), "{error}"),
             }

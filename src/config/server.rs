@@ -3,8 +3,8 @@
 
 use super::fleet::FleetArgs;
 use super::{
-    at_least_one, bounded, defaults, help, invalid, parse_duration, pick, positive, shown_duration,
-    shown_list, ConfigError, FileSettings,
+    at_least, at_least_one, bounded, defaults, help, invalid, parse_duration, pick, positive,
+    shown_duration, shown_list, ConfigError, FileSettings,
 };
 use crate::server::{ServerSettings, TlsSettings};
 use clap::Args;
@@ -56,7 +56,7 @@ pub struct ServerArgs {
     pub max_message_size: Option<usize>,
     /// Limit: bytes of gRPC messages begun and not yet whole, all calls together.
     #[arg(long, env = "RANKWATCH_MAX_PARTIAL_MESSAGE_BYTES",
-        help = help("Limit: bytes of gRPC messages begun and not yet whole, all calls together (at least max_message_size); a message that would hold more ends its call (RESOURCE_EXHAUSTED)", defaults::MAX_PARTIAL_MESSAGE_BYTES))]
+        help = help("Limit: bytes of gRPC messages begun and not yet whole, all calls together (at least max_message_size); a message that would hold more ends its call (UNAVAILABLE: retry)", defaults::MAX_PARTIAL_MESSAGE_BYTES))]
     pub max_partial_message_bytes: Option<usize>,
     /// Limit: most concurrent ingest streams.
     #[arg(long, env = "RANKWATCH_MAX_STREAMS",
@@ -210,7 +210,11 @@ impl ServerSettings {
             max_partial_message_bytes: partial,
             max_streams: at_least_one("max_streams", streams)?,
             max_inflight_batches: at_least_one("max_inflight_batches", inflight)?,
-            ingest_idle_timeout: positive("ingest_idle_timeout", ingest_idle)?,
+            ingest_idle_timeout: at_least(
+                "ingest_idle_timeout",
+                ingest_idle,
+                defaults::MIN_INGEST_IDLE_TIMEOUT,
+            )?,
             group_idle_timeout: positive("group_idle_timeout", group_idle)?,
             http_header_timeout: positive("http_header_timeout", header)?,
             http_idle_timeout: positive("http_idle_timeout", http_idle)?,

@@ -140,8 +140,7 @@ impl BatchReader {
                 Ok(Some(batch)) => batch,
                 Ok(None) => return,
                 Err(status) => {
-                    // An oversize message was counted where it was found.
-                    if status.code() != tonic::Code::ResourceExhausted {
+                    if !super::message_limit::counted_where_found(&status) {
                         metrics::counter!(STREAMS_FAILED_TOTAL).increment(1);
                     }
                     // After the acks of the batches before it.

@@ -10,8 +10,9 @@
 //! messages begun and not yet whole are bounded too, across all calls
 //! (`max_partial_message_bytes`): a client that starts many calls and
 //! sends all but the last byte of each had held 400 MB per connection.
-//! A message that would pass the bound ends its call with
-//! `RESOURCE_EXHAUSTED`, counted in [`PARTIAL_MESSAGES_REFUSED_TOTAL`].
+//! A message that would pass the bound ends its call with `UNAVAILABLE`
+//! (the bound frees as other calls' messages end), counted in
+//! [`PARTIAL_MESSAGES_REFUSED_TOTAL`].
 
 use super::telemetry::{PARTIAL_MESSAGES_REFUSED_TOTAL, STREAMS_FAILED_TOTAL};
 use bytes::Bytes;
@@ -219,8 +220,24 @@ impl<B> LimitedBody<B> {
 /// for one too large, and give its events up).
 fn partial_bytes_full(max: usize) -> Status {
     Status::unavailable(format!(
-        "the server holds max_partial_message_bytes ({max} bytes) of messages begun and not yet whole, across all calls; retry shortly, and finish each message you start"
+        "{PARTIAL_BYTES_FULL} ({max} bytes) of messages begun and not yet whole, across all calls; retry shortly, and finish each message you start"
     ))
+}
+
+/// How the status of [`partial_bytes_full`] begins.
+const PARTIAL_BYTES_FULL: &str = "the server holds max_partial_message_bytes";
+
+/// Whether a call's body ended with `status` at a limit of this module, which
+/// counted it where it was found: an oversize message (in
+/// `rankwatch_streams_failed_total`) or a full budget of messages begun (in
+/// `rankwatch_partial_messages_refused_total` alone: no message of the
+/// call's was at fault).
+pub(super) fn counted_where_found(status: &Status) -> bool {
+    match status.code() {
+        tonic::Code::ResourceExhausted => true,
+        tonic::Code::Unavailable => status.message().starts_with(PARTIAL_BYTES_FULL),
+        _ => false,
+    }
 }
 
 impl<B> Drop for LimitedBody<B> {

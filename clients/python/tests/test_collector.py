@@ -268,11 +268,13 @@ def test_a_report_past_grpcs_usual_4_mib_is_read_whole() -> None:
         server.kill()
 
 
-def test_events_met_by_a_full_budget_of_messages_begun_wait_and_are_sent_once_it_frees(tmp_path) -> None:
+def test_events_met_by_a_full_budget_of_messages_begun_wait_and_are_sent_once_it_frees(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     # Another connection holds all but 5.5 KB of the budget every call
     # shares, and each event spans more than one 16 KB frame, so it is held
     # as it arrives: the client had taken the refusal for a message too large
     # and given every event up.
+    caplog.set_level(logging.WARNING, logger="rankwatch")
     server = Server(["--max-message-size", "65536", "--max-partial-message-bytes", "65536"])
     held = UnfinishedMessage(server.grpc_addr, declared=65000, held=60000)
     try:
@@ -296,6 +298,11 @@ def test_events_met_by_a_full_budget_of_messages_begun_wait_and_are_sent_once_it
         client.close(timeout=0)
         assert flushed, stats
         assert (stats.failed, stats.accepted, stats.pending, heard) == (0, len(log) + 1, 0, [])
+        # The server took each stream and refused its message: one outage, told
+        # once it acknowledged again, not a reconnection per stream.
+        reconnected = [r.getMessage() for r in caplog.records if "reconnected" in r.getMessage()]
+        assert len(reconnected) == 1, reconnected
+        assert int(reconnected[0].split(" after ")[1].split(" ")[0]) == stats.stream_failures >= 6
         write_log(str(tmp_path / "log.jsonl"), log)
         with Evaluation(server.grpc_addr) as evaluation:
             assert_report_matches(evaluation.get_metrics(), replay(str(tmp_path / "log.jsonl")))

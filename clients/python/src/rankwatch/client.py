@@ -515,17 +515,8 @@ class _Streamer(CallbackGuard):
             if self._stream is not stream:
                 return
             self._open = True
-            outage, self._outage = self._outage, None
-            resending = sum(1 for unacked in self._window if unacked.generation)
             self._send_due()
             self._state.notify_all()
-        if outage is not None:
-            self._throttle.warn(
-                logger, "reconnections",
-                "rankwatch reconnected to %s after %d failed stream(s) over %.1f s; "
-                "resending %d unacknowledged batch(es)",
-                self._target, outage.failures, time.monotonic() - outage.since, resending,
-            )
 
     def _on_ack(self, ack: pb.IngestAck) -> None:
         """Settles the oldest unacknowledged batch and reports its rejections
@@ -545,8 +536,16 @@ class _Streamer(CallbackGuard):
             for counted in ack.more_rejections:
                 self._rejected[counted.reason] += counted.count
             self._backoff = self._first_backoff
+            # An outage ends at the first ack: a server may take streams and refuse every message on them.
+            outage, self._outage = self._outage, None
             self._send_due()
             self._state.notify_all()
+        if outage is not None:
+            self._throttle.warn(
+                logger, "reconnections",
+                "rankwatch reconnected to %s after %d failed stream(s) over %.1f s; it acknowledges batches again",
+                self._target, outage.failures, time.monotonic() - outage.since,
+            )
         if ack.rejections:
             self._report(batch, ack.rejections)
 
