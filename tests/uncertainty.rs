@@ -5,7 +5,7 @@
 mod common;
 
 use common::server::{event_from_json, parse_metrics, Server};
-use common::{replay_json, Seeded};
+use common::{replay, replay_json, Seeded};
 use rankwatch::metrics::Metric;
 use rankwatch::proto::{self, EventBatch};
 use serde_json::{json, Value};
@@ -387,4 +387,25 @@ async fn every_per_list_sum_has_its_sum_of_squares_and_every_window_mean_its_sta
             }
         }
     }
+}
+
+#[test]
+fn replay_prints_comparisons_in_the_order_of_their_cutoffs_as_numbers() {
+    let lists = generate(0x5eed_2027, 200);
+    let log: String = log_of(&lists).iter().map(|l| format!("{l}\n")).collect();
+    let output = replay(
+        &["-", "--k", "5,10", "--control-model", "ctl"],
+        Some(log.as_bytes()),
+    );
+    assert!(output.status.success());
+    let table = String::from_utf8(output.stdout).unwrap();
+    let ndcg_rows: Vec<&str> = table
+        .lines()
+        .filter_map(|line| line.split_whitespace().find(|w| w.starts_with("ndcg@")))
+        .collect();
+    assert_eq!(
+        ndcg_rows,
+        ["ndcg@5", "ndcg@10"].repeat(SURFACES.len() * (MODELS.len() - 1)),
+        "{table}"
+    );
 }

@@ -81,6 +81,19 @@ pub fn compare(groups: &[NamedTotals<'_>], control: &str, ks: &[usize]) -> Vec<C
     comparisons
 }
 
+/// The order people read comparisons in: by surface, segment values, model,
+/// metric and then cutoff as a number (`ndcg@5` before `ndcg@10`), where
+/// [`compare`] orders the metric keys as text.
+pub fn by_cutoff(a: &Comparison, b: &Comparison) -> std::cmp::Ordering {
+    (&a.surface, &a.segments, &a.model, a.measure.name(), a.k).cmp(&(
+        &b.surface,
+        &b.segments,
+        &b.model,
+        b.measure.name(),
+        b.k,
+    ))
+}
+
 fn compare_pair<'a>(
     candidate: &'a NamedTotals<'_>,
     control: &'a NamedTotals<'_>,

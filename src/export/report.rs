@@ -1,7 +1,7 @@
 //! The evaluation report (docs/SPEC.md §6): settings, counters, and per-group means
 //! of every metric at every K in both scopes.
 
-use super::comparison::{compare, Comparison, NamedTotals};
+use super::comparison::{by_cutoff, compare, Comparison, NamedTotals};
 use super::interleaving::{
     experiment_reports, segment_text, split_reports, ExperimentReport, SplitReport,
 };
@@ -526,8 +526,11 @@ fn write_coverage(out: &mut String, groups: &[GroupReport], segment_labels: &[&S
     out.push_str("\nexposure of an item: the sum of 1 / discount(rank) over the lists that showed it; entropy over ln(items shown).\n");
 }
 
-/// The comparisons against the control, one row each.
+/// The comparisons against the control, one row each, their cutoffs in
+/// the order of numbers.
 fn write_comparisons(out: &mut String, comparisons: &[Comparison]) {
+    let mut comparisons: Vec<&Comparison> = comparisons.iter().collect();
+    comparisons.sort_by(|a, b| by_cutoff(a, b));
     let segments: Vec<String> = comparisons
         .iter()
         .map(|c| segment_text(&c.segments))

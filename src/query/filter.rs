@@ -5,7 +5,7 @@
 //! model; a split check by its surface and segment values.
 
 use crate::event::group_name;
-use crate::export::{printable, Report, TABLE_METRICS};
+use crate::export::{by_cutoff, printable, Report, TABLE_METRICS};
 use crate::metrics::{Metric, R_PRECISION};
 
 /// The parts of a report to keep; an empty list keeps everything.
@@ -159,15 +159,7 @@ impl ReportFilter {
                     && self.keeps_segments(&c.segments)
                     && self.keeps_metric(&c.metric)
             });
-            comparisons.sort_by(|a, b| {
-                (&a.surface, &a.segments, &a.model, a.measure.name(), a.k).cmp(&(
-                    &b.surface,
-                    &b.segments,
-                    &b.model,
-                    b.measure.name(),
-                    b.k,
-                ))
-            });
+            comparisons.sort_by(by_cutoff);
         }
         report.interleaving.retain(|e| {
             (self.models.is_empty() || self.models.contains(&e.a) || self.models.contains(&e.b))
