@@ -470,6 +470,93 @@ async fn a_state_topic_without_snapshots_reads_on_from_the_committed_offsets() {
     );
 }
 
+/// A partition whose snapshot cannot be restored is read on from the
+/// group's committed offset, and an owner that reads nothing of it before
+/// handing it over hands it over at that offset. It had taken offset 0 for
+/// its own until a record came, committed 0 and handed over at 0, so that
+/// the next owner counted the whole partition again (and called the
+/// records before its first offset lost).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_partition_whose_snapshot_cannot_be_restored_is_handed_over_where_it_was_read() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let (first, second) = log_in_halves();
+    let producer = broker.producer();
+    let received = "rankwatch_events_received_total";
+    let mut a = instance(&broker, &[]);
+    produce(&producer, &first).await;
+    wait_for(&[&a], "the first half", |m| {
+        total(m, received) == first.len() as f64
+    });
+    wait_until_committed(&broker);
+    let a = terminate(&mut a);
+    for partition in 0..PARTITIONS {
+        write_unreadable_manifest(&broker, partition).await;
+    }
+
+    let mut b = instance(&broker, &[]);
+    let taken = wait_for(&[&b], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    assert_eq!(
+        value(&taken[0], "rankwatch_kafka_restore_failures_total"),
+        f64::from(PARTITIONS)
+    );
+    std::thread::sleep(Duration::from_secs(3)); // a few checkpoints of the quiet partitions
+    let b = terminate(&mut b);
+    assert_eq!(value(&b, received), 0.0, "nothing new to read");
+
+    let c = instance(&broker, &[]);
+    wait_for(&[&c], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    produce(&producer, &second).await;
+    wait_for(&[&c], "the second half", |m| {
+        total(m, received) >= second.len() as f64
+    });
+    std::thread::sleep(Duration::from_secs(2)); // for what reading from the start would add
+    let c = scrape(&c).unwrap();
+    assert_eq!(value(&a, received), first.len() as f64);
+    assert_eq!(
+        value(&c, received),
+        second.len() as f64,
+        "the second half alone"
+    );
+    assert_eq!(
+        value(&c, "rankwatch_kafka_records_expired_unread_total"),
+        0.0,
+        "no record was lost"
+    );
+}
+
+/// Writes, as the last manifest of `partition`, one handed over by an
+/// owner gone from the group that names a snapshot of a format this build
+/// does not read: restoring it fails.
+async fn write_unreadable_manifest(broker: &Broker, partition: i32) {
+    let client = broker.client();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let state = StateTopic::connect(&client, STATE_TOPIC, "unreadable", runtime).unwrap();
+        let manifest = Manifest {
+            version: u32::MAX,
+            fingerprint: "fp".to_owned(),
+            id: 1,
+            slot: 1,
+            chunks: 1,
+            first_chunk: 0,
+            checksum: 0,
+            next_offset: 0,
+            handed_over: true,
+            owner: "rankwatch-gone".to_owned(),
+            generation: None,
+            join_rules: None,
+        };
+        state.write_manifest(partition, &manifest).unwrap();
+    })
+    .await
+    .unwrap();
+}
+
 /// A partition's snapshot taken by an instance with another attribution
 /// window is restored, and the instance says that its figures mix lists
 /// joined under both (they had mixed silently).

@@ -354,20 +354,21 @@ impl Rebalancer {
         let restored = self.restore_one(id, (low, high), assignment, committed);
         let Some((engine, manifest, recount_until)) = restored else {
             restore_failed(id, "the state topic cannot be read");
-            // Where reading starts is the group's to say: no backlog is known.
+            let (next_offset, recount_until) =
+                self.read_on_unrestored(consumer, id, assignment, (low, high));
             let start = Start {
                 engine: fleet.empty_engine(),
-                next_offset: 0,
-                recount_until: 0,
-                backlog_end: 0,
+                next_offset,
+                recount_until,
+                backlog_end: high,
                 partitions: assignment.partitions,
             };
             let manifest = Manifest {
                 generation: assignment.generation,
-                ..self.first_manifest(0)
+                ..self.first_manifest(next_offset)
             };
             self.start_one(id, feed, start, manifest);
-            return Some(Offset::Stored);
+            return Some(Offset::Offset(next_offset));
         };
         let next_offset = first_offset_held(id, manifest.next_offset, low);
         let claim = Manifest {
@@ -396,6 +397,38 @@ impl Rebalancer {
         };
         self.start_one(id, feed, start, claim);
         Some(Offset::Offset(next_offset))
+    }
+
+    /// Where partition `id`, whose snapshot cannot be restored, is read
+    /// from, and up to where its lists may be counted again: the group's
+    /// committed offset (the first record held when the group has none).
+    /// Its task starts at that offset, so that an owner reading nothing
+    /// before the next handover hands the partition over there, not at 0,
+    /// which had the next owner count it whole again. When not even the
+    /// committed offset can be read, the partition is read from its first
+    /// record held, the lists up to its end counted as counted again.
+    fn read_on_unrestored(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        id: i32,
+        assignment: &Assignment,
+        (low, high): (i64, i64),
+    ) -> (i64, i64) {
+        let topic = &self.fleet.settings.topic;
+        let committed = assignment.retries.read(
+            id,
+            "the group's committed offset",
+            |_| true,
+            || read_committed_offset(consumer, topic, id),
+        );
+        match committed {
+            Ok(Some(offset)) => (first_offset_held(id, offset, low), 0),
+            Ok(None) => (low, 0),
+            Err(error) => {
+                tracing::error!(%error, partition = id, "cannot read the group's committed offset: the partition is read from its first record held, and its lists up to its end are counted as counted again");
+                (low, high)
+            }
+        }
     }
 
     /// Partition `id`'s engine, manifest and the offset up to which its
@@ -865,16 +898,27 @@ fn restore_failed(partition: i32, why: &str) {
 /// The offset the group committed for partition `id` of `topic`, if it
 /// committed one and the broker says so.
 fn committed_offset(consumer: &BaseConsumer<Rebalancer>, topic: &str, id: i32) -> Option<i64> {
+    read_committed_offset(consumer, topic, id)
+        .inspect_err(|error| tracing::warn!(%error, partition = id, "cannot read the group's committed offset"))
+        .ok()?
+}
+
+/// The offset the group committed for partition `id` of `topic`; `None`
+/// when it committed none.
+fn read_committed_offset(
+    consumer: &BaseConsumer<Rebalancer>,
+    topic: &str,
+    id: i32,
+) -> Result<Option<i64>, KafkaError> {
     let mut partitions = TopicPartitionList::new();
     partitions.add_partition(topic, id);
-    let committed = consumer
-        .committed_offsets(partitions, BROKER_TIMEOUT)
-        .inspect_err(|error| tracing::warn!(%error, partition = id, "cannot read the group's committed offset"))
-        .ok()?;
-    match committed.find_partition(topic, id)?.offset() {
-        Offset::Offset(offset) => Some(offset),
-        _ => None,
-    }
+    let committed = consumer.committed_offsets(partitions, BROKER_TIMEOUT)?;
+    Ok(
+        match committed.find_partition(topic, id).map(|p| p.offset()) {
+            Some(Offset::Offset(offset)) => Some(offset),
+            _ => None,
+        },
+    )
 }
 
 /// Runs the consumer on its own thread until `shutdown`, then hands every
