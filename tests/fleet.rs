@@ -423,6 +423,43 @@ async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the
     assert_fleet_matches(&scraped[0], &expected);
 }
 
+/// Creates the event topic, has one instance read the first half of the
+/// log and hand it over (SIGTERM); returns both halves and that
+/// instance's last figures.
+async fn first_half_handed_over(
+    broker: &Broker,
+) -> (Vec<Produced>, Vec<Produced>, BTreeMap<String, f64>) {
+    broker.create_topic(TOPIC).await;
+    let (first, second) = log_in_halves();
+    let mut instance = instance(broker, &[]);
+    produce(&broker.producer(), &first).await;
+    wait_for(&[&instance], "the first half", |m| {
+        total(m, "rankwatch_events_received_total") == first.len() as f64
+    });
+    wait_until_committed(broker);
+    let figures = terminate(&mut instance);
+    (first, second, figures)
+}
+
+/// Once `server` has taken every partition, produces `second` and waits
+/// until it has read as many events, and 2 s more for any it would read
+/// again; returns its figures then.
+async fn second_half_read(
+    broker: &Broker,
+    server: &Server,
+    second: &[Produced],
+) -> BTreeMap<String, f64> {
+    wait_for(&[server], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    produce(&broker.producer(), second).await;
+    wait_for(&[server], "the second half", |m| {
+        total(m, "rankwatch_events_received_total") >= second.len() as f64
+    });
+    std::thread::sleep(Duration::from_secs(2)); // for what reading from the start would add
+    scrape(server).unwrap()
+}
+
 /// An instance whose state topic holds no snapshot, though the group has
 /// read the partitions (`kafka_state_topic` renamed, or the topic recreated
 /// or lost), reads on from the group's committed offsets, counting each
@@ -431,26 +468,10 @@ async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the
 #[tokio::test(flavor = "multi_thread")]
 async fn a_state_topic_without_snapshots_reads_on_from_the_committed_offsets() {
     let broker = Broker::in_memory();
-    broker.create_topic(TOPIC).await;
-    let (first, second) = log_in_halves();
-    let producer = broker.producer();
+    let (first, second, before) = first_half_handed_over(&broker).await;
     let received = "rankwatch_events_received_total";
-    let mut before = instance(&broker, &[]);
-    produce(&producer, &first).await;
-    wait_for(&[&before], "the first half", |m| {
-        total(m, received) == first.len() as f64
-    });
-    let before = terminate(&mut before);
     let after = instance(&broker, &["--kafka-state-topic", "elsewhere.state"]);
-    wait_for(&[&after], "the partitions", |m| {
-        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
-    });
-    produce(&producer, &second).await;
-    wait_for(&[&after], "the second half", |m| {
-        total(m, received) >= second.len() as f64
-    });
-    std::thread::sleep(Duration::from_secs(2)); // for what reading from the start would add
-    let metrics = scrape(&after).unwrap();
+    let metrics = second_half_read(&broker, &after, &second).await;
     let all = (first.len() + second.len()) as f64;
     assert_eq!(value(&before, received) + value(&metrics, received), all);
     let first_values: BTreeSet<&[u8]> = first.iter().map(|r| r.value.as_slice()).collect();
@@ -479,17 +500,8 @@ async fn a_state_topic_without_snapshots_reads_on_from_the_committed_offsets() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_quiet_partition_whose_snapshot_cannot_be_restored_is_handed_over_where_it_was_read() {
     let broker = Broker::in_memory();
-    broker.create_topic(TOPIC).await;
-    let (first, second) = log_in_halves();
-    let producer = broker.producer();
+    let (first, second, a) = first_half_handed_over(&broker).await;
     let received = "rankwatch_events_received_total";
-    let mut a = instance(&broker, &[]);
-    produce(&producer, &first).await;
-    wait_for(&[&a], "the first half", |m| {
-        total(m, received) == first.len() as f64
-    });
-    wait_until_committed(&broker);
-    let a = terminate(&mut a);
     for partition in 0..PARTITIONS {
         write_unreadable_manifest(&broker, partition).await;
     }
@@ -506,16 +518,7 @@ async fn a_quiet_partition_whose_snapshot_cannot_be_restored_is_handed_over_wher
     let b = terminate(&mut b);
     assert_eq!(value(&b, received), 0.0, "nothing new to read");
 
-    let c = instance(&broker, &[]);
-    wait_for(&[&c], "the partitions", |m| {
-        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
-    });
-    produce(&producer, &second).await;
-    wait_for(&[&c], "the second half", |m| {
-        total(m, received) >= second.len() as f64
-    });
-    std::thread::sleep(Duration::from_secs(2)); // for what reading from the start would add
-    let c = scrape(&c).unwrap();
+    let c = second_half_read(&broker, &instance(&broker, &[]), &second).await;
     assert_eq!(value(&a, received), first.len() as f64);
     assert_eq!(
         value(&c, received),
@@ -533,28 +536,15 @@ async fn a_quiet_partition_whose_snapshot_cannot_be_restored_is_handed_over_wher
 /// owner gone from the group that names a snapshot of a format this build
 /// does not read: restoring it fails.
 async fn write_unreadable_manifest(broker: &Broker, partition: i32) {
-    let client = broker.client();
-    let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        let state = StateTopic::connect(&client, STATE_TOPIC, "unreadable", runtime).unwrap();
-        let manifest = Manifest {
-            version: u32::MAX,
-            fingerprint: "fp".to_owned(),
-            id: 1,
-            slot: 1,
-            chunks: 1,
-            first_chunk: 0,
-            checksum: 0,
-            next_offset: 0,
-            handed_over: true,
-            owner: "rankwatch-gone".to_owned(),
-            generation: None,
-            join_rules: None,
-        };
-        state.write_manifest(partition, &manifest).unwrap();
-    })
-    .await
-    .unwrap();
+    let unreadable = Manifest {
+        version: u32::MAX,
+        chunks: 1,
+        handed_over: true,
+        owner: "rankwatch-gone".to_owned(),
+        generation: None,
+        ..written_manifest()
+    };
+    write_manifest(broker, partition, unreadable).await;
 }
 
 /// A partition's snapshot taken by an instance with another attribution
@@ -1455,25 +1445,41 @@ const CLAIMANT: &str = "rankwatch-claimant";
 /// generation `generation`, as an instance assigned it does; returns its
 /// offset in the state topic.
 async fn claim(broker: &Broker, partition: i32, generation: i32) -> i64 {
+    let claim = Manifest {
+        owner: CLAIMANT.to_owned(),
+        generation: Some(generation),
+        ..written_manifest()
+    };
+    write_manifest(broker, partition, claim).await
+}
+
+/// A manifest of no snapshot, not handed over, owned by no one, as the
+/// tests write them.
+fn written_manifest() -> Manifest {
+    Manifest {
+        version: 0,
+        fingerprint: "fp".to_owned(),
+        id: 1,
+        slot: 1,
+        chunks: 0,
+        first_chunk: 0,
+        checksum: 0,
+        next_offset: 0,
+        handed_over: false,
+        owner: String::new(),
+        generation: None,
+        join_rules: None,
+    }
+}
+
+/// Writes `manifest` as the last of `partition` in the state topic;
+/// returns its offset there.
+async fn write_manifest(broker: &Broker, partition: i32, manifest: Manifest) -> i64 {
     let client = broker.client();
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let state = StateTopic::connect(&client, STATE_TOPIC, "claims", runtime).unwrap();
-        let claim = Manifest {
-            version: 0,
-            fingerprint: "fp".to_owned(),
-            id: 1,
-            slot: 1,
-            chunks: 0,
-            first_chunk: 0,
-            checksum: 0,
-            next_offset: 0,
-            handed_over: false,
-            owner: CLAIMANT.to_owned(),
-            generation: Some(generation),
-            join_rules: None,
-        };
-        state.write_manifest(partition, &claim).unwrap();
+        state.write_manifest(partition, &manifest).unwrap();
         state.last_manifest(partition).unwrap().unwrap().offset
     })
     .await
