@@ -883,6 +883,71 @@ fn wait_for_line(server: &Server, text: &str) {
     panic!("the instance did not log {text:?}");
 }
 
+/// An owner paused past its session timeout, whose partitions the group
+/// gave to another instance meanwhile, lets them go when it comes back,
+/// writing no handover. It had written one after the new owner's claims,
+/// so that an owner after a `kill -9` of the new one would have taken the
+/// stale handover for the last word and counted the new owner's lists again
+/// without saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owner_back_after_its_partitions_were_given_away_writes_no_handover() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let (first, _) = log_in_halves();
+    let a = instance(&broker, &[]);
+    produce(&broker.producer(), &first).await;
+    wait_for(&[&a], "the first half", |m| {
+        total(m, "rankwatch_events_received_total") == first.len() as f64
+    });
+    wait_until_committed(&broker);
+    let stopped = std::time::Instant::now();
+    signal(&a, "STOP");
+    let b = instance_waiting(&broker, "5s", &[]);
+    wait_for(&[&b], "the partitions", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+    });
+    let claims: BTreeMap<i32, usize> = manifests(&broker)
+        .into_iter()
+        .map(|(partition, written)| (partition, written.len()))
+        .collect();
+    let claimant = manifests(&broker)[&0].last().unwrap().owner.clone();
+    // Paused past the session timeout of 10 s, then some time to hear of it.
+    std::thread::sleep(Duration::from_secs(12).saturating_sub(stopped.elapsed()));
+    signal(&a, "CONT");
+    std::thread::sleep(Duration::from_secs(10));
+
+    for (partition, written) in manifests(&broker) {
+        let since_claims = &written[claims[&partition]..];
+        assert!(
+            !since_claims
+                .iter()
+                .any(|m| m.handed_over && m.owner != claimant),
+            "partition {partition}: a handover by the paused owner after the claims"
+        );
+    }
+    let a = scrape(&a).expect("the paused owner answers again");
+    assert_eq!(
+        value(&a, "rankwatch_kafka_partitions_lost_total"),
+        f64::from(PARTITIONS)
+    );
+}
+
+/// The manifests of each partition of the state topic, in the order written.
+fn manifests(broker: &Broker) -> BTreeMap<i32, Vec<Manifest>> {
+    broker
+        .records(STATE_TOPIC)
+        .into_iter()
+        .map(|(partition, records)| {
+            let written = records
+                .iter()
+                .filter(|(key, _)| key == b"manifest")
+                .map(|(_, value)| postcard::take_from_bytes::<Manifest>(value).unwrap().0)
+                .collect();
+            (partition, written)
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broker_restart_while_a_partition_is_taken_loses_no_open_list() {
     let mut broker = Broker::on_disk();

@@ -260,7 +260,11 @@ impl ConsumerContext for Rebalancer {
                     .map(|e| e.partition())
                     .filter(|id| self.fleet.owned.contains_key(id))
                     .collect();
-                self.checkpoint(consumer, &ids, true);
+                if consumer.assignment_lost() {
+                    self.let_go(&ids);
+                } else {
+                    self.checkpoint(consumer, &ids, true);
+                }
                 if let Err(error) = consumer.unassign() {
                     tracing::error!(%error, "cannot release the revoked partitions");
                 }
@@ -729,6 +733,28 @@ impl Rebalancer {
         }
     }
 
+    /// Stops evaluating partitions `ids`, which the group gave to other
+    /// instances while this one did not answer (paused or cut off past its
+    /// session timeout), writing and committing nothing: their new owners
+    /// have taken them from their last snapshots, and a handover written
+    /// now, after their claims, would tell the owners after them that no
+    /// list past it was counted. The figures finalized here stay this
+    /// instance's; the new owners count those lists again as recounted.
+    fn let_go(&self, ids: &[i32]) {
+        for &id in ids {
+            if let Ok(answer) = self.ask_checkpoint(id, true) {
+                // Waits for the task to stop, so that its figures are final.
+                let _ = answer.blocking_recv();
+            }
+            self.fleet.retire(id);
+            tracing::warn!(
+                partition = id,
+                "PARTITION LOST: the group gave it to another instance while this one did not answer (paused or cut off past its session timeout); not handed over"
+            );
+            metrics::counter!(PARTITIONS_LOST).increment(1);
+        }
+    }
+
     /// Commits the offsets of the partitions whose snapshots stand.
     fn commit(&self, consumer: &BaseConsumer<Self>, next_offsets: &BTreeMap<i32, i64>, last: bool) {
         let mut offsets = TopicPartitionList::new();
@@ -859,8 +885,16 @@ fn warn_if_joined_otherwise(partition: i32, saved: Option<&JoinRules>, running: 
 /// instance read them.
 pub const RECORDS_EXPIRED_UNREAD: &str = "rankwatch_kafka_records_expired_unread_total";
 
+/// Counter of partitions the group gave to other instances while this one
+/// did not answer.
+pub const PARTITIONS_LOST: &str = "rankwatch_kafka_partitions_lost_total";
+
 /// Describes the counters of taking partitions that this module alone counts.
 pub fn describe_counters() {
+    metrics::describe_counter!(
+        PARTITIONS_LOST,
+        "Partitions the group gave to other instances while this one did not answer (paused or cut off past its session timeout): let go without a handover, their new owners count the lists finalized here since the last snapshot again, in rankwatch_lists_recounted_total."
+    );
     metrics::describe_counter!(
         RECORDS_EXPIRED_UNREAD,
         "Records of the event topic the broker deleted before any instance read them (the fleet was behind by more than the topic's retention): their lists and interactions are not counted."

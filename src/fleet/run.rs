@@ -123,6 +123,7 @@ fn start_at_zero() {
         "rankwatch_kafka_snapshot_failures_total",
         "rankwatch_kafka_restore_failures_total",
         super::consume::RECORDS_EXPIRED_UNREAD,
+        super::consume::PARTITIONS_LOST,
         "rankwatch_kafka_produced_events_total",
         "rankwatch_kafka_produce_failures_total",
     ] {
