@@ -76,6 +76,44 @@ async fn query_prints_the_replay_report_of_the_same_events() {
     assert_eq!(rows(&table).len(), 3 + 9 * 4 + 2 + (2 + 9 + 2));
 }
 
+/// `query --format json` orders comparisons as replay's JSON and
+/// `GetMetrics` do (the metric key as text: `ndcg@10` before `ndcg@5`); only
+/// the table puts cutoffs in the order of numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_gives_comparisons_in_the_order_of_replays_json() {
+    let compared = ["--control-model", "good", "--k", "5,10"];
+    let server = Server::exact(&compared);
+    let lines = sent_log();
+    server.stream_lines(&lines).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sent.jsonl");
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let expected = replay_as_served(&log, &compared);
+    let metrics: Vec<&str> = expected["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(metrics[..2], ["dcg@10", "dcg@5"], "{metrics:?}");
+
+    let addr = server.grpc.to_string();
+    let all = query_json(&["--grpc-addr", &addr, "--format", "json"]);
+    assert_eq!(all["comparisons"], expected["comparisons"]);
+    let kept = query_json(&["--grpc-addr", &addr, "--format", "json", "--metric", "ndcg"]);
+    let ndcg: Vec<&Value> = expected["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["metric"].as_str().unwrap().starts_with("ndcg@"))
+        .collect();
+    assert_eq!(
+        ndcg[..2].iter().map(|c| &c["metric"]).collect::<Vec<_>>(),
+        ["ndcg@10", "ndcg@5"]
+    );
+    assert_eq!(kept["comparisons"], serde_json::json!(ndcg));
+}
+
 /// A server that cannot be reached is told once per cause: the transport's
 /// errors wrap errors that say the same ("transport error: transport error:
 /// tcp connect error: tcp connect error: …").

@@ -12,7 +12,7 @@ mod series;
 mod snapshot;
 mod wire;
 
-pub use comparison::{by_cutoff, compare, Comparison, NamedTotals};
+pub use comparison::{compare, Comparison, NamedTotals};
 pub use interleaving::{ExperimentReport, SplitReport};
 pub use printable::printable;
 pub use report::{

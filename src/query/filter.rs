@@ -1,11 +1,11 @@
 //! What `rankwatch query` keeps of a report: the groups and comparisons of
 //! some models, surfaces and segment values, and some metrics at some
-//! cutoffs; comparisons in the order of their cutoffs as numbers. An
-//! interleaving experiment is kept when either of its rankers is a kept
-//! model; a split check by its surface and segment values.
+//! cutoffs, in the order the report has them. An interleaving experiment
+//! is kept when either of its rankers is a kept model; a split check by its
+//! surface and segment values.
 
 use crate::event::group_name;
-use crate::export::{by_cutoff, printable, Report, TABLE_METRICS};
+use crate::export::{printable, Report, TABLE_METRICS};
 use crate::metrics::{Metric, R_PRECISION};
 
 /// The parts of a report to keep; an empty list keeps everything.
@@ -159,7 +159,6 @@ impl ReportFilter {
                     && self.keeps_segments(&c.segments)
                     && self.keeps_metric(&c.metric)
             });
-            comparisons.sort_by(by_cutoff);
         }
         report.interleaving.retain(|e| {
             (self.models.is_empty() || self.models.contains(&e.a) || self.models.contains(&e.b))
