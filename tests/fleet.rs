@@ -906,11 +906,12 @@ async fn an_owner_back_after_its_partitions_were_given_away_writes_no_handover()
     wait_for(&[&b], "the partitions", |m| {
         total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
     });
-    let claims: BTreeMap<i32, usize> = manifests(&broker)
-        .into_iter()
-        .map(|(partition, written)| (partition, written.len()))
+    let before = manifests(&broker);
+    let claims: BTreeMap<i32, usize> = before
+        .iter()
+        .map(|(partition, written)| (*partition, written.len()))
         .collect();
-    let claimant = manifests(&broker)[&0].last().unwrap().owner.clone();
+    let claimant = before[&0].last().unwrap().owner.clone();
     // Paused past the session timeout of 10 s, then some time to hear of it.
     std::thread::sleep(Duration::from_secs(12).saturating_sub(stopped.elapsed()));
     signal(&a, "CONT");
