@@ -861,6 +861,52 @@ async fn after_kill_9_no_open_list_is_lost_and_the_lists_counted_again_are_expor
     );
 }
 
+/// An owner killed after its idle partitions' watermarks followed the wall
+/// clock had closed their lists since its last snapshot: the next owner
+/// closes those lists again the same way, and counts them as recounted, as
+/// it does the lists its records finalize again.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_the_lists_the_wall_clock_closed_again_are_counted_as_recounted() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let log = log_records();
+    // Produced before any instance reads: a partition's watermark follows
+    // the wall clock only once its backlog is read, so every list is
+    // evaluated with all of its interactions, as replay evaluates it.
+    produce(&broker.producer(), &log).await;
+    let expected = replayed(&broker, &lines_by_value(&log));
+    let open = "rankwatch_open_impressions";
+    let received = "rankwatch_events_received_total";
+
+    // It never commits on its own: its only snapshots are its claims.
+    let a = consuming(&broker, &["--kafka-commit-interval", "1h"]);
+    let a_last = wait_for(&[&a], "every list closed by the wall clock", |m| {
+        total(m, received) == log.len() as f64 && total(m, open) == 0.0
+    })
+    .remove(0);
+    let finalized_by_a = prefixed(&a_last, "rankwatch_lists_finalized_total");
+    signal(&a, "KILL");
+    // Past the dead one's session timeout (10 s), as in the test above.
+    std::thread::sleep(Duration::from_secs(12));
+    let b = consuming(&broker, &[]);
+    let b_last = wait_for(&[&b], "every list closed again", |m| {
+        total(m, "rankwatch_kafka_partitions") == f64::from(PARTITIONS)
+            && total(m, received) == log.len() as f64
+            && total(m, open) == 0.0
+    })
+    .remove(0);
+
+    let mut fleet = a_last;
+    add(&mut fleet, &b_last);
+    let recounted = assert_counts_less_recounted_match(&fleet, &expected);
+    assert_eq!(
+        prefixed(&b_last, "rankwatch_lists_recounted_total"),
+        finalized_by_a,
+        "every list the dead owner finalized, counted again"
+    );
+    assert!(recounted > 0.0);
+}
+
 /// Sends `signal` (`STOP`, `KILL`, …) to `server`'s process.
 fn signal(server: &Server, signal: &str) {
     let pid = server.child.id().to_string();

@@ -18,7 +18,7 @@
 
 use super::feed::{self, Feed};
 use super::generation;
-use super::partition::{self, Checkpoint, Partition, PartitionSettings, Start, Work};
+use super::partition::{self, Checkpoint, Partition, PartitionSettings, Recount, Start, Work};
 use super::retry::Retries;
 use super::snapshot::{LastManifest, Manifest, Pending, SnapshotError, StateTopic};
 use super::FleetSettings;
@@ -356,14 +356,14 @@ impl Rebalancer {
         });
         let committed = || committed_offset(consumer, &fleet.settings.topic, id);
         let restored = self.restore_one(id, (low, high), assignment, committed);
-        let Some((engine, manifest, recount_until)) = restored else {
+        let Some((engine, manifest, recount)) = restored else {
             restore_failed(id, "the state topic cannot be read");
-            let (next_offset, recount_until) =
+            let (next_offset, recount) =
                 self.read_on_unrestored(consumer, id, assignment, (low, high));
             let start = Start {
                 engine: fleet.empty_engine(),
                 next_offset,
-                recount_until,
+                recount,
                 backlog_end: high,
                 partitions: assignment.partitions,
             };
@@ -389,13 +389,13 @@ impl Rebalancer {
             partition = id,
             next_offset,
             open_impressions = engine.open_impressions(),
-            recount_until,
+            recount_until = recount.until_offset,
             "partition taken"
         );
         let start = Start {
             engine,
             next_offset,
-            recount_until,
+            recount,
             backlog_end: high,
             partitions: assignment.partitions,
         };
@@ -410,14 +410,14 @@ impl Rebalancer {
     /// before the next handover hands the partition over there, not at 0,
     /// which had the next owner count it whole again. When not even the
     /// committed offset can be read, the partition is read from its first
-    /// record held, the lists up to its end counted as counted again.
+    /// record held, its lists counted again as after an owner's death.
     fn read_on_unrestored(
         &self,
         consumer: &BaseConsumer<Self>,
         id: i32,
         assignment: &Assignment,
         (low, high): (i64, i64),
-    ) -> (i64, i64) {
+    ) -> (i64, Recount) {
         let topic = &self.fleet.settings.topic;
         let committed = assignment.retries.read(
             id,
@@ -426,17 +426,17 @@ impl Rebalancer {
             || read_committed_offset(consumer, topic, id),
         );
         match committed {
-            Ok(Some(offset)) => (first_offset_held(id, offset, low), 0),
-            Ok(None) => (low, 0),
+            Ok(Some(offset)) => (first_offset_held(id, offset, low), Recount::default()),
+            Ok(None) => (low, Recount::default()),
             Err(error) => {
                 tracing::error!(%error, partition = id, "cannot read the group's committed offset: the partition is read from its first record held, and its lists up to its end are counted as counted again");
-                (low, high)
+                (low, Recount::after_death(high))
             }
         }
     }
 
-    /// Partition `id`'s engine, manifest and the offset up to which its
-    /// lists may be counted again, from its last snapshot; `None` when the
+    /// Partition `id`'s engine, manifest and what of it may be counted
+    /// again, from its last snapshot; `None` when the
     /// state topic cannot be read, within the assignment's retries. `low`
     /// and `high` are the partition's first and next offsets; `committed`
     /// gives the group's committed offset, asked for when there is no
@@ -447,7 +447,7 @@ impl Rebalancer {
         (low, high): (i64, i64),
         assignment: &Assignment,
         committed: impl FnOnce() -> Option<i64>,
-    ) -> Option<(Engine, Manifest, i64)> {
+    ) -> Option<(Engine, Manifest, Recount)> {
         let fleet = &self.fleet;
         // Read again, not taken from the wait: an owner hands over (a last
         // manifest) and then leaves the group, so the manifest the wait read
@@ -463,15 +463,15 @@ impl Rebalancer {
             Some(restored) if restored.manifest.fingerprint == fleet.fingerprint => {
                 let manifest = restored.manifest;
                 warn_if_joined_otherwise(id, manifest.join_rules.as_ref(), &fleet.join_rules);
-                let recount_until = if manifest.handed_over {
-                    manifest.next_offset
+                let recount = if manifest.handed_over {
+                    Recount::records_before(manifest.next_offset)
                 } else {
-                    high
+                    Recount::after_death(high)
                 };
                 let engine = restored
                     .state
                     .map_or_else(|| fleet.empty_engine(), |state| fleet.restore(state));
-                (engine, manifest, recount_until)
+                (engine, manifest, recount)
             }
             Some(restored) => {
                 let changed = crate::state::settings_changed(
@@ -488,7 +488,7 @@ impl Rebalancer {
                     join_rules: Some(fleet.join_rules.clone()),
                     ..restored.manifest
                 };
-                (fleet.empty_engine(), manifest, 0)
+                (fleet.empty_engine(), manifest, Recount::default())
             }
             // No snapshot, though the group has read the partition: the
             // state topic was renamed, recreated or lost. Reading from the
@@ -496,9 +496,17 @@ impl Rebalancer {
             None => match committed().filter(|&offset| offset > low) {
                 Some(offset) => {
                     restore_failed(id, &format!("the state topic holds no snapshot of it, though the group has read it up to offset {offset} (was kafka_state_topic renamed, or the topic recreated?)"));
-                    (fleet.empty_engine(), self.first_manifest(offset), 0)
+                    (
+                        fleet.empty_engine(),
+                        self.first_manifest(offset),
+                        Recount::default(),
+                    )
                 }
-                None => (fleet.empty_engine(), self.first_manifest(low), low),
+                None => (
+                    fleet.empty_engine(),
+                    self.first_manifest(low),
+                    Recount::default(),
+                ),
             },
         })
     }

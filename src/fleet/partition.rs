@@ -87,9 +87,8 @@ pub struct Start {
     pub engine: Engine,
     /// The first record to read.
     pub next_offset: i64,
-    /// Lists finalized while applying records before this offset may have
-    /// been counted by an owner that died: they are counted as recounted.
-    pub recount_until: i64,
+    /// What an owner that died may have counted already.
+    pub recount: Recount,
     /// The partition's end when it was taken: its watermark follows the
     /// wall clock only once the records before it are read, so that a
     /// backlog older than the attribution window is evaluated, not late.
@@ -97,6 +96,37 @@ pub struct Start {
     /// The event topic's partitions when it was taken, if known: a record's
     /// key should fall to this partition among them.
     pub partitions: Option<usize>,
+}
+
+/// What a partition's owner counts as recounted: what an owner that died
+/// without handing it over may have counted already.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recount {
+    /// Lists finalized while applying records before this offset.
+    pub until_offset: i64,
+    /// Lists the watermark's first advance to the wall clock closes up to
+    /// this time, when the partition was taken: that owner's watermark may
+    /// have followed its own wall clock that far since its last snapshot.
+    pub closed_until: Option<Nanos>,
+}
+
+impl Recount {
+    /// Only the lists finalized while applying records before `offset`.
+    pub fn records_before(offset: i64) -> Self {
+        Recount {
+            until_offset: offset,
+            closed_until: None,
+        }
+    }
+
+    /// What an owner that died may have counted of a partition whose end
+    /// was `end` when it was taken, now.
+    pub fn after_death(end: i64) -> Self {
+        Recount {
+            until_offset: end,
+            closed_until: Some(crate::clock::wall_clock()),
+        }
+    }
 }
 
 /// Starts the task of partition `id`, reading its records from `feed`;
@@ -116,7 +146,7 @@ pub fn start(
         partition: partition.clone(),
         settings,
         next_offset: start.next_offset,
-        recount_until: start.recount_until,
+        recount: start.recount,
         backlog_end: start.backlog_end,
         partitions: start.partitions,
         changed: false,
@@ -138,7 +168,7 @@ struct Applier {
     partition: Arc<Partition>,
     settings: PartitionSettings,
     next_offset: i64,
-    recount_until: i64,
+    recount: Recount,
     /// See [`Start::backlog_end`].
     backlog_end: i64,
     /// See [`Start::partitions`].
@@ -242,6 +272,11 @@ impl Applier {
             let mut engine = self.partition.engine();
             let held = |e: &Engine| (e.open_impressions(), e.waiting_interactions());
             let before = held(&engine);
+            if let Some(closed_until) = self.recount.closed_until.take() {
+                let finalized = lists_by_group(&engine);
+                engine.advance_to(closed_until);
+                count_recounted(&engine, &finalized);
+            }
             engine.advance_to(crate::clock::wall_clock());
             // The open state changed only if lists closed or interactions
             // gave up: `T` alone is not worth a snapshot of every open list
@@ -267,7 +302,7 @@ impl Applier {
         if record.offset < self.next_offset {
             return;
         }
-        let recounting = record.offset < self.recount_until;
+        let recounting = record.offset < self.recount.until_offset;
         let before = recounting.then(|| lists_by_group(engine));
         self.apply_record(engine, record, now);
         if let Some(before) = before {
