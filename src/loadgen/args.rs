@@ -24,7 +24,8 @@ pub struct LoadgenArgs {
     /// Events per batch.
     #[arg(long, env = "RANKWATCH_LOADGEN_BATCH_SIZE", default_value_t = 100)]
     pub batch_size: usize,
-    /// Concurrent `Ingest` streams, each on its own connection with its own users.
+    /// Concurrent `Ingest` streams, each on its own connection with its own
+    /// users (at most 10,000).
     #[arg(long, env = "RANKWATCH_LOADGEN_STREAMS", default_value_t = 1)]
     pub streams: usize,
     /// How long to send; outstanding acks are then awaited.
@@ -87,7 +88,7 @@ pub struct LoadgenArgs {
     /// then spends the loadgen's core on sending only, and ends at
     /// --duration or when the batches run out. Generating takes a while:
     /// keep the server's wall-clock advance off, or its watermark passes the
-    /// first events.
+    /// first events. At most 100,000,000 events (rate × duration).
     #[arg(
         long,
         env = "RANKWATCH_LOADGEN_PREGENERATE",
@@ -120,6 +121,10 @@ pub struct LoadgenArgs {
 
 /// The largest `--batch-size`.
 const MAX_BATCH_SIZE: usize = 100_000;
+/// The most `--streams`: each is a connection of its own.
+const MAX_STREAMS: usize = 10_000;
+/// The most events `--pregenerate` holds in memory (some 50 bytes each).
+const MAX_PREGENERATED_EVENTS: f64 = 1e8;
 
 impl LoadgenArgs {
     pub(super) fn validate(&self) -> Result<(), LoadError> {
@@ -144,10 +149,25 @@ impl LoadgenArgs {
                 self.rate
             )));
         }
+        if self.streams > MAX_STREAMS {
+            return Err(LoadError::Setting(format!(
+                "--streams {} is more than {MAX_STREAMS}: each stream is a connection of its own; run more load generators",
+                self.streams
+            )));
+        }
         if let Some(rate) = self.pregenerate.filter(|r| !r.is_finite() || *r <= 0.0) {
             return Err(LoadError::Setting(format!(
                 "--pregenerate is {rate}; give the events per second of event time, e.g. 1000000"
             )));
+        }
+        if let Some(rate) = self.pregenerate {
+            let events = rate * self.duration.as_secs_f64();
+            if events > MAX_PREGENERATED_EVENTS {
+                return Err(LoadError::Setting(format!(
+                    "--pregenerate {rate} for --duration {} is {events:.0} events, held in memory before the run: {MAX_PREGENERATED_EVENTS:.0} events at most (some 5 GB); lower the rate or the duration",
+                    humantime::format_duration(self.duration)
+                )));
+            }
         }
         Ok(())
     }
@@ -286,6 +306,29 @@ mod tests {
             error.contains("--batch-size 4294967296 is more than"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn more_streams_or_pregenerated_events_than_memory_holds_are_refused() {
+        // Both had panicked with "capacity overflow" reserving their vectors.
+        let streams = Command::try_parse_from(["loadgen", "--streams", "18446744073709551615"])
+            .expect("flags parse")
+            .args;
+        let error = streams.validate().expect_err("refused").to_string();
+        assert!(
+            error.contains("--streams 18446744073709551615 is more than 10000"),
+            "{error}"
+        );
+        let pregenerated =
+            Command::try_parse_from(["loadgen", "--pregenerate", "1e308", "--duration", "10s"])
+                .expect("flags parse")
+                .args;
+        let error = pregenerated.validate().expect_err("refused").to_string();
+        assert!(error.contains("100000000 events at most"), "{error}");
+        let just = Command::try_parse_from(["loadgen", "--pregenerate", "10000000"])
+            .expect("flags parse")
+            .args;
+        assert!(just.validate().is_ok(), "10 s at 10 M/s: 100 M events");
     }
 
     #[test]
