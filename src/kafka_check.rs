@@ -1,7 +1,7 @@
 //! `rankwatch kafka-check`: what fleet mode needs of the broker, checked
 //! before a rollout or in a deployment's CI. It prints the topics, their
-//! partitions, compaction and retention, and the consumer group, then each
-//! problem with the command that fixes it. It changes nothing: a missing
+//! partitions, replication, compaction and retention, and the consumer
+//! group, then each problem with the command that fixes it. It changes nothing: a missing
 //! state topic is reported as one the first consuming instance creates.
 
 use crate::fleet::topics::{self, TopicFacts, Topics};
@@ -43,7 +43,7 @@ pub async fn check(
     let state = match &found.state {
         Some(_) => facts(found.state.as_ref(), "cleanup.policy"),
         None if found.event.is_some() => {
-            "missing: the first consuming instance creates it, compacted, with the event topic's partitions".to_owned()
+            "missing: the first consuming instance creates it, compacted, with the event topic's partitions and replication".to_owned()
         }
         None => "missing".to_owned(),
     };
@@ -59,6 +59,13 @@ pub async fn check(
         settings.group,
         group(settings)
     );
+    if let Some(replication) = topics::state_less_replicated(&found) {
+        let _ = writeln!(
+            text,
+            "note: {}",
+            topics::replication_advice(settings, replication)
+        );
+    }
     write_verdict(&mut text, &found, &problems, settings);
     Ok(Checked {
         text,
@@ -75,7 +82,10 @@ fn facts(topic: Option<&TopicFacts>, config: &str) -> String {
         .configs
         .get(config)
         .map_or("not reported (the broker's default)", String::as_str);
-    format!("{} partitions, {config} {value}", topic.partitions)
+    format!(
+        "{} partitions, replication {}, {config} {value}",
+        topic.partitions, topic.replication
+    )
 }
 
 /// The consumer group's state and members, as the broker reports them.

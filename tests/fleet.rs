@@ -1497,7 +1497,7 @@ async fn kafka_check_says_what_is_wrong_with_the_topics_and_how_to_fix_it() {
         Some(0),
         "a missing state topic is created by the first instance: {text}"
     );
-    assert!(text.contains("12 partitions"), "{text}");
+    assert!(text.contains("12 partitions, replication 1,"), "{text}");
     create_topic_with(&broker, STATE_TOPIC, 4, &[]).await;
     let (code, text) = kafka_check_of(&broker);
     assert_eq!(code, Some(1), "{text}");

@@ -43,6 +43,8 @@ const WATCH_EVERY: Duration = Duration::from_secs(5);
 pub struct TopicFacts {
     /// Its partition count.
     pub partitions: usize,
+    /// The fewest replicas any of its partitions has.
+    pub replication: usize,
     /// The configuration entries the broker reports (some brokers report
     /// only those set on the topic, not the defaults).
     pub configs: BTreeMap<String, String>,
@@ -220,14 +222,21 @@ async fn describe(
         // The metadata request blocks; auto-creation is off in the client's configuration.
         tokio::task::block_in_place(|| client.fetch_metadata(Some(&topic), REQUEST_TIMEOUT))?
     };
-    let partitions = metadata
+    let Some(found) = metadata
         .topics()
         .iter()
         .find(|t| t.name() == topic && t.error().is_none())
-        .map_or(0, |t| t.partitions().len());
-    if partitions == 0 {
+        .filter(|t| !t.partitions().is_empty())
+    else {
         return Ok(None);
-    }
+    };
+    let partitions = found.partitions().len();
+    let replication = found
+        .partitions()
+        .iter()
+        .map(|p| p.replicas().len())
+        .min()
+        .unwrap_or(0);
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
     let described = admin
         .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
@@ -240,8 +249,27 @@ async fn describe(
         .collect();
     Ok(Some(TopicFacts {
         partitions,
+        replication,
         configs,
     }))
+}
+
+/// The state topic's replication and the event topic's, when the state
+/// topic has fewer replicas: losing a broker can then lose snapshots whose
+/// events the event topic still holds, and their partitions' open lists
+/// start empty again. Not a problem that stops consuming: no list is
+/// counted twice.
+pub fn state_less_replicated(topics: &Topics) -> Option<(usize, usize)> {
+    let (event, state) = (topics.event.as_ref()?, topics.state.as_ref()?);
+    (state.replication < event.replication).then_some((state.replication, event.replication))
+}
+
+/// Advice on a state topic with fewer replicas than the event topic.
+pub fn replication_advice(settings: &FleetSettings, (has, event): (usize, usize)) -> String {
+    format!(
+        "the state topic {} has {has} replicas of each partition at the fewest, fewer than the event topic's {event}: a broker lost can take partitions' snapshots with it, and their open lists start empty again; raise its replication (kafka-reassign-partitions.sh --bootstrap-server {} with a plan of {event} replicas a partition)",
+        settings.state_topic, settings.brokers
+    )
 }
 
 /// Describes the gauge of the event topic's partitions.
@@ -253,9 +281,11 @@ pub fn describe_gauges() {
 }
 
 /// Makes the state topic what it must be where it can: creates it,
-/// compacted, with the event topic's partition count if it is missing, and
-/// adds partitions to one that has too few. Returns the topics as they are
-/// then, and what is still wrong with them.
+/// compacted, with the event topic's partition count and replication if it
+/// is missing (the broker's default replication, 1 unless set, would keep
+/// the snapshots of a well-replicated event topic on one broker), and adds
+/// partitions to one that has too few. Returns the topics as they are then,
+/// and what is still wrong with them.
 pub async fn prepare(
     admin: &AdminClient<DefaultClientContext>,
     settings: &FleetSettings,
@@ -270,10 +300,14 @@ pub async fn prepare(
     let state_topic = settings.state_topic.as_str();
     match &topics.state {
         None => {
+            let replication = i32::try_from(event.replication)
+                .ok()
+                .filter(|&r| r > 0)
+                .unwrap_or(-1);
             let new = NewTopic::new(
                 state_topic,
                 event.partitions as i32,
-                TopicReplication::Fixed(-1),
+                TopicReplication::Fixed(replication),
             )
             .set("cleanup.policy", "compact");
             for result in admin.create_topics([&new], &options).await? {
@@ -281,6 +315,7 @@ pub async fn prepare(
                     Ok(_) => tracing::info!(
                         state_topic,
                         partitions = event.partitions,
+                        replication = event.replication,
                         "state topic created, compacted"
                     ),
                     Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -306,11 +341,24 @@ pub async fn prepare(
                 }
             }
         }
-        Some(_) => return Ok((topics.clone(), problems(&topics, needed_retention))),
+        Some(_) => {
+            let found = problems(&topics, needed_retention);
+            warn_if_less_replicated(settings, &topics, &found);
+            return Ok((topics, found));
+        }
     }
     let topics = inspect(admin, settings).await?;
     let found = problems(&topics, needed_retention);
+    warn_if_less_replicated(settings, &topics, &found);
     Ok((topics, found))
+}
+
+/// Logs [`replication_advice`] once the topics are usable (the instance is
+/// about to consume), when it applies.
+fn warn_if_less_replicated(settings: &FleetSettings, topics: &Topics, found: &[Problem]) {
+    if let Some(replication) = state_less_replicated(topics).filter(|_| found.is_empty()) {
+        tracing::warn!("{}", replication_advice(settings, replication));
+    }
 }
 
 /// What an instance needs of the topics.
@@ -430,6 +478,7 @@ mod tests {
     fn topic(partitions: usize, configs: &[(&str, &str)]) -> Option<TopicFacts> {
         Some(TopicFacts {
             partitions,
+            replication: 3,
             configs: configs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -524,5 +573,32 @@ mod tests {
             state: topic(12, &[("cleanup.policy", "compact")]),
         };
         assert_eq!(problems(&deleting, NEEDED), []);
+    }
+
+    #[test]
+    fn a_state_topic_with_fewer_replicas_than_the_event_topic_is_advised_against() {
+        let replicated = |event: usize, state: usize| Topics {
+            event: topic(12, &[]).map(|t| TopicFacts {
+                replication: event,
+                ..t
+            }),
+            state: topic(12, &[("cleanup.policy", "compact")]).map(|t| TopicFacts {
+                replication: state,
+                ..t
+            }),
+        };
+        assert_eq!(state_less_replicated(&replicated(3, 1)), Some((1, 3)));
+        assert_eq!(state_less_replicated(&replicated(3, 3)), None);
+        assert_eq!(state_less_replicated(&replicated(1, 3)), None);
+        assert_eq!(
+            problems(&replicated(3, 1), NEEDED),
+            [],
+            "advice, not a problem"
+        );
+        let missing = Topics {
+            event: topic(12, &[]),
+            state: None,
+        };
+        assert_eq!(state_less_replicated(&missing), None);
     }
 }
