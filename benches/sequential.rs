@@ -5,8 +5,10 @@
 //! lists of each: how often the fixed 95% interval and the anytime-valid 95%
 //! sequence of the nDCG@10 difference ever exclude zero. Then a candidate 5%
 //! worse on nDCG@10: lists of each model until the sequence lies below zero.
+//! Then canaries: identical models, the candidate on 2% of the lists, one
+//! list in twenty (and one in a hundred) clicked.
 
-use rankwatch::sequential::{detection, false_alarms, Simulation};
+use rankwatch::sequential::{canary_false_alarms, detection, false_alarms, Canary, Simulation};
 
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; the figures are the other arguments.
@@ -47,5 +49,26 @@ fn main() -> anyhow::Result<()> {
         detected.iter().min().copied().unwrap_or(0),
         detected.iter().max().copied().unwrap_or(0),
     );
+    for engaged in [0.05, 0.01] {
+        let canary = Canary {
+            seed: 20,
+            runs: runs.min(1_000),
+            looks: 100,
+            candidate_lists: 2,
+            control_lists: 98,
+            engaged,
+        };
+        for min_lists in [2, 30] {
+            let alarms = canary_false_alarms(&canary, min_lists);
+            println!(
+                "canary on 2% of the lists, {}% clicked, {} runs of {} looks every 100 lists, looked at from {min_lists} lists of each: false alarms: fixed interval {:.1}%, confidence sequence {:.1}%",
+                engaged * 100.0,
+                canary.runs,
+                canary.looks,
+                100.0 * alarms.interval_rate(),
+                100.0 * alarms.sequence_rate()
+            );
+        }
+    }
     Ok(())
 }

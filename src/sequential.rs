@@ -175,6 +175,59 @@ pub fn false_alarms(simulation: &Simulation) -> Result<FalseAlarms, TrafficError
     Ok(alarms)
 }
 
+/// A canary between two identical models of low engagement: the candidate
+/// gets a small share of the lists, and a list is 1 (a click on its first
+/// item: nDCG@10 = 1) with probability `engaged`, else 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Canary {
+    /// Seed of the run's draws.
+    pub seed: u64,
+    /// Independent runs.
+    pub runs: u64,
+    /// Looks per run.
+    pub looks: u64,
+    /// Lists of the candidate between two looks.
+    pub candidate_lists: u64,
+    /// Lists of the control between two looks.
+    pub control_lists: u64,
+    /// The share of lists that get their click.
+    pub engaged: f64,
+}
+
+/// Runs `canary`: false alarms of its interval and sequence, counted from
+/// the first look at which both models have `min_lists` lists (the alert
+/// rules wait for 30).
+pub fn canary_false_alarms(canary: &Canary, min_lists: u64) -> FalseAlarms {
+    let mut rng = fastrand::Rng::with_seed(canary.seed);
+    let mut alarms = FalseAlarms {
+        runs: canary.runs,
+        interval: 0,
+        sequence: 0,
+    };
+    let mut draw = |sums: &mut Sums, lists: u64| {
+        for _ in 0..lists {
+            sums.add(if rng.f64() < canary.engaged { 1.0 } else { 0.0 });
+        }
+    };
+    for _ in 0..canary.runs {
+        let (mut control, mut candidate) = (Sums::default(), Sums::default());
+        let (mut interval, mut sequence) = (false, false);
+        for _ in 0..canary.looks {
+            draw(&mut candidate, canary.candidate_lists);
+            draw(&mut control, canary.control_lists);
+            if candidate.n.min(control.n) < min_lists {
+                continue;
+            }
+            let difference = Difference::between(candidate.estimate(), control.estimate());
+            interval |= excludes_zero(difference.ci95);
+            sequence |= excludes_zero(difference.cs95);
+        }
+        alarms.interval += u64::from(interval);
+        alarms.sequence += u64::from(sequence);
+    }
+    alarms
+}
+
 /// Runs `simulation` with a candidate whose mean nDCG@10 is `relative_drop`
 /// (e.g. 0.05) below the control's: it shows a random order instead of the
 /// control's ranking in a share of its lists, set from a pilot of both.

@@ -2,7 +2,7 @@
 //! anytime-valid sequence keeps its false-alarm rate at or below 5% where the
 //! fixed interval's grows, and it still finds a candidate 5% worse.
 
-use rankwatch::sequential::{detection, false_alarms, Simulation};
+use rankwatch::sequential::{canary_false_alarms, detection, false_alarms, Canary, Simulation};
 
 const SMALL: Simulation = Simulation {
     seed: 2026,
@@ -48,4 +48,29 @@ fn the_sequence_finds_a_candidate_five_percent_worse() {
         "every run detects it within 60000 lists: {:?}",
         found.lists
     );
+}
+
+/// A canary: the candidate on 2% of the lists, one list in twenty clicked.
+/// Lists that all scored 0 have a sample variance of 0, which had the
+/// sequence take the candidate's mean as certain: it called identical
+/// models different in most runs, past the alert rules' 30 lists too.
+#[test]
+fn a_canary_of_few_lists_with_few_clicks_keeps_the_false_alarm_rate() {
+    let canary = Canary {
+        seed: 2026,
+        runs: 200,
+        looks: 100,
+        candidate_lists: 1,
+        control_lists: 49,
+        engaged: 0.05,
+    };
+    for min_lists in [2, 30] {
+        let alarms = canary_false_alarms(&canary, min_lists);
+        assert!(
+            alarms.sequence_rate() <= 0.05,
+            "from {min_lists} lists: {} false alarms of the sequence in {} runs",
+            alarms.sequence,
+            alarms.runs
+        );
+    }
 }

@@ -141,6 +141,9 @@ fn expected_comparison(candidate: &[f64], control: &[f64]) -> [f64; 6] {
     let (n_m, n_c) = (candidate.len() as f64, control.len() as f64);
     let diff = mean_m - mean_c;
     let se = (se_m * se_m + se_c * se_c).sqrt();
+    // The sequence takes each variance at least at the pooled one.
+    let pooled = ((n_m - 1.0) * var_m + (n_c - 1.0) * var_c) / (n_m + n_c - 2.0);
+    let (var_m, var_c) = (var_m.max(pooled), var_c.max(pooled));
     let t = if var_m + var_c > 0.0 {
         (var_m + var_c) / (var_m / n_m + var_c / n_c)
     } else {
@@ -149,7 +152,8 @@ fn expected_comparison(candidate: &[f64], control: &[f64]) -> [f64; 6] {
     let alpha: f64 = 0.05;
     let rho2 = (-2.0 * alpha.ln() + (-2.0 * alpha.ln() + 1.0).ln()) / 10_000.0;
     let x = t * rho2;
-    let half = se * ((x + 1.0) / x * ((x + 1.0) / (alpha * alpha)).ln()).sqrt();
+    let sequence_se = (var_m / n_m + var_c / n_c).sqrt();
+    let half = sequence_se * ((x + 1.0) / x * ((x + 1.0) / (alpha * alpha)).ln()).sqrt();
     let z = 1.959963984540054 * se;
     [diff, se, diff - z, diff + z, diff - half, diff + half]
 }
