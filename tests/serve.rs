@@ -554,6 +554,64 @@ async fn the_wall_clock_finalizes_lists_when_traffic_stops() {
     assert!(metrics["rankwatch_finalization_lag_seconds"] < 5.0);
 }
 
+/// Events that keep arriving but never raise `T` (a backfill or a retry
+/// queue of old events after live traffic stopped) do not hold the wall
+/// clock back: it had moved `T` only after a second with no valid event,
+/// and a trickle of old ones kept every list open for as long as it lasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickle_of_old_events_does_not_keep_lists_open() {
+    let server = Server::start(&["--attribution-window", "1s", "--allowed-lateness", "0s"]);
+    let at = |seconds: i64| Some(prost_types::Timestamp { seconds, nanos: 0 });
+    let now = rankwatch::clock::wall_clock() / 1_000_000_000;
+    let impression = proto::Event {
+        kind: Some(proto::event::Kind::Impression(proto::Impression {
+            request_id: "r1".into(),
+            user_id: "u1".into(),
+            item_ids: vec!["a".into()],
+            time: at(now),
+            ..Default::default()
+        })),
+    };
+    let old_click = |n: u64| proto::Event {
+        kind: Some(proto::event::Kind::Interaction(proto::Interaction {
+            event_id: format!("old-{n}"),
+            user_id: format!("backfill-{n}"),
+            item_id: "b".into(),
+            r#type: "click".into(),
+            time: at(now - 3600),
+            ..Default::default()
+        })),
+    };
+    let mut client = server.collector().await;
+    let send = |sequence, event| EventBatch {
+        sequence,
+        events: vec![event],
+    };
+    client.ingest_batch(send(1, impression)).await.unwrap();
+    let finalized = |server: &Server| {
+        parse_metrics(&server.get("/metrics").1)
+            .get("rankwatch_lists_finalized_total{model=\"default\",surface=\"default\"}")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut sent = 1;
+    while finalized(&server) < 1.0 {
+        sent += 1;
+        let ack = client
+            .ingest_batch(send(sent, old_click(sent)))
+            .await
+            .unwrap();
+        assert_eq!(ack.into_inner().accepted, 1, "an old event is valid");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        assert!(
+            sent < 40,
+            "10 s of old events only, and the list is still open"
+        );
+    }
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
+}
+
 /// The server asks the kernel for no transparent huge pages unless
 /// `--huge-pages true`: the prctl flag shows in `/proc/<pid>/status`.
 #[cfg(target_os = "linux")]

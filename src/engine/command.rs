@@ -27,7 +27,7 @@ pub enum Command {
         /// Where the ack goes.
         done: oneshot::Sender<Applied>,
     },
-    /// Move the watermark to the wall clock `now` if no event arrived since the last time.
+    /// Move the watermark to the wall clock `now` if no event raised it since the last time.
     AdvanceIfIdle {
         /// The wall clock.
         now: Nanos,

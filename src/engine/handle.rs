@@ -101,7 +101,7 @@ impl EngineHandle {
             .map_err(|_| EngineStopped)
     }
 
-    /// Moves the watermark to the wall clock `now` if no event arrived since the last call.
+    /// Moves the watermark to the wall clock `now` if no event raised it since the last call.
     pub async fn advance_if_idle(&self, now: Nanos) -> Result<(), EngineStopped> {
         self.commands
             .send(Command::AdvanceIfIdle { now })

@@ -23,7 +23,7 @@ pub async fn retire_idle_groups(engine: EngineHandle, idle: Duration, shutdown: 
     }
 }
 
-/// Moves the watermark with the wall clock while no events arrive, so that
+/// Moves the watermark with the wall clock while no event raises it, so that
 /// no list waits forever.
 pub async fn advance_with_wall_clock(engine: EngineHandle, shutdown: CancellationToken) {
     let mut every = Every::new(Duration::from_secs(1), shutdown);

@@ -150,7 +150,7 @@ pub fn start(
         backlog_end: start.backlog_end,
         partitions: start.partitions,
         changed: false,
-        idle: true,
+        watermark_at_tick: None,
         logged: (Instant::now(), 0),
     };
     tokio::spawn(Task { feed, applier }.run(queue));
@@ -175,8 +175,8 @@ struct Applier {
     partitions: Option<usize>,
     /// Something changed since the last checkpoint.
     changed: bool,
-    /// No event was applied since the last wall-clock tick.
-    idle: bool,
+    /// `T` as the last wall-clock tick left it.
+    watermark_at_tick: Option<Nanos>,
     /// Start of the current minute of logging and lines logged in it.
     logged: (Instant, u32),
 }
@@ -262,14 +262,19 @@ impl Task {
 }
 
 impl Applier {
-    /// Moves the watermark to the wall clock if no event came since the
-    /// last tick and the backlog the partition was taken with is read (its
+    /// Moves the watermark to the wall clock if no event raised it since
+    /// the last tick (old events that do not raise it do not hold the wall
+    /// clock back) and the backlog the partition was taken with is read (its
     /// first tick comes before its first fetch: a restart after an outage
     /// had counted the whole backlog late).
     fn advance_if_idle(&mut self) {
+        if !self.settings.wall_clock_advance {
+            return;
+        }
         let caught_up = self.next_offset >= self.backlog_end;
-        if self.settings.wall_clock_advance && self.idle && caught_up {
-            let mut engine = self.partition.engine();
+        let partition = self.partition.clone();
+        let mut engine = partition.engine();
+        if engine.max_time() == self.watermark_at_tick && caught_up {
             let held = |e: &Engine| (e.open_impressions(), e.waiting_interactions());
             let before = held(&engine);
             if let Some(closed_until) = self.recount.closed_until.take() {
@@ -283,7 +288,7 @@ impl Applier {
             // each second (a restored owner's wall clock moves it again).
             self.changed |= held(&engine) != before;
         }
-        self.idle = true;
+        self.watermark_at_tick = engine.max_time();
     }
 
     fn checkpoint(&mut self, unsaved: bool) -> Checkpoint {
@@ -333,7 +338,6 @@ impl Applier {
         match self.settings.validator.view(view, &batch, now) {
             Ok(event) => {
                 engine.apply(event);
-                self.idle = false;
             }
             Err(rejection) => engine.reject(rejection.reason),
         }
