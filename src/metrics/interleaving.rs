@@ -41,13 +41,22 @@ pub fn credits_into(
     }
 }
 
+/// Credits closer than this share of the larger are equal: a sum of up to
+/// `max_items` gains rounds by at most about 1,000 × 2.2e-16 of it, while
+/// the least grade (1e-6) apart is a share of 1.6e-11 of the largest linear
+/// credit (1,000 items of grade 64).
+const CREDIT_TIE: f64 = 1e-12;
+
 /// The outcome of one list for the pair of rankers at indexes `a` and `b`,
 /// laid out as [`slot`] says; `first` is the team of the rank-1 item.
+/// Credits equal but for the rounding of their sums (0.1 + 0.2 against
+/// 0.3) are a tie.
 pub fn pair_outcome(credits: &[f64], first: u8, a: usize, b: usize) -> [f64; slot::WIDTH] {
     let (credit_a, credit_b) = (credits[a], credits[b]);
+    let tied = (credit_a - credit_b).abs() <= CREDIT_TIE * credit_a.max(credit_b);
     let mut outcome = [0.0; slot::WIDTH];
-    outcome[slot::WIN_A] = f64::from(u8::from(credit_a > credit_b));
-    outcome[slot::WIN_B] = f64::from(u8::from(credit_b > credit_a));
+    outcome[slot::WIN_A] = f64::from(u8::from(!tied && credit_a > credit_b));
+    outcome[slot::WIN_B] = f64::from(u8::from(!tied && credit_b > credit_a));
     outcome[slot::FIRST_A] = f64::from(u8::from(usize::from(first) == a));
     outcome[slot::FIRST_B] = f64::from(u8::from(usize::from(first) == b));
     outcome
@@ -86,5 +95,18 @@ mod tests {
         assert_eq!(pair_outcome(&credits, 0, 1, 0), [1.0, 0.0, 0.0, 1.0]);
         assert_eq!(pair_outcome(&credits, 2, 1, 2), [0.0, 0.0, 0.0, 1.0]);
         assert_eq!(pair_outcome(&[0.0, 0.0], 1, 0, 1), [0.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn credits_equal_but_for_the_rounding_of_their_sums_are_a_tie() {
+        // 0.1 + 0.2 is 0.30000000000000004 in binary floating point.
+        let mut credits = Vec::new();
+        credits_into(&[0.1, 0.2, 0.3], &[0, 0, 1], Gain::Linear, 2, &mut credits);
+        assert_ne!(credits[0], credits[1]);
+        assert_eq!(pair_outcome(&credits, 0, 0, 1), [0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(pair_outcome(&credits, 0, 1, 0), [0.0, 0.0, 0.0, 1.0]);
+        // The least grade apart is a win.
+        let close = [64.0 * 1000.0, 64.0 * 1000.0 - 1e-6];
+        assert_eq!(pair_outcome(&close, 0, 0, 1), [1.0, 0.0, 1.0, 0.0]);
     }
 }
