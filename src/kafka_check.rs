@@ -1,8 +1,9 @@
 //! `rankwatch kafka-check`: what fleet mode needs of the broker, checked
 //! before a rollout or in a deployment's CI. It prints the topics, their
 //! partitions, replication, compaction and retention, and the consumer
-//! group, then each problem with the command that fixes it. It changes nothing: a missing
-//! state topic is reported as one the first consuming instance creates.
+//! group, then each problem with the command that fixes it. It changes
+//! nothing: a missing state topic is reported as one the first consuming
+//! instance creates.
 
 use crate::fleet::topics::{self, TopicFacts, Topics};
 use crate::fleet::FleetSettings;

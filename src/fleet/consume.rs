@@ -436,11 +436,10 @@ impl Rebalancer {
     }
 
     /// Partition `id`'s engine, manifest and what of it may be counted
-    /// again, from its last snapshot; `None` when the
-    /// state topic cannot be read, within the assignment's retries. `low`
-    /// and `high` are the partition's first and next offsets; `committed`
-    /// gives the group's committed offset, asked for when there is no
-    /// snapshot.
+    /// again, from its last snapshot; `None` when the state topic cannot be
+    /// read, within the assignment's retries. `low` and `high` are the
+    /// partition's first and next offsets; `committed` gives the group's
+    /// committed offset, asked for when there is no snapshot.
     fn restore_one(
         &self,
         id: i32,
