@@ -32,6 +32,11 @@ const HISTORY_SAMPLES: usize = 360;
 /// The shortest time between two samples of the history.
 const MIN_HISTORY_EVERY: Duration = Duration::from_millis(100);
 
+/// Samples of the history take at most one part in this of a core: at the
+/// shortest period, samples of 1,000 groups had kept an idle server at two
+/// thirds of a core.
+const HISTORY_COST_SHARE: u32 = 20;
+
 /// Only this origin's assets, no inline script, no frames.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -337,32 +342,67 @@ async fn history_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     (StatusCode::OK, json, shared.history.to_json())
 }
 
-/// Samples `/api/status` into the history every `status_history / 360`
-/// until the engine is gone. A sample larger than the history's byte bound
-/// is said once, and the next is taken a tenth of `status_history` later:
-/// rendering them as often as the others cost half a core for nothing.
+/// Samples `/api/status` into the history every `status_history / 360`,
+/// or less often where a sample takes long ([`sampling_period`]), until the
+/// engine is gone. A sample larger than the history's byte bound is said
+/// once, and the next is taken a tenth of `status_history` later: rendering
+/// them as often as the others cost half a core for nothing.
 async fn keep_history(shared: Arc<Shared>, every: Duration) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut said = false;
     loop {
-        ticker.tick().await;
-        let sample = match status_json(&shared).await {
-            Ok(sample) => sample,
+        let started = std::time::Instant::now();
+        let kept = match status_json(&shared).await {
+            Ok(sample) => keep_sample(&shared.history, sample, &mut said),
             Err((StatusCode::SERVICE_UNAVAILABLE, _)) => return,
-            Err(_) => continue,
+            Err(_) => true,
         };
-        let bytes = sample.len();
-        if shared.history.push(sample) {
-            continue;
+        let spent = started.elapsed();
+        tokio::time::sleep(sampling_period(spent, every).saturating_sub(spent)).await;
+        if !kept {
+            tokio::time::sleep(every * (HISTORY_SAMPLES as u32 / 10)).await;
         }
-        if !said {
-            said = true;
-            tracing::warn!(
-                sample_bytes = bytes,
-                "a status page sample is larger than max_status_history_bytes, so the history keeps none: raise max_status_history_bytes, or lower max_groups"
-            );
-        }
-        tokio::time::sleep(every * (HISTORY_SAMPLES as u32 / 10)).await;
+    }
+}
+
+/// Keeps `sample` in `history`; when it is larger than the history's byte
+/// bound, says so once (`said`) and returns false.
+fn keep_sample(history: &History, sample: String, said: &mut bool) -> bool {
+    let bytes = sample.len();
+    if history.push(sample) {
+        return true;
+    }
+    if !*said {
+        *said = true;
+        tracing::warn!(
+            sample_bytes = bytes,
+            "a status page sample is larger than max_status_history_bytes, so the history keeps none: raise max_status_history_bytes, or lower max_groups"
+        );
+    }
+    false
+}
+
+/// The time from one sample to the next when one takes `spent`: `every`,
+/// or longer where sampling would otherwise take more than a
+/// [`HISTORY_COST_SHARE`]th of a core.
+fn sampling_period(spent: Duration, every: Duration) -> Duration {
+    every.max(spent * HISTORY_COST_SHARE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_that_take_long_are_taken_less_often() {
+        let every = Duration::from_millis(100);
+        let ms = Duration::from_millis;
+        assert_eq!(sampling_period(ms(2), every), every);
+        assert_eq!(sampling_period(ms(5), every), every);
+        // 66 ms a sample (1,000 groups): one every 1.32 s, not every 100 ms.
+        assert_eq!(sampling_period(ms(66), every), ms(1_320));
+        assert_eq!(
+            sampling_period(ms(66), Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
     }
 }
