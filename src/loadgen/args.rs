@@ -233,11 +233,16 @@ mod tests {
         args: LoadgenArgs,
     }
 
+    /// `rankwatch loadgen FLAGS`, parsed.
+    fn parsed(flags: &[&str]) -> LoadgenArgs {
+        Command::try_parse_from(std::iter::once("loadgen").chain(flags.iter().copied()))
+            .expect("flags parse")
+            .args
+    }
+
     #[test]
     fn flags_have_the_documented_defaults() {
-        let args = Command::try_parse_from(["loadgen"])
-            .expect("defaults parse")
-            .args;
+        let args = parsed(&[]);
         assert_eq!(args.target, "http://127.0.0.1:50051");
         assert_eq!(
             (args.rate, args.batch_size, args.streams, args.max_inflight),
@@ -253,8 +258,7 @@ mod tests {
         );
         assert_eq!(args.surfaces, ["home", "search"]);
         assert!(args.labels.is_empty());
-        let args = Command::try_parse_from([
-            "loadgen",
+        let args = parsed(&[
             "--models",
             "a=1,b=0",
             "--duration",
@@ -263,9 +267,7 @@ mod tests {
             "0",
             "--labels",
             "country=de,fr;app=ios",
-        ])
-        .expect("flags parse")
-        .args;
+        ]);
         assert_eq!(
             args.models,
             vec![ModelSpec::new("a", 1.0), ModelSpec::new("b", 0.0)]
@@ -284,9 +286,7 @@ mod tests {
     #[test]
     fn zero_of_a_count_is_refused_naming_the_flag() {
         for flag in ["--batch-size", "--streams", "--max-inflight", "--users"] {
-            let args = Command::try_parse_from(["loadgen", flag, "0"])
-                .expect("flags parse")
-                .args;
+            let args = parsed(&[flag, "0"]);
             let error = args.validate().expect_err(flag).to_string();
             assert!(
                 error.contains(&format!("{flag} must be at least 1")),
@@ -298,9 +298,7 @@ mod tests {
     #[test]
     fn a_batch_too_large_for_any_message_is_refused_before_it_is_built() {
         // 4,294,967,296 events were reserved at once: 24 GB, then the OOM killer.
-        let args = Command::try_parse_from(["loadgen", "--batch-size", "4294967296"])
-            .expect("flags parse")
-            .args;
+        let args = parsed(&["--batch-size", "4294967296"]);
         let error = args.validate().expect_err("refused").to_string();
         assert!(
             error.contains("--batch-size 4294967296 is more than"),
@@ -311,30 +309,22 @@ mod tests {
     #[test]
     fn more_streams_or_pregenerated_events_than_memory_holds_are_refused() {
         // Both had panicked with "capacity overflow" reserving their vectors.
-        let streams = Command::try_parse_from(["loadgen", "--streams", "18446744073709551615"])
-            .expect("flags parse")
-            .args;
+        let streams = parsed(&["--streams", "18446744073709551615"]);
         let error = streams.validate().expect_err("refused").to_string();
         assert!(
             error.contains("--streams 18446744073709551615 is more than 10000"),
             "{error}"
         );
-        let pregenerated =
-            Command::try_parse_from(["loadgen", "--pregenerate", "1e308", "--duration", "10s"])
-                .expect("flags parse")
-                .args;
+        let pregenerated = parsed(&["--pregenerate", "1e308", "--duration", "10s"]);
         let error = pregenerated.validate().expect_err("refused").to_string();
         assert!(error.contains("100000000 events at most"), "{error}");
-        let just = Command::try_parse_from(["loadgen", "--pregenerate", "10000000"])
-            .expect("flags parse")
-            .args;
+        let just = parsed(&["--pregenerate", "10000000"]);
         assert!(just.validate().is_ok(), "10 s at 10 M/s: 100 M events");
     }
 
     #[test]
     fn pregenerated_batches_cover_the_duration_at_the_given_rate() {
-        let args = Command::try_parse_from([
-            "loadgen",
+        let args = parsed(&[
             "--streams",
             "2",
             "--duration",
@@ -343,9 +333,7 @@ mod tests {
             "10",
             "--pregenerate",
             "1000",
-        ])
-        .expect("flags parse")
-        .args;
+        ]);
         assert!(args.validate().is_ok());
         let BatchSource::Ready(batches) = args.source(7, 1).expect("a source") else {
             panic!("--pregenerate gives ready batches");
