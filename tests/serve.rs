@@ -512,33 +512,15 @@ async fn promtool_finds_nothing_to_fix_in_a_real_scrape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wall_clock_finalizes_lists_when_traffic_stops() {
     let server = Server::start(&["--attribution-window", "1s", "--allowed-lateness", "0s"]);
-    let now = rankwatch::clock::wall_clock();
-    let impression = proto::Event {
-        kind: Some(proto::event::Kind::Impression(proto::Impression {
-            request_id: "r1".into(),
-            user_id: "u1".into(),
-            item_ids: vec!["a".into()],
-            time: Some(prost_types::Timestamp {
-                seconds: now / 1_000_000_000,
-                nanos: 0,
-            }),
-            ..Default::default()
-        })),
-    };
+    let now = rankwatch::clock::wall_clock() / 1_000_000_000;
     let mut client = server.collector().await;
     client
         .ingest_batch(EventBatch {
             sequence: 1,
-            events: vec![impression],
+            events: vec![impression_at(now)],
         })
         .await
         .unwrap();
-    let finalized = |server: &Server| {
-        parse_metrics(&server.get("/metrics").1)
-            .get("rankwatch_lists_finalized_total{model=\"default\",surface=\"default\"}")
-            .copied()
-            .unwrap_or(0.0)
-    };
     assert_eq!(finalized(&server), 0.0, "open while its window is open");
     let mut waited = 0;
     while finalized(&server) < 1.0 {
@@ -563,15 +545,6 @@ async fn a_trickle_of_old_events_does_not_keep_lists_open() {
     let server = Server::start(&["--attribution-window", "1s", "--allowed-lateness", "0s"]);
     let at = |seconds: i64| Some(prost_types::Timestamp { seconds, nanos: 0 });
     let now = rankwatch::clock::wall_clock() / 1_000_000_000;
-    let impression = proto::Event {
-        kind: Some(proto::event::Kind::Impression(proto::Impression {
-            request_id: "r1".into(),
-            user_id: "u1".into(),
-            item_ids: vec!["a".into()],
-            time: at(now),
-            ..Default::default()
-        })),
-    };
     let old_click = |n: u64| proto::Event {
         kind: Some(proto::event::Kind::Interaction(proto::Interaction {
             event_id: format!("old-{n}"),
@@ -587,13 +560,10 @@ async fn a_trickle_of_old_events_does_not_keep_lists_open() {
         sequence,
         events: vec![event],
     };
-    client.ingest_batch(send(1, impression)).await.unwrap();
-    let finalized = |server: &Server| {
-        parse_metrics(&server.get("/metrics").1)
-            .get("rankwatch_lists_finalized_total{model=\"default\",surface=\"default\"}")
-            .copied()
-            .unwrap_or(0.0)
-    };
+    client
+        .ingest_batch(send(1, impression_at(now)))
+        .await
+        .unwrap();
     let mut sent = 1;
     while finalized(&server) < 1.0 {
         sent += 1;
@@ -610,6 +580,28 @@ async fn a_trickle_of_old_events_does_not_keep_lists_open() {
     }
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_impressions"], 0.0);
+}
+
+/// An impression of one item by user `u1` at `seconds` since the epoch.
+fn impression_at(seconds: i64) -> proto::Event {
+    proto::Event {
+        kind: Some(proto::event::Kind::Impression(proto::Impression {
+            request_id: "r1".into(),
+            user_id: "u1".into(),
+            item_ids: vec!["a".into()],
+            time: Some(prost_types::Timestamp { seconds, nanos: 0 }),
+            ..Default::default()
+        })),
+    }
+}
+
+/// The lists `server` has finalized of the group of events that name no
+/// model or surface.
+fn finalized(server: &Server) -> f64 {
+    parse_metrics(&server.get("/metrics").1)
+        .get("rankwatch_lists_finalized_total{model=\"default\",surface=\"default\"}")
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// The server asks the kernel for no transparent huge pages unless
