@@ -272,8 +272,7 @@ impl Applier {
             return;
         }
         let caught_up = self.next_offset >= self.backlog_end;
-        let partition = self.partition.clone();
-        let mut engine = partition.engine();
+        let mut engine = self.partition.engine();
         if engine.max_time() == self.watermark_at_tick && caught_up {
             let held = |e: &Engine| (e.open_impressions(), e.waiting_interactions());
             let before = held(&engine);

@@ -111,7 +111,7 @@ pub fn floored_variances(candidate: Estimate, control: Estimate) -> [Sample; 2] 
     let (m, c) = (sample(candidate), sample(control));
     let freedom = m.n + c.n - 2.0;
     let pooled = if freedom > 0.0 {
-        ((m.n - 1.0).max(0.0) * m.variance + (c.n - 1.0).max(0.0) * c.variance) / freedom
+        ((m.n - 1.0) * m.variance + (c.n - 1.0) * c.variance) / freedom
     } else {
         0.0
     };

@@ -351,14 +351,14 @@ async fn keep_history(shared: Arc<Shared>, every: Duration) {
     let mut said = false;
     loop {
         let started = std::time::Instant::now();
-        let kept = match status_json(&shared).await {
-            Ok(sample) => keep_sample(&shared.history, sample, &mut said),
+        let too_large = match status_json(&shared).await {
+            Ok(sample) => !keep_sample(&shared.history, sample, &mut said),
             Err((StatusCode::SERVICE_UNAVAILABLE, _)) => return,
-            Err(_) => true,
+            Err(_) => false,
         };
         let spent = started.elapsed();
         tokio::time::sleep(sampling_period(spent, every).saturating_sub(spent)).await;
-        if !kept {
+        if too_large {
             tokio::time::sleep(every * (HISTORY_SAMPLES as u32 / 10)).await;
         }
     }
