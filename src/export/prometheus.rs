@@ -66,10 +66,10 @@ pub const WATERMARK: &str = "rankwatch_watermark_seconds";
 /// Wall clock minus the finalization frontier.
 pub const FINALIZATION_LAG: &str = "rankwatch_finalization_lag_seconds";
 
-/// Renders `snapshot`, in pieces; `windows` are the configured window spans, `now` the wall clock.
-pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> Text {
-    let mut out = Text::default();
-    let mut writer = SeriesWriter::new(&mut out);
+/// Renders `snapshot` into `out`; `windows` are the configured window
+/// spans, `now` the wall clock.
+pub fn render(out: &mut Text, snapshot: &Snapshot, windows: &[Duration], now: Nanos) {
+    let mut writer = SeriesWriter::new(out);
     let window_names: Vec<String> = windows
         .iter()
         .map(|w| humantime::format_duration(*w).to_string())
@@ -112,7 +112,6 @@ pub fn render(snapshot: &Snapshot, windows: &[Duration], now: Nanos) -> Text {
         family.sample(labels, &[], group.totals.engaged);
     }
     render_counters(&mut writer, snapshot, now);
-    out
 }
 
 /// `rankwatch_list_<metric>`: sums and counts of per-list values since start.

@@ -76,41 +76,73 @@ impl LabelSet {
 
 /// Text written in pieces of about [`PIECE`] bytes. A large exposition is
 /// thus never one buffer that doubles as it grows, which held up to twice
-/// its length (three times while it moved), and its pieces are let go one
-/// by one as they are sent.
-#[derive(Debug, Default)]
+/// its length (three times while it moved). Its pieces are kept in order,
+/// or each handed on as it is sealed ([`Text::streamed`]): then a reader
+/// that takes them slowly holds back the writer, not the whole text.
+#[derive(Default)]
 pub struct Text {
-    /// The pieces written whole.
+    /// The pieces written whole, when they are kept.
     pieces: Vec<Bytes>,
     /// The piece being written.
     current: String,
+    /// Where each piece goes once written whole, when they are handed on.
+    sink: Option<Box<dyn FnMut(Bytes) + Send>>,
 }
 
-/// The length past which a piece of [`Text`] is sealed, at the end of a line.
+/// The length past which a piece of [`Text`] is sealed, at the end of a
+/// line: as long as a piece kept, and as a quarter of it handed on.
 const PIECE: usize = 1 << 20;
 
 impl Text {
+    /// A text whose pieces each go to `sink` as they are written whole;
+    /// [`Text::end`] hands on the last.
+    pub fn streamed(sink: impl FnMut(Bytes) + Send + 'static) -> Self {
+        Self {
+            sink: Some(Box::new(sink)),
+            ..Self::default()
+        }
+    }
+
+    /// Keeps `piece`, or hands it on; an empty one is dropped.
+    fn seal(&mut self, piece: String) {
+        if piece.is_empty() {
+            return;
+        }
+        match &mut self.sink {
+            Some(sink) => sink(Bytes::from(piece)),
+            None => self.pieces.push(Bytes::from(piece)),
+        }
+    }
+
     /// Seals the current piece if it is full.
     fn seal_if_full(&mut self) {
-        if self.current.len() >= PIECE {
+        let piece = match self.sink {
+            Some(_) => PIECE / 4,
+            None => PIECE,
+        };
+        if self.current.len() >= piece {
             let full =
-                std::mem::replace(&mut self.current, String::with_capacity(PIECE + PIECE / 8));
-            self.pieces.push(Bytes::from(full));
+                std::mem::replace(&mut self.current, String::with_capacity(piece + piece / 8));
+            self.seal(full);
         }
     }
 
     /// Appends `text`, written elsewhere, as pieces of its own.
     pub fn push_piece(&mut self, text: String) {
         let current = std::mem::take(&mut self.current);
-        self.pieces
-            .extend([Bytes::from(current), Bytes::from(text)]);
+        self.seal(current);
+        self.seal(text);
     }
 
-    /// The text's pieces, in order.
-    pub fn into_pieces(mut self) -> Vec<Bytes> {
+    /// Seals the piece being written: the text is whole.
+    pub fn end(&mut self) {
         let current = std::mem::take(&mut self.current);
-        self.pieces.push(Bytes::from(current));
-        self.pieces.retain(|piece| !piece.is_empty());
+        self.seal(current);
+    }
+
+    /// The text's pieces, in order (none when they were handed on).
+    pub fn into_pieces(mut self) -> Vec<Bytes> {
+        self.end();
         self.pieces
     }
 
@@ -255,6 +287,34 @@ mod tests {
         let text = String::from_utf8(pieces.concat()).unwrap();
         assert_eq!(text.lines().count(), samples + 2);
         assert!(text.ends_with(&format!("all\"}} {}\n", samples - 1)));
+    }
+
+    #[test]
+    fn a_streamed_text_hands_on_smaller_pieces_of_the_same_text() {
+        let write = |out: &mut Text| {
+            let mut writer = SeriesWriter::new(out);
+            let shared = LabelSet::of(&[("model", &"m".repeat(200))]);
+            let mut family = writer.family(WINDOW_LISTS, Kind::Gauge, "Lists.");
+            for sample in 0..3 * PIECE / 200 {
+                family.sample(&shared, &[("scope", "all")], sample);
+            }
+            out.push_piece("# written elsewhere\n".to_owned());
+        };
+        let mut kept = Text::default();
+        write(&mut kept);
+        let handed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = handed.clone();
+        let mut streamed = Text::streamed(move |piece| sink.lock().unwrap().push(piece));
+        write(&mut streamed);
+        streamed.end();
+        assert!(streamed.into_pieces().is_empty());
+        let handed = handed.lock().unwrap();
+        assert!(handed.len() >= 12, "{} pieces", handed.len());
+        for piece in handed.iter() {
+            assert!(piece.ends_with(b"\n"));
+            assert!(piece.len() < PIECE / 4 + 1024, "{}", piece.len());
+        }
+        assert_eq!(handed.concat(), kept.into_pieces().concat());
     }
 
     #[test]

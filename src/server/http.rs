@@ -4,7 +4,7 @@
 use crate::clock::wall_clock;
 use crate::engine::EngineHandle;
 use crate::engine::Readiness;
-use crate::export::prometheus;
+use crate::export::{prometheus, Text};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode, Version};
@@ -95,32 +95,38 @@ fn is_host(value: &[u8]) -> bool {
     !authority.contains('@') && port.is_none_or(|port| port.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Pieces of a scrape (1 MiB each) rendered ahead of what its reader has
+/// taken: a slow reader holds these and the snapshot, not the whole text.
+const PIECES_AHEAD: usize = 2;
+
+/// `/metrics`, rendered on a thread of its own (a large one takes seconds
+/// that would hold up the runtime) piece by piece as the reader takes them.
+/// Its length is not known ahead: it is sent in chunks.
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let Ok(snapshot) = shared.engine.snapshot().await else {
         let headers = [(header::CONTENT_TYPE, "text/plain")];
         return (StatusCode::SERVICE_UNAVAILABLE, headers, "shutting down\n").into_response();
     };
     shared.process.collect();
-    let snapshot = snapshot.since_counters_reset();
-    let mut text = prometheus::render(&snapshot, &shared.windows, wall_clock());
-    text.push_piece(shared.recorder.render());
-    // Sent piece by piece, each let go once sent.
-    let pieces = text.into_pieces();
-    let length: usize = pieces.iter().map(bytes::Bytes::len).sum();
-    let headers = [
-        (
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4"),
-        ),
-        (header::CONTENT_LENGTH, HeaderValue::from(length)),
-    ];
-    let pieces = pieces.into_iter().map(Ok::<_, Infallible>);
-    (
-        StatusCode::OK,
-        headers,
-        Body::from_stream(tokio_stream::iter(pieces)),
-    )
-        .into_response()
+    let recorded = shared.recorder.render();
+    let windows = shared.windows.clone();
+    let (sender, pieces) = tokio::sync::mpsc::channel(PIECES_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        // A reader gone leaves the rest of the text unsent.
+        let mut text = Text::streamed(move |piece| {
+            let _ = sender.blocking_send(Ok::<_, Infallible>(piece));
+        });
+        let snapshot = snapshot.since_counters_reset();
+        prometheus::render(&mut text, &snapshot, &windows, wall_clock());
+        text.push_piece(recorded);
+        text.end();
+    });
+    let headers = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    )];
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(pieces));
+    (StatusCode::OK, headers, body).into_response()
 }
 
 async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

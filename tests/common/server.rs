@@ -233,7 +233,8 @@ impl Server {
     }
 }
 
-fn dechunk(mut body: &str) -> String {
+/// The body of a response sent in chunks, its chunks joined.
+pub fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);

@@ -22,7 +22,7 @@ use libfuzzer_sys::fuzz_target;
 use rankwatch::config::{EngineArgs, FileSettings};
 use rankwatch::engine::EngineSettings;
 use rankwatch::event::{wire::parse_batch, Nanos, Validator};
-use rankwatch::export::{prometheus::render, Report, Snapshot};
+use rankwatch::export::{prometheus::render, Report, Snapshot, Text};
 use rankwatch::join::{Engine, JoinSettings};
 use rankwatch_fuzz::{check_accepted, check_rejection, InputPath};
 use std::sync::LazyLock;
@@ -125,8 +125,10 @@ fuzz_target!(|bytes: &[u8]| {
     assert_eq!(engine.open_impressions(), 0, "open after finish");
     assert_eq!(engine.waiting_interactions(), 0, "waiting after finish");
     let snapshot = Snapshot::of(&engine, None);
-    let text = render(&snapshot, &[Duration::from_secs(60)], now);
-    for line in text.lines() {
+    let mut text = Text::default();
+    render(&mut text, &snapshot, &[Duration::from_secs(60)], now);
+    let text = text.into_pieces().concat();
+    for line in String::from_utf8(text).expect("UTF-8").lines() {
         assert!(
             line.starts_with("# ") || line.starts_with("rankwatch_"),
             "a /metrics line that is neither a comment nor a sample: {:?}",

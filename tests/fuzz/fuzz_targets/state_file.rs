@@ -16,7 +16,7 @@
 use libfuzzer_sys::fuzz_target;
 use rankwatch::config::{EngineArgs, FileSettings};
 use rankwatch::engine::EngineSettings;
-use rankwatch::export::{prometheus::render, Snapshot};
+use rankwatch::export::{prometheus::render, Snapshot, Text};
 use rankwatch::join::{Engine, JoinSettings};
 use rankwatch::state::StateFile;
 use std::path::PathBuf;
@@ -87,8 +87,8 @@ fuzz_target!(|bytes: &[u8]| {
 fn serve(fixture: &Fixture, state: rankwatch::join::EngineState) {
     let mut engine = Engine::from_state(fixture.join.clone(), fixture.settings.evaluator(), state);
     let now = engine.watermark().unwrap_or(0);
-    let _ = render(&Snapshot::of(&engine, None), &WINDOWS, now);
+    render(&mut Text::default(), &Snapshot::of(&engine, None), &WINDOWS, now);
     engine.finish();
-    let _ = render(&Snapshot::of(&engine, None), &WINDOWS, now);
+    render(&mut Text::default(), &Snapshot::of(&engine, None), &WINDOWS, now);
     let _ = engine.to_state();
 }
