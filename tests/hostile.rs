@@ -615,13 +615,15 @@ fn probes_are_answered_while_silent_connections_hold_every_http_slot() {
 }
 
 /// A server started with `args` whose /metrics is some tens of megabytes,
-/// far more than the sockets' buffers hold: a few hundred groups.
-async fn server_with_large_metrics(args: &[&str]) -> Server {
+/// far more than the sockets' buffers hold: a few hundred groups, their
+/// model names `padding` bytes longer than they need be.
+async fn server_with_large_metrics(args: &[&str], padding: usize) -> Server {
     let server = Server::exact(args);
+    let padding = "x".repeat(padding);
     let mut events: Vec<_> = (0..400)
         .map(|i| {
             event(&format!(
-                r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"model":"m{i}",{T}}}}}"#
+                r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"model":"m{i}{padding}",{T}}}}}"#
             ))
         })
         .collect();
@@ -644,7 +646,7 @@ async fn server_with_large_metrics(args: &[&str]) -> Server {
 /// that a text grown in one buffer held while it doubled and moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_holds_about_its_own_length_in_memory() {
-    let server = server_with_large_metrics(&["--position-curve-depth", "100"]).await;
+    let server = server_with_large_metrics(&["--position-curve-depth", "100"], 0).await;
     let pid = server.child.id();
     let before = common::memory_kib(pid, "VmRSS");
     let peak_before = common::memory_kib(pid, "VmHWM");
@@ -664,13 +666,13 @@ async fn a_scrape_holds_about_its_own_length_in_memory() {
 
 /// A scrape left unread holds the few pieces of its text rendered ahead of
 /// its reader and the snapshot they are rendered from, not the whole text:
-/// four of them take the server's memory up by less than half of one text
-/// (10 MB for texts of 38 MB here). Each had held all of its text until
-/// its reader took it or went away (118 MB).
+/// eight of them take the server's memory up by less than half of one
+/// text (35 MB for texts of 100 MB of long model names here). Each had held
+/// all of its text until its reader took it or went away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
     use std::io::Write;
-    let server = server_with_large_metrics(&["--position-curve-depth", "100"]).await;
+    let server = server_with_large_metrics(&[], 240).await;
     let pid = server.child.id();
     let (status, text) = server.get("/metrics");
     assert_eq!(status, 200);
@@ -680,7 +682,7 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
         "{body_kib} KiB of /metrics: too small to tell"
     );
     let before = common::memory_kib(pid, "VmRSS");
-    let unread: Vec<std::net::TcpStream> = (0..4)
+    let unread: Vec<std::net::TcpStream> = (0..8)
         .map(|_| {
             let mut stream = std::net::TcpStream::connect(server.http).unwrap();
             stream
@@ -694,7 +696,7 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
     let held = common::memory_kib(pid, "VmRSS").saturating_sub(before);
     assert!(
         held < body_kib / 2,
-        "4 unread scrapes of {body_kib} KiB each hold {held} KiB"
+        "8 unread scrapes of {body_kib} KiB each hold {held} KiB"
     );
     drop(unread);
 }
@@ -709,7 +711,7 @@ async fn a_scrape_being_read_is_not_closed_to_make_room() {
         "--max-concurrent-reports",
         "1",
     ];
-    let server = server_with_large_metrics(&args).await;
+    let server = server_with_large_metrics(&args, 0).await;
     let mut scrape = std::net::TcpStream::connect(server.http).unwrap();
     scrape
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\nConnection: close\r\n\r\n")
@@ -745,7 +747,7 @@ async fn a_response_read_too_slowly_is_cut_at_the_send_timeout_and_frees_its_rep
     use std::io::{Read, Write};
     use std::time::{Duration, Instant};
     let args = ["--max-concurrent-reports", "1", "--http-send-timeout", "1s"];
-    let server = server_with_large_metrics(&args).await;
+    let server = server_with_large_metrics(&args, 0).await;
     let mut slow = std::net::TcpStream::connect(server.http).unwrap();
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
         .unwrap();
