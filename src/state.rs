@@ -9,7 +9,7 @@
 //! failed save removes its temporary file, and so does the check of the
 //! directory at start for one a crash left.
 
-use crate::join::EngineState;
+use crate::join::{CountedBefore, EngineState};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -426,9 +426,13 @@ impl StateFile {
     /// Writes `state` atomically; returns the bytes written.
     pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
         let io_error = |source| self.io_error(source);
-        // The join rules and what /metrics' counters leave out last: a
-        // build before them reads the rest as it did.
-        let trailer = (&self.join_rules, &state.counted_before);
+        // The join rules, what /metrics' counters leave out and the later
+        // counters last: a build before them reads the rest as it did.
+        let trailer = (
+            &self.join_rules,
+            &state.counted_before,
+            state.later_counters(),
+        );
         let payload = postcard::to_stdvec(&(&self.fingerprint, state, trailer))
             .map_err(|e| io_error(io::Error::other(e.to_string())))?;
         let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
@@ -547,7 +551,11 @@ impl StateFile {
             Err(_) => (None, &[][..]),
         };
         // Empty from a build before it was saved: the counters are reset.
-        state.counted_before = postcard::from_bytes(rest).unwrap_or_default();
+        let (counted_before, rest) =
+            postcard::take_from_bytes::<CountedBefore>(rest).unwrap_or_default();
+        state.counted_before = counted_before;
+        // Empty from a build before them: they start at 0.
+        state.restore_later_counters(postcard::from_bytes(rest).unwrap_or_default());
         state.coverage_passed_on = version == COVERAGE_PASSED_ON;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
@@ -696,7 +704,7 @@ mod tests {
     use crate::config::{EngineArgs, FileSettings};
     use crate::engine::EngineSettings;
     use crate::event::json::parse_line;
-    use crate::join::Engine;
+    use crate::join::{Engine, LaterCounters};
 
     fn engine_with_traffic() -> (Engine, EngineSettings) {
         let settings =
@@ -939,6 +947,63 @@ mod tests {
             let loaded = running.load().unwrap().unwrap();
             assert!(loaded.join_rules_changed.is_none(), "{tail:?}");
         }
+    }
+
+    #[test]
+    fn counters_added_later_are_kept_after_the_rest_and_start_at_0_from_an_older_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings =
+            EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
+        settings.max_open_items = 2;
+        let windows = [std::time::Duration::from_secs(60)];
+        let mut engine = Engine::new(settings.join(&windows), settings.evaluator());
+        let validator = settings.validator(None);
+        let shed = |engine: &mut Engine, user: &str| {
+            let line = format!(
+                r#"{{"impression":{{"requestId":"r","userId":"{user}","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}}}"#
+            );
+            engine.apply(parse_line(&line, &validator).unwrap());
+        };
+        for user in ["u1", "u2", "u3"] {
+            shed(&mut engine, user);
+        }
+        engine.reset_exported_counters();
+        shed(&mut engine, "u4");
+        assert_eq!(engine.counters().shed_open_items, 2);
+        let file = StateFile::new(dir.path(), "k=[1]".into());
+        file.save(&engine.to_state()).unwrap();
+        let state = file.load().unwrap().unwrap().state;
+        assert_eq!(state.later_counters(), engine.to_state().later_counters());
+        let counted_before = state.counted_before.clone();
+        let mut restored = Engine::from_state(settings.join(&windows), settings.evaluator(), state);
+        assert!(restored.carry_on_from(counted_before));
+        assert_eq!(restored.counters(), engine.counters());
+        assert_eq!(restored.engine_before(), engine.engine_before());
+        assert_eq!(
+            restored.engine_before().unwrap().counters.shed_open_items,
+            1
+        );
+
+        // A file of a build before them: everything else is restored.
+        let state = engine.to_state();
+        let payload = postcard::to_stdvec(&(
+            "k=[1]",
+            &state,
+            (JoinRules::default(), &state.counted_before),
+        ))
+        .unwrap();
+        let mut bytes = fs::read(file.path()).unwrap()[..HEADER_LEN].to_vec();
+        bytes[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes[20..28].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        fs::write(file.path(), bytes).unwrap();
+        let state = file.load().unwrap().unwrap().state;
+        assert_eq!(state.later_counters(), LaterCounters::default());
+        let before = state.counted_before.engine.as_ref().unwrap();
+        assert_eq!(before.counters.impressions, 2);
+        let restored = Engine::from_state(settings.join(&windows), settings.evaluator(), state);
+        assert_eq!(restored.counters().shed_open_items, 0);
+        assert_eq!(restored.counters().impressions, 2);
     }
 
     #[test]

@@ -291,6 +291,86 @@ async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejecte
     );
 }
 
+/// Long lists meet `max_open_items` before `max_open_impressions`: the
+/// items of all open lists together bound their memory whatever a list's
+/// length. An impression whose items would take them past it is shed,
+/// counted, and told why; a list's items are given back as it closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
+    let server = Server::exact(&["--max-open-items", "5"]);
+    let impression = |user: usize, items: usize, time: &str| {
+        let items: Vec<String> = (0..items).map(|i| format!("\"i{i}\"")).collect();
+        event(&format!(
+            r#"{{"impression":{{"requestId":"r{user}","userId":"u{user}","itemIds":[{}],"time":"{time}"}}}}"#,
+            items.join(",")
+        ))
+    };
+    let at = "2026-11-01T10:00:00Z";
+    let events = vec![
+        impression(0, 3, at),
+        impression(1, 3, at),
+        impression(2, 2, at),
+        impression(3, 1, at),
+    ];
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 2);
+    let rejections: Vec<(u32, &str)> = ack
+        .rejections
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        rejections,
+        [(1, "shed_max_open_items"), (3, "shed_max_open_items")]
+    );
+    assert!(
+        ack.rejections[0].message.contains("max_open_items"),
+        "{:?}",
+        ack.rejections[0]
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_impressions"], 2.0);
+    assert_eq!(metrics["rankwatch_open_items"], 5.0);
+    assert_eq!(
+        metrics[r#"rankwatch_events_shed_total{reason="max_open_items"}"#],
+        2.0
+    );
+    assert_eq!(metrics[r#"rankwatch_limit{limit="max_open_items"}"#], 5.0);
+    assert_eq!(metrics["rankwatch_events_received_total"], 4.0);
+
+    // An event a day later closes the lists, their items given back.
+    let later = "2026-11-02T10:00:00Z";
+    let events = vec![
+        event(&format!(
+            r#"{{"interaction":{{"userId":"u9","itemId":"i0","requestId":"r9","type":"click","time":"{later}"}}}}"#
+        )),
+        impression(4, 4, later),
+    ];
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 2,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 2, "{:?}", ack.rejections);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_items"], 4.0);
+    assert_eq!(
+        metrics[r#"rankwatch_lists_finalized_total{model="default",surface="default"}"#],
+        2.0
+    );
+}
+
 fn impression_batch(sequence: u64) -> EventBatch {
     EventBatch {
         sequence,

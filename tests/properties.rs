@@ -688,16 +688,19 @@ fn setup_with(settings: &EngineSettings, sketch_cap: Option<usize>) -> ReplaySet
     setup
 }
 
-/// Limits small enough for a generated log to meet them: lists and
-/// interactions shed on all shards and per user, groups overflowing.
+/// Limits small enough for a generated log to meet them: lists, their
+/// items and interactions shed on all shards and per user, groups
+/// overflowing.
 fn tight_settings() -> impl Strategy<Value = EngineSettings> {
     let open = select(vec![2usize, 5, 40, 1_000_000]);
+    let items = select(vec![3usize, 12, 100, 50_000_000]);
     let waiting = select(vec![1usize, 4, 40, 1_000_000]);
     let per_user = select(vec![1usize, 3, 1000]);
     let groups = select(vec![1usize, 2, 1000]);
-    (engine_settings(), open, waiting, per_user, groups).prop_map(
-        |(mut settings, open, waiting, per_user, groups)| {
+    (engine_settings(), (open, items), waiting, per_user, groups).prop_map(
+        |(mut settings, (open, items), waiting, per_user, groups)| {
             settings.max_open_impressions = open;
+            settings.max_open_items = items;
             settings.max_waiting_interactions = waiting;
             settings.max_open_impressions_per_user = per_user;
             settings.max_waiting_interactions_per_user = per_user;

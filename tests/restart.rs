@@ -634,24 +634,58 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
     sent.extend((0..3).map(|i| format!(r#"{{"impression":{{"requestId":"open{i}","userId":"u{i}","itemIds":["a"],"time":"2026-11-02T09:00:00Z"}}}}"#)));
     send(&server, &sent).await;
     let saved = parse_metrics(&server.get("/metrics").1);
-    let (open, groups) = (
+    let (open, items, groups) = (
         saved["rankwatch_open_impressions"],
+        saved["rankwatch_open_items"],
         saved["rankwatch_groups"],
     );
-    assert!(open > 1.0 && groups > 1.0, "{open} {groups}");
+    assert!(
+        open > 1.0 && items >= open && groups > 1.0,
+        "{open} {items} {groups}"
+    );
     assert_eq!(server.stop().await, Some(0));
 
     let lower = [
         &args[..],
         &["--max-open-impressions", "1", "--max-groups", "1"],
+        &["--max-open-items", "1"],
     ]
     .concat();
     let server = Server::start(&lower);
     let said = server.logged("beyond the limits");
     assert!(
         said.contains(&format!("open_impressions={open} max_open_impressions=1"))
+            && said.contains(&format!("open_items={items} max_open_items=1"))
             && said.contains(&format!("groups={groups} max_groups=1")),
         "{said}"
+    );
+}
+
+/// The count of impressions shed under `max_open_items`, which the state
+/// file keeps after the rest, carries on across a graceful restart as the
+/// other counters do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_restart_carries_on_the_impressions_shed_under_max_open_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [&saving_to(dir.path())[..], &["--max-open-items", "2"]].concat();
+    let server = Server::start(&args);
+    let sent: Vec<String> = (0..3)
+        .map(|i| format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"time":"2026-11-02T09:00:00Z"}}}}"#))
+        .collect();
+    send(&server, &sent).await;
+    let shed = r#"rankwatch_events_shed_total{reason="max_open_items"}"#;
+    assert_eq!(parse_metrics(&server.get("/metrics").1)[shed], 1.0);
+    assert_eq!(server.stop().await, Some(0));
+
+    let server = Server::start(&args);
+    let restored = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(
+        (
+            restored[shed],
+            restored["rankwatch_events_received_total"],
+            restored["rankwatch_open_items"],
+        ),
+        (1.0, 3.0, 2.0)
     );
 }
 

@@ -137,6 +137,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS",
         help = help("Limit: most open impressions; a new impression past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS))]
     pub max_open_impressions: Option<usize>,
+    /// Limit: most items of all open impressions together.
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_ITEMS",
+        help = help("Limit: most items of all open impressions together, which bounds their memory whatever the length of lists; a new impression whose items would take them past it is shed, counted, and not evaluated", defaults::MAX_OPEN_ITEMS))]
+    pub max_open_items: Option<usize>,
     /// Limit: most waiting interactions.
     #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
         help = help("Limit: most waiting interactions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS))]
@@ -526,6 +530,7 @@ impl EngineSettings {
                 max_values: limit!(max_segment_values, MAX_SEGMENT_VALUES)?,
             },
             max_open_impressions: limit!(max_open_impressions, MAX_OPEN_IMPRESSIONS)?,
+            max_open_items: limit!(max_open_items, MAX_OPEN_ITEMS)?,
             max_waiting_interactions: limit!(max_waiting_interactions, MAX_WAITING_INTERACTIONS)?,
             control_model: control_model(args, file, max_label_bytes)?,
             expected_split: expected_split(args, file, max_label_bytes)?,

@@ -248,6 +248,7 @@ pub struct FileSettings {
     segment_labels: Option<Vec<String>>,
     max_segment_values: Option<usize>,
     max_open_impressions: Option<usize>,
+    max_open_items: Option<usize>,
     max_waiting_interactions: Option<usize>,
     control_model: Option<String>,
     expected_split: Option<BTreeMap<String, f64>>,

@@ -116,6 +116,12 @@ fn warn_beyond_limits(restored: &Engine, limits: &JoinSettings) {
             limits.max_open_impressions,
         ),
         (
+            "open_items".to_owned(),
+            restored.open_items(),
+            "max_open_items",
+            limits.max_open_items,
+        ),
+        (
             "waiting_interactions".to_owned(),
             restored.waiting_interactions(),
             "max_waiting_interactions",

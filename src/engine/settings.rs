@@ -43,6 +43,8 @@ pub struct EngineSettings {
     pub segments: SegmentSettings,
     /// Most open impressions.
     pub max_open_impressions: usize,
+    /// Most items of all open impressions together.
+    pub max_open_items: usize,
     /// Most waiting interactions.
     pub max_waiting_interactions: usize,
     /// Most open impressions of one user.
@@ -70,6 +72,7 @@ impl EngineSettings {
             max_groups: self.max_groups,
             segments: self.segments.clone(),
             max_open_impressions: self.max_open_impressions,
+            max_open_items: self.max_open_items,
             max_waiting_interactions: self.max_waiting_interactions,
             max_open_impressions_per_user: self.max_open_impressions_per_user,
             max_waiting_interactions_per_user: self.max_waiting_interactions_per_user,

@@ -55,6 +55,8 @@ pub const IMPRESSIONS_OVERFLOWED: &str = "rankwatch_impressions_overflowed_total
 pub const SEGMENT_VALUES_FOLDED: &str = "rankwatch_segment_values_folded_total";
 /// Impressions open for attribution.
 pub const OPEN_IMPRESSIONS: &str = "rankwatch_open_impressions";
+/// Items of the open impressions.
+pub const OPEN_ITEMS: &str = "rankwatch_open_items";
 /// Interactions waiting for their impression.
 pub const WAITING_INTERACTIONS: &str = "rankwatch_waiting_interactions";
 /// Items numbered in the item table.
@@ -379,6 +381,7 @@ fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nano
         c.shed_interactions,
     );
     let per_user = [
+        ("max_open_items", c.shed_open_items),
         ("max_open_impressions_per_user", c.shed_open_per_user),
         ("max_waiting_interactions_per_user", c.shed_waiting_per_user),
         (
@@ -415,6 +418,8 @@ fn render_engine_state(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: 
         help,
         snapshot.open_impressions,
     );
+    let help = "Items of the impressions open for attribution, which max_open_items bounds.";
+    writer.single(OPEN_ITEMS, Kind::Gauge, help, snapshot.open_items);
     let help = "Interactions waiting for their impression.";
     writer.single(
         WAITING_INTERACTIONS,

@@ -213,7 +213,9 @@ impl ReportCounters {
             shed: [
                 (
                     "impressions",
-                    counters.shed_impressions + counters.shed_open_per_user,
+                    counters.shed_impressions
+                        + counters.shed_open_items
+                        + counters.shed_open_per_user,
                 ),
                 (
                     "interactions",

@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub interaction_types: Vec<String>,
     /// Impressions open for attribution.
     pub open_impressions: usize,
+    /// Their items.
+    pub open_items: usize,
     /// Interactions waiting for their impression.
     pub waiting_interactions: usize,
     /// Items numbered in the engine's item table.
@@ -130,6 +132,7 @@ impl Snapshot {
             ks: engine.evaluator().ks().to_vec(),
             interaction_types: engine.interaction_types().to_vec(),
             open_impressions: engine.open_impressions(),
+            open_items: engine.open_items(),
             waiting_interactions: engine.waiting_interactions(),
             item_numbers: engine.item_numbers(),
             overflowed_impressions: engine.overflowed_impressions(),

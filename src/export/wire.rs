@@ -316,6 +316,7 @@ mod tests {
             max_groups: 10,
             segments: SegmentSettings::default(),
             max_open_impressions: 100,
+            max_open_items: usize::MAX,
             max_waiting_interactions: 100,
             max_open_impressions_per_user: 100,
             max_waiting_interactions_per_user: 100,

@@ -61,6 +61,12 @@ pub struct Counters {
     pub shed_interactions_per_impression: u64,
     /// Rejected events by reason.
     pub rejected: BTreeMap<Reason, u64>,
+    /// Impressions shed because their items would have taken the open
+    /// lists past `max_open_items`. Saved after the rest of the state
+    /// file ([`crate::state`]), so that files of the builds before it are
+    /// read as they were; fleet snapshots carry no counters.
+    #[serde(skip)]
+    pub shed_open_items: u64,
     /// Valid events a relay produced to the topic (the broker stored them)
     /// rather than applied (fleet mode). Not saved: a relay keeps no state.
     #[serde(skip)]
@@ -86,6 +92,7 @@ impl Counters {
     /// Events shed under every limit.
     pub fn shed(&self) -> u64 {
         self.shed_impressions
+            + self.shed_open_items
             + self.shed_interactions
             + self.shed_open_per_user
             + self.shed_waiting_per_user
@@ -133,6 +140,7 @@ impl Counters {
                 other.duplicate_interactions,
             ),
             (&mut self.shed_impressions, other.shed_impressions),
+            (&mut self.shed_open_items, other.shed_open_items),
             (&mut self.shed_interactions, other.shed_interactions),
             (&mut self.shed_open_per_user, other.shed_open_per_user),
             (&mut self.shed_waiting_per_user, other.shed_waiting_per_user),

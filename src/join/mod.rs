@@ -25,7 +25,7 @@ pub use counted_before::{CountedBefore, EngineBefore, GroupBefore};
 pub use counters::{Counters, Unattributed};
 pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
-pub use persist::EngineState;
+pub use persist::{EngineState, LaterCounters};
 pub use sharded::{Batch, EventAt, Parsed, Router, ShardedEngine, SHARDS};
 
 use crate::event::hashed::IdentityHash;
@@ -66,6 +66,9 @@ pub struct JoinSettings {
     pub segments: SegmentSettings,
     /// Most open impressions; a new one past it is shed.
     pub max_open_impressions: usize,
+    /// Most items of all open impressions; a new one whose items would
+    /// take them past it is shed.
+    pub max_open_items: usize,
     /// Most waiting interactions; a new one that would wait past it is shed.
     pub max_waiting_interactions: usize,
     /// Most open impressions of one user; a new one past it is shed.
@@ -93,6 +96,8 @@ pub struct JoinSettings {
 pub enum Shed {
     /// `max_open_impressions` was reached.
     MaxOpenImpressions,
+    /// The impression's items would have taken open lists past `max_open_items`.
+    MaxOpenItems,
     /// `max_waiting_interactions` was reached.
     MaxWaitingInteractions,
     /// The user had `max_open_impressions_per_user` open.
@@ -108,6 +113,7 @@ impl Shed {
     pub fn reason(self) -> &'static str {
         match self {
             Shed::MaxOpenImpressions => "shed_max_open_impressions",
+            Shed::MaxOpenItems => "shed_max_open_items",
             Shed::MaxWaitingInteractions => "shed_max_waiting_interactions",
             Shed::MaxOpenImpressionsPerUser => "shed_max_open_impressions_per_user",
             Shed::MaxWaitingInteractionsPerUser => "shed_max_waiting_interactions_per_user",
@@ -119,6 +125,7 @@ impl Shed {
     pub fn message(self) -> &'static str {
         match self {
             Shed::MaxOpenImpressions => "valid, but not evaluated: max_open_impressions was reached; it is counted in rankwatch_events_shed_total",
+            Shed::MaxOpenItems => "valid, but not evaluated: its items would take the open lists past max_open_items; it is counted in rankwatch_events_shed_total",
             Shed::MaxWaitingInteractions => "valid, but not evaluated: max_waiting_interactions was reached; it is counted in rankwatch_events_shed_total",
             Shed::MaxOpenImpressionsPerUser => "valid, but not evaluated: its user has max_open_impressions_per_user lists open (a user id shared by many people?); it is counted in rankwatch_events_shed_total",
             Shed::MaxWaitingInteractionsPerUser => "valid, but not evaluated: its user has max_waiting_interactions_per_user interactions waiting for their impressions; it is counted in rankwatch_events_shed_total",
@@ -230,6 +237,8 @@ pub struct Engine {
     slots: Vec<Slot>,
     counters: Counters,
     open_impressions: usize,
+    /// Items of the open impressions.
+    open_items: usize,
     waiting_interactions: usize,
     /// Lists finalized since the last prefetch of those that close next.
     closed_since_prefetch: u32,
@@ -242,7 +251,7 @@ pub struct Engine {
     time_capped: bool,
     /// What the other shards of a [`ShardedEngine`] hold, counted against
     /// the limits on all open lists and waiting interactions.
-    elsewhere: Elsewhere,
+    elsewhere: Held,
     /// In a shard of a [`ShardedEngine`], the outcome of each list
     /// finalized, logged instead of added to this engine's figures (but
     /// for its position curve, a count).
@@ -251,10 +260,12 @@ pub struct Engine {
     counted_before: Option<Box<EngineBefore>>,
 }
 
-/// Open lists and waiting interactions held by an engine's sibling shards.
+/// Open lists, their items and waiting interactions, counted against the
+/// limits on all of them.
 #[derive(Clone, Copy, Debug, Default)]
-struct Elsewhere {
+struct Held {
     open: usize,
+    items: usize,
     waiting: usize,
 }
 
@@ -308,12 +319,13 @@ impl Engine {
             slots: Vec::new(),
             counters: Counters::default(),
             open_impressions: 0,
+            open_items: 0,
             waiting_interactions: 0,
             closed_since_prefetch: 0,
             absorbed_item_numbers: 0,
             received_at: 0,
             time_capped: false,
-            elsewhere: Elsewhere::default(),
+            elsewhere: Held::default(),
             finalized_log: None,
             counted_before: None,
         }
@@ -601,6 +613,11 @@ impl Engine {
         self.open_impressions
     }
 
+    /// Items of the impressions still open.
+    pub fn open_items(&self) -> usize {
+        self.open_items
+    }
+
     /// Interactions waiting for their impression.
     pub fn waiting_interactions(&self) -> usize {
         self.waiting_interactions
@@ -690,6 +707,7 @@ impl Engine {
                 .push((waiting.interaction.time, waiting.seq, id));
         }
         self.open_impressions += user.open.len();
+        self.open_items += user.open.iter().map(OpenImpression::shown).sum::<usize>();
         self.waiting_interactions += user.waiting().len();
         self.shard(id).insert(id, user);
     }
@@ -775,6 +793,11 @@ impl Engine {
             self.counters.shed_impressions += 1;
             return Some(Shed::MaxOpenImpressions);
         }
+        let items = self.open_items + self.elsewhere.items + impression.items.len();
+        if items > self.settings.max_open_items {
+            self.counters.shed_open_items += 1;
+            return Some(Shed::MaxOpenItems);
+        }
         let max_per_user = self.settings.max_open_impressions_per_user;
         if self
             .shard(user_id)
@@ -797,6 +820,8 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters, &self.items);
+        // Counted as finalizing gives them back.
+        self.open_items += open.shown();
         user.insert_open(open);
         self.counters.impressions += 1;
         self.open_impressions += 1;
@@ -887,6 +912,7 @@ impl Engine {
             return;
         };
         self.open_impressions -= 1;
+        self.open_items -= list.shown();
         let deadline = list.time.saturating_add(self.settings.attribution_window);
         // Lists close in deadline order: the table frees the numbers of
         // items that only lists due before this one showed.
@@ -1015,6 +1041,7 @@ mod tests {
             max_groups: 10,
             segments: SegmentSettings::default(),
             max_open_impressions: max_open,
+            max_open_items: usize::MAX,
             max_waiting_interactions: max_waiting,
             max_open_impressions_per_user: usize::MAX,
             max_waiting_interactions_per_user: usize::MAX,

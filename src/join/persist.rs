@@ -80,7 +80,37 @@ impl Serialize for UsersAhead<'_> {
     }
 }
 
+/// The counters added after the state file's layout was set, which it
+/// keeps after everything else (a build before them reads the rest as it
+/// did): each as counted since start, and as counted before the last reset
+/// of `/metrics`' counters.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaterCounters {
+    /// Impressions shed under `max_open_items`.
+    shed_open_items: [u64; 2],
+}
+
 impl EngineState {
+    /// The counters this state keeps after everything else.
+    pub fn later_counters(&self) -> LaterCounters {
+        let before = self.counted_before.engine.as_ref();
+        LaterCounters {
+            shed_open_items: [
+                self.counters.shed_open_items,
+                before.map_or(0, |b| b.counters.shed_open_items),
+            ],
+        }
+    }
+
+    /// Sets the counters kept after everything else, read with the rest.
+    pub fn restore_later_counters(&mut self, later: LaterCounters) {
+        let [since_start, before] = later.shed_open_items;
+        self.counters.shed_open_items = since_start;
+        if let Some(engine) = &mut self.counted_before.engine {
+            engine.counters.shed_open_items = before;
+        }
+    }
+
     /// Why no engine could have saved this state, if it could not: a group
     /// id, credit rank, window or position curve out of shape, or a user
     /// listed twice. The engine indexes by these without checking, so a

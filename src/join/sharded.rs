@@ -23,7 +23,7 @@
 
 use super::due::DueQueue;
 use super::finalized::{in_finalization_order, CoverageParts, FinalizedLog, ShardLog};
-use super::{Engine, JoinSettings, Routed};
+use super::{Engine, Held, JoinSettings, Routed};
 use crate::event::{Event, Nanos, Reason, Rejection};
 use crate::metrics::CoverageMode;
 use crate::metrics::ListEvaluator;
@@ -143,6 +143,8 @@ pub struct Batch {
     /// The shard of each event, in arrival order.
     order: Vec<u8>,
     impressions: usize,
+    /// The items of its impressions.
+    items: usize,
     interactions: usize,
     /// The deadlines of the lists that the rise of `T` over the batch
     /// makes final, ascending (an impression shed or duplicated is there
@@ -157,6 +159,7 @@ impl Batch {
             per_shard: (0..SHARDS).map(|_| Vec::new()).collect(),
             order: Vec::new(),
             impressions: 0,
+            items: 0,
             interactions: 0,
             due: Vec::new(),
         }
@@ -281,7 +284,7 @@ impl ShardedEngine {
             }
         }
         batch.order.clear();
-        (batch.impressions, batch.interactions) = (0, 0);
+        (batch.impressions, batch.items, batch.interactions) = (0, 0, 0);
         batch.due.clear();
     }
 
@@ -337,17 +340,22 @@ impl ShardedEngine {
     /// and all waiting interactions, whatever the shards finalize: then
     /// each shard may apply its events apart from the others.
     fn within_limits(&self, batch: &Batch) -> bool {
-        let (open, waiting) = self.held();
+        let held = self.held();
         let settings = &self.registry.settings;
-        open + batch.impressions <= settings.max_open_impressions
-            && waiting + batch.interactions <= settings.max_waiting_interactions
+        held.open + batch.impressions <= settings.max_open_impressions
+            && held.items + batch.items <= settings.max_open_items
+            && held.waiting + batch.interactions <= settings.max_waiting_interactions
     }
 
-    /// Open lists and waiting interactions, all shards together.
-    fn held(&self) -> (usize, usize) {
-        let open = self.shards.iter().map(|s| s.open_impressions).sum();
-        let waiting = self.shards.iter().map(|s| s.waiting_interactions).sum();
-        (open, waiting)
+    /// Open lists, their items and waiting interactions, all shards together.
+    fn held(&self) -> Held {
+        let mut held = Held::default();
+        for shard in &self.shards {
+            held.open += shard.open_impressions;
+            held.items += shard.open_items;
+            held.waiting += shard.waiting_interactions;
+        }
+        held
     }
 
     /// Applies each shard's events, found in `runs`, on its own, the
@@ -393,10 +401,13 @@ impl ShardedEngine {
                     other.advance_to(before);
                 }
             }
-            let (open, waiting) = self.held();
+            let held = self.held();
             let target = &mut self.shards[shard as usize];
-            target.elsewhere.open = open - target.open_impressions;
-            target.elsewhere.waiting = waiting - target.waiting_interactions;
+            target.elsewhere = Held {
+                open: held.open - target.open_impressions,
+                items: held.items - target.open_items,
+                waiting: held.waiting - target.waiting_interactions,
+            };
             target.apply_routed(event, routed);
             target.elsewhere = Default::default();
         }
@@ -406,7 +417,7 @@ impl ShardedEngine {
     /// figures, the shards' counts added to them.
     pub fn finish(mut self) -> Engine {
         self.add_pending();
-        let mut due = Vec::with_capacity(self.held().0);
+        let mut due = Vec::with_capacity(self.held().open);
         while let Some((deadline, _, _)) = self.deadlines.pop() {
             due.push(deadline);
         }
@@ -471,7 +482,10 @@ impl Router<'_> {
             _ => None,
         };
         match event {
-            Event::Impression(_) => batch.impressions += 1,
+            Event::Impression(impression) => {
+                batch.impressions += 1;
+                batch.items += impression.items.len();
+            }
             Event::Interaction(_) => batch.interactions += 1,
         }
         let shard = shard_of(event.user());

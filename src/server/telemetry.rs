@@ -138,6 +138,7 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_groups", engine.max_groups),
         ("max_exposure_items", engine.max_exposure_items),
         ("max_open_impressions", engine.max_open_impressions),
+        ("max_open_items", engine.max_open_items),
         ("max_waiting_interactions", engine.max_waiting_interactions),
         (
             "max_open_impressions_per_user",
