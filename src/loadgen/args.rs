@@ -125,6 +125,9 @@ const MAX_BATCH_SIZE: usize = 100_000;
 const MAX_STREAMS: usize = 10_000;
 /// The most events `--pregenerate` holds in memory (some 50 bytes each).
 const MAX_PREGENERATED_EVENTS: f64 = 1e8;
+/// The most catalogue items all streams hold together: each stream draws
+/// from a catalogue of its own, 12 bytes an item.
+const MAX_CATALOGUE_ITEMS: u64 = 400_000_000;
 
 impl LoadgenArgs {
     pub(super) fn validate(&self) -> Result<(), LoadError> {
@@ -153,6 +156,13 @@ impl LoadgenArgs {
             return Err(LoadError::Setting(format!(
                 "--streams {} is more than {MAX_STREAMS}: each stream is a connection of its own; run more load generators",
                 self.streams
+            )));
+        }
+        let items = u64::from(self.catalogue) * self.streams as u64;
+        if items > MAX_CATALOGUE_ITEMS {
+            return Err(LoadError::Setting(format!(
+                "--catalogue {} on {} streams is {items} items held in memory, each stream a catalogue of its own: {MAX_CATALOGUE_ITEMS} at most (some 5 GB); lower the catalogue or the streams",
+                self.catalogue, self.streams
             )));
         }
         if let Some(rate) = self.pregenerate.filter(|r| !r.is_finite() || *r <= 0.0) {
@@ -307,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn more_streams_or_pregenerated_events_than_memory_holds_are_refused() {
+    fn more_streams_pregenerated_events_or_catalogue_items_than_memory_holds_are_refused() {
         // Both had panicked with "capacity overflow" reserving their vectors.
         let streams = parsed(&["--streams", "18446744073709551615"]);
         let error = streams.validate().expect_err("refused").to_string();
@@ -320,6 +330,16 @@ mod tests {
         assert!(error.contains("100000000 events at most"), "{error}");
         let just = parsed(&["--pregenerate", "10000000"]);
         assert!(just.validate().is_ok(), "10 s at 10 M/s: 100 M events");
+        // A catalogue of a billion items on 4 streams had been killed for
+        // want of memory at 24 GB.
+        let catalogue = parsed(&["--catalogue", "1000000000", "--streams", "4"]);
+        let error = catalogue.validate().expect_err("refused").to_string();
+        assert!(
+            error.contains("--catalogue 1000000000 on 4 streams is 4000000000 items"),
+            "{error}"
+        );
+        let just = parsed(&["--catalogue", "100000000", "--streams", "4"]);
+        assert!(just.validate().is_ok(), "400 M items");
     }
 
     #[test]
