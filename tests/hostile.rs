@@ -781,6 +781,35 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
     drop(unread);
 }
 
+/// A scrape whose reader goes at once ends its rendering and gives back
+/// its permit only then: a burst of such scrapes renders no more texts at
+/// once than `max_concurrent_reports` allows. Each had rendered on, a
+/// thread apiece, with its permit already given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_whose_readers_leave_at_once_render_no_more_than_the_permits_allow() {
+    use std::io::Write;
+    let server = server_with_large_metrics(&["--max-concurrent-reports", "2"], 240).await;
+    let pid = server.child.id();
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count()
+    };
+    let before = threads();
+    for _ in 0..30 {
+        let mut stream = std::net::TcpStream::connect(server.http).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let during = threads();
+    assert!(
+        during <= before + 3,
+        "{before} threads before 30 scrapes left at once, {during} after"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_being_read_is_not_closed_to_make_room() {
     use std::io::{Read, Write};

@@ -85,8 +85,12 @@ pub struct Text {
     pieces: Vec<Bytes>,
     /// The piece being written.
     current: String,
-    /// Where each piece goes once written whole, when they are handed on.
-    sink: Option<Box<dyn FnMut(Bytes) + Send>>,
+    /// Where each piece goes once written whole, when they are handed on;
+    /// false when no one takes them any more.
+    sink: Option<Box<dyn FnMut(Bytes) -> bool + Send>>,
+    /// Whether the sink said no one takes the pieces: the rest of the text
+    /// is not written.
+    abandoned: bool,
 }
 
 /// The length past which a piece of [`Text`] is sealed, at the end of a
@@ -95,21 +99,23 @@ const PIECE: usize = 1 << 20;
 
 impl Text {
     /// A text whose pieces each go to `sink` as they are written whole;
-    /// [`Text::end`] hands on the last.
-    pub fn streamed(sink: impl FnMut(Bytes) + Send + 'static) -> Self {
+    /// [`Text::end`] hands on the last. Once `sink` returns false, no
+    /// more of the text is written.
+    pub fn streamed(sink: impl FnMut(Bytes) -> bool + Send + 'static) -> Self {
         Self {
             sink: Some(Box::new(sink)),
             ..Self::default()
         }
     }
 
-    /// Keeps `piece`, or hands it on; an empty one is dropped.
+    /// Keeps `piece`, or hands it on; an empty one is dropped, and so is
+    /// every one once the text is abandoned.
     fn seal(&mut self, piece: String) {
-        if piece.is_empty() {
+        if piece.is_empty() || self.abandoned {
             return;
         }
         match &mut self.sink {
-            Some(sink) => sink(Bytes::from(piece)),
+            Some(sink) => self.abandoned = !sink(Bytes::from(piece)),
             None => self.pieces.push(Bytes::from(piece)),
         }
     }
@@ -174,12 +180,14 @@ impl SeriesWriter<'_> {
         help: impl Display,
     ) -> Family<'_> {
         let name = name.to_string();
-        let kind = kind.as_str();
-        let _ = writeln!(
-            self.out.current,
-            "# HELP {name} {help}\n# TYPE {name} {kind}"
-        );
-        self.out.seal_if_full();
+        if !self.out.abandoned {
+            let kind = kind.as_str();
+            let _ = writeln!(
+                self.out.current,
+                "# HELP {name} {help}\n# TYPE {name} {kind}"
+            );
+            self.out.seal_if_full();
+        }
         Family {
             out: self.out,
             name,
@@ -218,6 +226,9 @@ impl Family<'_> {
         labels: &[(&str, &str)],
         value: impl Display,
     ) {
+        if self.out.abandoned {
+            return;
+        }
         let out = &mut self.out.current;
         out.push_str(&self.name);
         out.push_str(suffix);
@@ -304,7 +315,10 @@ mod tests {
         write(&mut kept);
         let handed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = handed.clone();
-        let mut streamed = Text::streamed(move |piece| sink.lock().unwrap().push(piece));
+        let mut streamed = Text::streamed(move |piece| {
+            sink.lock().unwrap().push(piece);
+            true
+        });
         write(&mut streamed);
         streamed.end();
         assert!(streamed.into_pieces().is_empty());
@@ -315,6 +329,17 @@ mod tests {
             assert!(piece.len() < PIECE / 4 + 1024, "{}", piece.len());
         }
         assert_eq!(handed.concat(), kept.into_pieces().concat());
+        drop(handed);
+
+        // Abandoned after its third piece: nothing more is written.
+        let mut taken = 0;
+        let mut abandoned = Text::streamed(move |_| {
+            taken += 1;
+            taken < 3
+        });
+        write(&mut abandoned);
+        assert!(abandoned.abandoned);
+        assert!(abandoned.current.is_empty());
     }
 
     #[test]

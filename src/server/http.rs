@@ -1,6 +1,7 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/healthz` (alive) and
 //! `/readyz` (ready to ingest).
 
+use super::reports::HeldPermit;
 use crate::clock::wall_clock;
 use crate::engine::EngineHandle;
 use crate::engine::Readiness;
@@ -11,6 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode, Version};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::convert::Infallible;
@@ -95,14 +97,18 @@ fn is_host(value: &[u8]) -> bool {
     !authority.contains('@') && port.is_none_or(|port| port.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Pieces of a scrape (1 MiB each) rendered ahead of what its reader has
+/// Pieces of a scrape (256 KiB each) rendered ahead of what its reader has
 /// taken: a slow reader holds these and the snapshot, not the whole text.
 const PIECES_AHEAD: usize = 2;
 
 /// `/metrics`, rendered on a thread of its own (a large one takes seconds
-/// that would hold up the runtime) piece by piece as the reader takes them.
-/// Its length is not known ahead: it is sent in chunks.
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+/// that would hold up the runtime) piece by piece as the reader takes them,
+/// holding the scrape's permit until it is rendered; a reader gone ends
+/// the rendering. Its length is not known ahead: it is sent in chunks.
+async fn metrics(
+    State(shared): State<Arc<Shared>>,
+    permit: Option<Extension<HeldPermit>>,
+) -> Response {
     let Ok(snapshot) = shared.engine.snapshot().await else {
         let headers = [(header::CONTENT_TYPE, "text/plain")];
         return (StatusCode::SERVICE_UNAVAILABLE, headers, "shutting down\n").into_response();
@@ -112,10 +118,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let windows = shared.windows.clone();
     let (sender, pieces) = tokio::sync::mpsc::channel(PIECES_AHEAD);
     tokio::task::spawn_blocking(move || {
-        // A reader gone leaves the rest of the text unsent.
-        let mut text = Text::streamed(move |piece| {
-            let _ = sender.blocking_send(Ok::<_, Infallible>(piece));
-        });
+        let _permit = permit;
+        let mut text =
+            Text::streamed(move |piece| sender.blocking_send(Ok::<_, Infallible>(piece)).is_ok());
         let snapshot = snapshot.since_counters_reset();
         prometheus::render(&mut text, &snapshot, &windows, wall_clock());
         text.push_piece(recorded);

@@ -85,18 +85,37 @@ impl ReportPermits {
 pub const REFUSED: &str =
     "too many reports are being rendered or sent at once (max_concurrent_reports); retry shortly";
 
+/// A report's permit, shared by its answer and by what renders it while
+/// it is sent (`/metrics`, on a thread of its own): given back once both
+/// are done, so that a reader that goes at once cannot start renders
+/// without bound. The HTTP middleware puts it in the request's extensions.
+#[derive(Clone, Debug)]
+pub struct HeldPermit {
+    /// Given back when the last holder lets go.
+    _permit: Arc<OwnedSemaphorePermit>,
+}
+
+impl HeldPermit {
+    /// `permit`, to share.
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        Self {
+            _permit: Arc::new(permit),
+        }
+    }
+}
+
 /// A response body handed out in slices of [`SLICE`] bytes, each copied,
 /// that holds its permit until the last is taken.
 pub struct Sliced<B> {
     inner: B,
     /// What is left of the frame being sliced.
     rest: Bytes,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<HeldPermit>,
 }
 
 impl<B> Sliced<B> {
     /// `inner`, holding `permit`.
-    pub fn new(inner: B, permit: OwnedSemaphorePermit) -> Self {
+    pub fn new(inner: B, permit: HeldPermit) -> Self {
         Self {
             inner,
             rest: Bytes::new(),
@@ -164,7 +183,7 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Sliced<B> {
 /// permit of `permits` until its reader has taken it, or is refused.
 pub async fn hold_http(
     axum::extract::State(permits): axum::extract::State<ReportPermits>,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let path = request.uri().path();
@@ -187,6 +206,8 @@ pub async fn hold_http(
         );
         return refused;
     };
+    let permit = HeldPermit::new(permit);
+    request.extensions_mut().insert(permit.clone());
     next.run(request)
         .await
         .map(|body| axum::body::Body::new(Sliced::new(body, permit)))
@@ -207,6 +228,7 @@ where
     let answer = call();
     Box::pin(async move {
         let response = answer.await?;
+        let permit = HeldPermit::new(permit);
         Ok(response.map(|body| tonic::body::Body::new(Sliced::new(body, permit))))
     })
 }
@@ -231,7 +253,7 @@ mod tests {
     async fn a_report_comes_out_whole_in_slices_and_frees_its_permit_at_its_end() {
         let permits = ReportPermits::new(1);
         let text: Vec<u8> = (0..3 * SLICE + 5).map(|i| i as u8).collect();
-        let permit = permits.try_hold("test").unwrap();
+        let permit = HeldPermit::new(permits.try_hold("test").unwrap());
         let mut body = Sliced::new(Full::from(text.clone()), permit);
         assert!(permits.try_hold("test").is_none(), "held while unread");
         let mut read = Vec::new();
@@ -252,7 +274,7 @@ mod tests {
     #[tokio::test]
     async fn a_report_dropped_unread_frees_its_permit() {
         let permits = ReportPermits::new(1);
-        let permit = permits.try_hold("test").unwrap();
+        let permit = HeldPermit::new(permits.try_hold("test").unwrap());
         let body = Sliced::new(Full::from(vec![0; 2 * SLICE]), permit);
         assert!(permits.try_hold("test").is_none());
         drop(body);
