@@ -254,11 +254,7 @@ async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejecte
         .unwrap()
         .into_inner();
     assert_eq!(ack.accepted, 3);
-    let rejections: Vec<(u32, &str)> = ack
-        .rejections
-        .iter()
-        .map(|r| (r.index, r.reason.as_str()))
-        .collect();
+    let rejections = rejection_reasons(&ack);
     assert_eq!(
         rejections,
         [
@@ -322,11 +318,7 @@ async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
         .unwrap()
         .into_inner();
     assert_eq!(ack.accepted, 2);
-    let rejections: Vec<(u32, &str)> = ack
-        .rejections
-        .iter()
-        .map(|r| (r.index, r.reason.as_str()))
-        .collect();
+    let rejections = rejection_reasons(&ack);
     assert_eq!(
         rejections,
         [(1, "shed_max_open_items"), (3, "shed_max_open_items")]
@@ -369,6 +361,14 @@ async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
         metrics[r#"rankwatch_lists_finalized_total{model="default",surface="default"}"#],
         2.0
     );
+}
+
+/// Each rejection of `ack`: the event's index and the reason.
+fn rejection_reasons(ack: &proto::IngestAck) -> Vec<(u32, &str)> {
+    ack.rejections
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect()
 }
 
 fn impression_batch(sequence: u64) -> EventBatch {
