@@ -121,6 +121,25 @@ fn every_seed_example_passes_through_replay() {
     }
 }
 
+/// Events shed under a limit are not evaluated: the table says how many,
+/// and which settings shed them, as the JSON report does. It had said
+/// nothing of them, though they were most of the log.
+#[test]
+fn the_table_says_how_many_events_limits_shed() {
+    let log: String = (0..4)
+        .map(|i| format!("{{\"impression\":{{\"requestId\":\"r{i}\",\"userId\":\"u{i}\",\"itemIds\":[\"a\",\"b\"],\"time\":\"2026-11-01T10:00:00Z\"}}}}\n"))
+        .collect();
+    let output = common::replay(&["-", "--max-open-items", "3"], Some(log.as_bytes()));
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("shed under limits, not evaluated: impressions 3 (settings max_open_*, max_waiting_* and max_interactions_per_impression)"),
+        "{stdout}"
+    );
+    let quiet = common::replay(&["-"], Some(log.as_bytes()));
+    assert!(!String::from_utf8_lossy(&quiet.stdout).contains("shed"));
+}
+
 #[test]
 fn bad_lines_are_reported_with_their_line_number_and_skipped() {
     let log = "{\"impression\":{\"requestId\":\"r1\",\"userId\":\"u1\",\"itemIds\":[\"a\"],\"time\":\"2026-11-01T10:00:00Z\"}}\nnot json\n";

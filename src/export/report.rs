@@ -422,6 +422,13 @@ impl Report {
             join_counts(&c.rejected)
         };
         let _ = writeln!(out, "rejected: {rejected}");
+        if !c.shed.is_empty() {
+            let _ = writeln!(
+                out,
+                "shed under limits, not evaluated: {} (settings max_open_*, max_waiting_* and max_interactions_per_impression)",
+                join_counts(&c.shed)
+            );
+        }
         if c.unregistered_interleaved_lists > 0 {
             let _ = writeln!(
                 out,
