@@ -380,7 +380,7 @@ fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nano
         &[("reason", "max_waiting_interactions")],
         c.shed_interactions,
     );
-    let per_user = [
+    let others = [
         ("max_open_items", c.shed_open_items),
         ("max_open_impressions_per_user", c.shed_open_per_user),
         ("max_waiting_interactions_per_user", c.shed_waiting_per_user),
@@ -389,7 +389,7 @@ fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nano
             c.shed_interactions_per_impression,
         ),
     ];
-    for (reason, count) in per_user {
+    for (reason, count) in others {
         family.sample(none, &[("reason", reason)], count);
     }
     render_engine_state(writer, snapshot, now);

@@ -15,7 +15,6 @@ use axum::routing::get;
 use axum::Extension;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -119,12 +118,19 @@ async fn metrics(
     let (sender, pieces) = tokio::sync::mpsc::channel(PIECES_AHEAD);
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let mut text =
-            Text::streamed(move |piece| sender.blocking_send(Ok::<_, Infallible>(piece)).is_ok());
-        let snapshot = snapshot.since_counters_reset();
-        prometheus::render(&mut text, &snapshot, &windows, wall_clock());
-        text.push_piece(recorded);
-        text.end();
+        let failed = sender.clone();
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let mut text = Text::streamed(move |piece| sender.blocking_send(Ok(piece)).is_ok());
+            let snapshot = snapshot.since_counters_reset();
+            prometheus::render(&mut text, &snapshot, &windows, wall_clock());
+            text.push_piece(recorded);
+            text.end();
+        }));
+        if rendered.is_err() {
+            // The body ends in an error, not as if whole: the scrape fails
+            // rather than passing for a complete one.
+            let _ = failed.blocking_send(Err(std::io::Error::other("rendering /metrics failed")));
+        }
     });
     let headers = [(
         header::CONTENT_TYPE,
