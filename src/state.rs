@@ -37,6 +37,18 @@ const LOCK_NAME: &str = "rankwatch.lock";
 /// a copy of the state file's header.
 const CLEAN_MARK_NAME: &str = "rankwatch.clean";
 
+/// A state file's bytes: the header (magic, format version, the payload's
+/// length and checksum), then `payload`.
+fn framed(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(payload).to_le_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
 /// A state file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -435,12 +447,7 @@ impl StateFile {
         );
         let payload = postcard::to_stdvec(&(&self.fingerprint, state, trailer))
             .map_err(|e| io_error(io::Error::other(e.to_string())))?;
-        let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
-        bytes.extend_from_slice(&payload);
+        let bytes = framed(&payload);
         if self.lock.is_some() {
             self.hold_lock()?;
         } else if let Some(dir) = self.path.parent() {
@@ -938,12 +945,7 @@ mod tests {
         // state is restored, and nothing is said.
         let payload = postcard::to_stdvec(&("k=[1]", engine.to_state())).unwrap();
         for tail in [&b""[..], b"\xff\xff\xff", b"\x05abc"] {
-            let mut file = bytes[..HEADER_LEN].to_vec();
-            let payload = [&payload[..], tail].concat();
-            file[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-            file[20..28].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
-            file.extend_from_slice(&payload);
-            fs::write(saved.path(), file).unwrap();
+            fs::write(saved.path(), framed(&[&payload[..], tail].concat())).unwrap();
             let loaded = running.load().unwrap().unwrap();
             assert!(loaded.join_rules_changed.is_none(), "{tail:?}");
         }
@@ -992,11 +994,7 @@ mod tests {
             (JoinRules::default(), &state.counted_before),
         ))
         .unwrap();
-        let mut bytes = fs::read(file.path()).unwrap()[..HEADER_LEN].to_vec();
-        bytes[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes[20..28].copy_from_slice(&xxhash_rust::xxh3::xxh3_64(&payload).to_le_bytes());
-        bytes.extend_from_slice(&payload);
-        fs::write(file.path(), bytes).unwrap();
+        fs::write(file.path(), framed(&payload)).unwrap();
         let state = file.load().unwrap().unwrap().state;
         assert_eq!(state.later_counters(), LaterCounters::default());
         let before = state.counted_before.engine.as_ref().unwrap();
