@@ -403,39 +403,8 @@ impl Report {
 
     /// A table for people: counters, then one row per group and K.
     pub fn to_table(&self) -> String {
-        let c = &self.counters;
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "events: {} impressions, {} interactions ({} credited, unattributed: {}), late impressions: {}, duplicates: {} impressions / {} interactions",
-            c.impressions,
-            c.interactions,
-            c.credited,
-            join_counts(&c.unattributed),
-            c.late["impressions"],
-            c.duplicates["impressions"],
-            c.duplicates["interactions"],
-        );
-        let rejected = if c.rejected.is_empty() {
-            "none".to_owned()
-        } else {
-            join_counts(&c.rejected)
-        };
-        let _ = writeln!(out, "rejected: {rejected}");
-        if !c.shed.is_empty() {
-            let _ = writeln!(
-                out,
-                "shed under limits, not evaluated: {} (settings max_open_*, max_waiting_* and max_interactions_per_impression)",
-                join_counts(&c.shed)
-            );
-        }
-        if c.unregistered_interleaved_lists > 0 {
-            let _ = writeln!(
-                out,
-                "interleaved lists left out of their experiments: {} (max_groups reached: they count in their groups only; raise max_groups)",
-                c.unregistered_interleaved_lists
-            );
-        }
+        write_counters(&mut out, &self.counters);
         out.push('\n');
         // The usual columns, less those a filter left out of every group.
         let columns: Vec<Metric> = TABLE_METRICS
@@ -487,6 +456,41 @@ impl Report {
         }
         super::interleaving::write_table(&mut out, &self.interleaving, &self.splits);
         out
+    }
+}
+
+/// The table's first lines: what happened to the events.
+fn write_counters(out: &mut String, c: &ReportCounters) {
+    let _ = writeln!(
+        out,
+        "events: {} impressions, {} interactions ({} credited, unattributed: {}), late impressions: {}, duplicates: {} impressions / {} interactions",
+        c.impressions,
+        c.interactions,
+        c.credited,
+        join_counts(&c.unattributed),
+        c.late["impressions"],
+        c.duplicates["impressions"],
+        c.duplicates["interactions"],
+    );
+    let rejected = if c.rejected.is_empty() {
+        "none".to_owned()
+    } else {
+        join_counts(&c.rejected)
+    };
+    let _ = writeln!(out, "rejected: {rejected}");
+    if !c.shed.is_empty() {
+        let _ = writeln!(
+            out,
+            "shed under limits, not evaluated: {} (settings max_open_*, max_waiting_* and max_interactions_per_impression)",
+            join_counts(&c.shed)
+        );
+    }
+    if c.unregistered_interleaved_lists > 0 {
+        let _ = writeln!(
+            out,
+            "interleaved lists left out of their experiments: {} (max_groups reached: they count in their groups only; raise max_groups)",
+            c.unregistered_interleaved_lists
+        );
     }
 }
 
