@@ -9,7 +9,7 @@
 //! failed save removes its temporary file, and so does the check of the
 //! directory at start for one a crash left.
 
-use crate::join::{CountedBefore, EngineState};
+use crate::join::{CountedBefore, EngineState, LaterCounters};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -562,7 +562,7 @@ impl StateFile {
             postcard::take_from_bytes::<CountedBefore>(rest).unwrap_or_default();
         state.counted_before = counted_before;
         // Empty from a build before them: they start at 0.
-        state.restore_later_counters(postcard::from_bytes(rest).unwrap_or_default());
+        state.restore_later_counters(LaterCounters::from_bytes(rest));
         state.coverage_passed_on = version == COVERAGE_PASSED_ON;
         if fingerprint != self.fingerprint {
             return Err(StateError::Incompatible {
@@ -957,6 +957,7 @@ mod tests {
         let mut settings =
             EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
         settings.max_open_items = 2;
+        settings.max_open_credits = 0;
         let windows = [std::time::Duration::from_secs(60)];
         let mut engine = Engine::new(settings.join(&windows), settings.evaluator());
         let validator = settings.validator(None);
@@ -966,12 +967,20 @@ mod tests {
             );
             engine.apply(parse_line(&line, &validator).unwrap());
         };
+        let click = |engine: &mut Engine| {
+            let line = r#"{"interaction":{"requestId":"r","userId":"u1","itemId":"a","type":"click","time":"2026-11-01T10:00:00Z"}}"#;
+            engine.apply(parse_line(line, &validator).unwrap());
+        };
         for user in ["u1", "u2", "u3"] {
             shed(&mut engine, user);
         }
+        click(&mut engine);
         engine.reset_exported_counters();
         shed(&mut engine, "u4");
+        click(&mut engine);
+        click(&mut engine);
         assert_eq!(engine.counters().shed_open_items, 2);
+        assert_eq!(engine.counters().shed_open_credits, 3);
         let file = StateFile::new(dir.path(), "k=[1]".into());
         file.save(&engine.to_state()).unwrap();
         let state = file.load().unwrap().unwrap().state;
@@ -981,9 +990,24 @@ mod tests {
         assert!(restored.carry_on_from(counted_before));
         assert_eq!(restored.counters(), engine.counters());
         assert_eq!(restored.engine_before(), engine.engine_before());
+        let before = &restored.engine_before().unwrap().counters;
+        assert_eq!((before.shed_open_items, before.shed_open_credits), (1, 1));
+
+        // A file of the build that kept only the items' count: it is
+        // restored, the credits' count at 0.
+        let state = engine.to_state();
+        let items_only: [[u64; 2]; 1] = [[2, 1]];
+        let trailer = (JoinRules::default(), &state.counted_before, items_only);
+        let payload = postcard::to_stdvec(&("k=[1]", &state, trailer)).unwrap();
+        fs::write(file.path(), framed(&payload)).unwrap();
+        let state = file.load().unwrap().unwrap().state;
+        let before = &state.counted_before.engine.as_ref().unwrap().counters;
+        assert_eq!((before.shed_open_items, before.shed_open_credits), (1, 0));
+        let restored = Engine::from_state(settings.join(&windows), settings.evaluator(), state);
+        let counters = restored.counters();
         assert_eq!(
-            restored.engine_before().unwrap().counters.shed_open_items,
-            1
+            (counters.shed_open_items, counters.shed_open_credits),
+            (2, 0)
         );
 
         // A file of a build before them: everything else is restored.

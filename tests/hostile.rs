@@ -287,6 +287,84 @@ async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejecte
     );
 }
 
+/// Interactions credited to open lists are bounded all together, not only
+/// per list: a client crediting many lists would otherwise hold 24 bytes a
+/// credit without end. One that would be credited past `max_open_credits`
+/// is shed, counted and told why; a waiting one that a list claims as it
+/// opens is not (it was held already); a list's credits are given back as
+/// it closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
+    let server = Server::exact(&["--max-open-credits", "3"]);
+    let at = "2026-11-01T10:00:00Z";
+    let impression = |user: usize, time: &str| {
+        event(&format!(
+            r#"{{"impression":{{"requestId":"r{user}","userId":"u{user}","itemIds":["i0","i1","i2","i3"],"time":"{time}"}}}}"#
+        ))
+    };
+    let click = |user: usize, item: usize, time: &str| {
+        event(&format!(
+            r#"{{"interaction":{{"userId":"u{user}","itemId":"i{item}","requestId":"r{user}","type":"click","time":"{time}"}}}}"#
+        ))
+    };
+    let events = vec![
+        click(2, 0, at),
+        impression(0, at),
+        impression(1, at),
+        click(0, 0, at),
+        click(0, 1, at),
+        click(1, 0, at),
+        click(1, 1, at),
+        click(0, 2, at),
+        // Claimed as its list opens, past the limit: it was held, waiting.
+        impression(2, at),
+    ];
+    let mut client = server.collector().await;
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 7, "{:?}", ack.rejections);
+    assert_eq!(
+        rejection_reasons(&ack),
+        [(6, "shed_max_open_credits"), (7, "shed_max_open_credits")]
+    );
+    assert!(
+        ack.rejections[0].message.contains("max_open_credits"),
+        "{:?}",
+        ack.rejections[0]
+    );
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_credits"], 4.0);
+    assert_eq!(metrics["rankwatch_interactions_credited_total"], 4.0);
+    assert_eq!(
+        metrics[r#"rankwatch_events_shed_total{reason="max_open_credits"}"#],
+        2.0
+    );
+    assert_eq!(metrics[r#"rankwatch_limit{limit="max_open_credits"}"#], 3.0);
+    assert_eq!(metrics["rankwatch_events_received_total"], 9.0);
+
+    // An event a day later closes the lists, their credits given back.
+    let later = "2026-11-02T10:00:00Z";
+    let events = vec![impression(4, later), click(4, 3, later)];
+    let ack = client
+        .ingest_batch(EventBatch {
+            sequence: 2,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ack.accepted, 2, "{:?}", ack.rejections);
+    let metrics = parse_metrics(&server.get("/metrics").1);
+    assert_eq!(metrics["rankwatch_open_credits"], 1.0);
+    assert_eq!(metrics["rankwatch_interactions_credited_total"], 5.0);
+}
+
 /// Long lists meet `max_open_items` before `max_open_impressions`: the
 /// items of all open lists together bound their memory whatever a list's
 /// length. An impression whose items would take them past it is shed,

@@ -689,19 +689,22 @@ fn setup_with(settings: &EngineSettings, sketch_cap: Option<usize>) -> ReplaySet
 }
 
 /// Limits small enough for a generated log to meet them: lists, their
-/// items and interactions shed on all shards and per user, groups
+/// items, credits and interactions shed on all shards and per user, groups
 /// overflowing.
 fn tight_settings() -> impl Strategy<Value = EngineSettings> {
     let open = select(vec![2usize, 5, 40, 1_000_000]);
     let items = select(vec![3usize, 12, 100, 50_000_000]);
     let waiting = select(vec![1usize, 4, 40, 1_000_000]);
+    let credits = select(vec![0usize, 2, 20, 10_000_000]);
     let per_user = select(vec![1usize, 3, 1000]);
     let groups = select(vec![1usize, 2, 1000]);
-    (engine_settings(), (open, items), waiting, per_user, groups).prop_map(
-        |(mut settings, (open, items), waiting, per_user, groups)| {
+    let held = (waiting, credits);
+    (engine_settings(), (open, items), held, per_user, groups).prop_map(
+        |(mut settings, (open, items), (waiting, credits), per_user, groups)| {
             settings.max_open_impressions = open;
             settings.max_open_items = items;
             settings.max_waiting_interactions = waiting;
+            settings.max_open_credits = credits;
             settings.max_open_impressions_per_user = per_user;
             settings.max_waiting_interactions_per_user = per_user;
             settings.max_groups = groups;
@@ -735,6 +738,47 @@ proptest! {
         let one = replay_with_one_engine(&lines, setup_with(&settings, sketch_cap));
         prop_assert_eq!(sharded, one);
     }
+}
+
+/// An interaction waiting for its list becomes a credit when the list
+/// opens: a chunk of a sharded replay in which one user's list claims it and
+/// another user's interaction arrives is applied in order when the two could
+/// meet `max_open_credits`, so the second is shed as one engine sheds it.
+/// Eight pairs of users, a day apart, so that two of them fall in shards of
+/// their own.
+#[test]
+fn a_waiting_interaction_claimed_in_a_chunk_counts_against_max_open_credits() {
+    let mut lines = Vec::new();
+    for day in 1..=8 {
+        let at = format!("2026-11-{day:02}T10:00:00Z");
+        let impression = |user: &str| {
+            format!(
+                r#"{{"impression":{{"requestId":"r{user}{day}","userId":"{user}{day}","itemIds":["i0","i1"],"time":"{at}"}}}}"#
+            )
+        };
+        let click = |user: &str| {
+            format!(
+                r#"{{"interaction":{{"userId":"{user}{day}","itemId":"i0","requestId":"r{user}{day}","type":"click","time":"{at}"}}}}"#
+            )
+        };
+        // Chunks of two lines: b's list opens and a's click waits; then
+        // a's list claims it, and b's click meets the limit.
+        lines.extend([impression("b"), click("a"), impression("a"), click("b")]);
+    }
+    let lines: Vec<Vec<u8>> = lines.into_iter().map(String::into_bytes).collect();
+    let mut settings = EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default())
+        .expect("the default settings are valid");
+    settings.max_open_credits = 1;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("log.jsonl");
+    write_log(&log, &lines);
+    let one = replay_with_one_engine(&lines, ReplaySetup::new(&settings));
+    assert_eq!(
+        (one.counters.credited, one.counters.shed.get("interactions")),
+        (8, Some(&8))
+    );
+    let (sharded, _) = run(std::slice::from_ref(&log), &settings, 2, 2);
+    assert_eq!(sharded, one);
 }
 
 /// A replay that ends with thousands of lists open in every shard

@@ -661,31 +661,37 @@ async fn a_restart_under_lower_limits_says_what_it_restored_beyond_them() {
     );
 }
 
-/// The count of impressions shed under `max_open_items`, which the state
-/// file keeps after the rest, carries on across a graceful restart as the
-/// other counters do.
+/// The counts of events shed under `max_open_items` and
+/// `max_open_credits`, which the state file keeps after the rest, carry on
+/// across a graceful restart as the other counters do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_restart_carries_on_the_impressions_shed_under_max_open_items() {
+async fn a_graceful_restart_carries_on_the_events_shed_under_max_open_items_and_credits() {
     let dir = tempfile::tempdir().unwrap();
-    let args = [&saving_to(dir.path())[..], &["--max-open-items", "2"]].concat();
+    let limits = ["--max-open-items", "2", "--max-open-credits", "1"];
+    let args = [&saving_to(dir.path())[..], &limits].concat();
     let server = Server::start(&args);
-    let sent: Vec<String> = (0..3)
+    let mut sent: Vec<String> = (0..3)
         .map(|i| format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u{i}","itemIds":["a"],"time":"2026-11-02T09:00:00Z"}}}}"#))
         .collect();
+    sent.extend((0..2).map(|i| format!(r#"{{"interaction":{{"userId":"u{i}","itemId":"a","requestId":"r{i}","type":"click","time":"2026-11-02T09:00:01Z"}}}}"#)));
     send(&server, &sent).await;
-    let shed = r#"rankwatch_events_shed_total{reason="max_open_items"}"#;
-    assert_eq!(parse_metrics(&server.get("/metrics").1)[shed], 1.0);
+    let items = r#"rankwatch_events_shed_total{reason="max_open_items"}"#;
+    let credits = r#"rankwatch_events_shed_total{reason="max_open_credits"}"#;
+    let saved = parse_metrics(&server.get("/metrics").1);
+    assert_eq!((saved[items], saved[credits]), (1.0, 1.0));
     assert_eq!(server.stop().await, Some(0));
 
     let server = Server::start(&args);
     let restored = parse_metrics(&server.get("/metrics").1);
     assert_eq!(
         (
-            restored[shed],
+            restored[items],
+            restored[credits],
             restored["rankwatch_events_received_total"],
             restored["rankwatch_open_items"],
+            restored["rankwatch_open_credits"],
         ),
-        (1.0, 3.0, 2.0)
+        (1.0, 1.0, 5.0, 2.0, 1.0)
     );
 }
 
@@ -707,6 +713,8 @@ async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_t
             "1",
             "--max-interactions-per-impression",
             "1",
+            "--max-open-credits",
+            "1",
         ],
     ]
     .concat();
@@ -714,6 +722,7 @@ async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_t
     let said = server.logged("beyond the limits");
     assert!(
         said.contains("open_impressions_of_one_user=3 max_open_impressions_per_user=1")
+            && said.contains("open_credits=2 max_open_credits=1")
             && said.contains(
                 "interactions_credited_to_one_impression=2 max_interactions_per_impression=1"
             )

@@ -145,6 +145,10 @@ pub struct EngineArgs {
     #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
         help = help("Limit: most waiting interactions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS))]
     pub max_waiting_interactions: Option<usize>,
+    /// Limit: most interactions credited to all open impressions together.
+    #[arg(long, env = "RANKWATCH_MAX_OPEN_CREDITS",
+        help = help("Limit: most interactions credited to all open impressions together, which bounds their memory whatever the traffic of one list; a new one that would be credited past it is shed and counted", defaults::MAX_OPEN_CREDITS))]
+    pub max_open_credits: Option<usize>,
     /// The model every other model on a surface is compared against.
     #[arg(long, env = "RANKWATCH_CONTROL_MODEL",
         help = help("The model every other model on a surface is compared against (docs/SPEC.md §9)", "none"))]
@@ -532,6 +536,7 @@ impl EngineSettings {
             max_open_impressions: limit!(max_open_impressions, MAX_OPEN_IMPRESSIONS)?,
             max_open_items: limit!(max_open_items, MAX_OPEN_ITEMS)?,
             max_waiting_interactions: limit!(max_waiting_interactions, MAX_WAITING_INTERACTIONS)?,
+            max_open_credits: limit!(max_open_credits, MAX_OPEN_CREDITS)?,
             control_model: control_model(args, file, max_label_bytes)?,
             expected_split: expected_split(args, file, max_label_bytes)?,
             max_interleaved_rankers: max_interleaved_rankers(args, file)?,

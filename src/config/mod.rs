@@ -250,6 +250,7 @@ pub struct FileSettings {
     max_open_impressions: Option<usize>,
     max_open_items: Option<usize>,
     max_waiting_interactions: Option<usize>,
+    max_open_credits: Option<usize>,
     control_model: Option<String>,
     expected_split: Option<BTreeMap<String, f64>>,
     max_interleaved_rankers: Option<usize>,

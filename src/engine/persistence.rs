@@ -127,6 +127,12 @@ fn warn_beyond_limits(restored: &Engine, limits: &JoinSettings) {
             "max_waiting_interactions",
             limits.max_waiting_interactions,
         ),
+        (
+            "open_credits".to_owned(),
+            restored.open_credits(),
+            "max_open_credits",
+            limits.max_open_credits,
+        ),
         ("groups".to_owned(), groups, "max_groups", limits.max_groups),
         (
             "open_impressions_of_one_user".to_owned(),

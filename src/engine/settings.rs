@@ -47,6 +47,8 @@ pub struct EngineSettings {
     pub max_open_items: usize,
     /// Most waiting interactions.
     pub max_waiting_interactions: usize,
+    /// Most interactions credited to all open impressions together.
+    pub max_open_credits: usize,
     /// Most open impressions of one user.
     pub max_open_impressions_per_user: usize,
     /// Most waiting interactions of one user.
@@ -74,6 +76,7 @@ impl EngineSettings {
             max_open_impressions: self.max_open_impressions,
             max_open_items: self.max_open_items,
             max_waiting_interactions: self.max_waiting_interactions,
+            max_open_credits: self.max_open_credits,
             max_open_impressions_per_user: self.max_open_impressions_per_user,
             max_waiting_interactions_per_user: self.max_waiting_interactions_per_user,
             max_interactions_per_impression: self.max_interactions_per_impression,

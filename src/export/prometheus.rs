@@ -57,6 +57,8 @@ pub const SEGMENT_VALUES_FOLDED: &str = "rankwatch_segment_values_folded_total";
 pub const OPEN_IMPRESSIONS: &str = "rankwatch_open_impressions";
 /// Items of the open impressions.
 pub const OPEN_ITEMS: &str = "rankwatch_open_items";
+/// Interactions credited to the open impressions.
+pub const OPEN_CREDITS: &str = "rankwatch_open_credits";
 /// Interactions waiting for their impression.
 pub const WAITING_INTERACTIONS: &str = "rankwatch_waiting_interactions";
 /// Items numbered in the item table.
@@ -388,6 +390,7 @@ fn render_counters(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: Nano
             "max_interactions_per_impression",
             c.shed_interactions_per_impression,
         ),
+        ("max_open_credits", c.shed_open_credits),
     ];
     for (reason, count) in others {
         family.sample(none, &[("reason", reason)], count);
@@ -420,6 +423,8 @@ fn render_engine_state(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, now: 
     );
     let help = "Items of the impressions open for attribution, which max_open_items bounds.";
     writer.single(OPEN_ITEMS, Kind::Gauge, help, snapshot.open_items);
+    let help = "Interactions credited to the impressions open for attribution, which max_open_credits bounds.";
+    writer.single(OPEN_CREDITS, Kind::Gauge, help, snapshot.open_credits);
     let help = "Interactions waiting for their impression.";
     writer.single(
         WAITING_INTERACTIONS,

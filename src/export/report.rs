@@ -221,7 +221,8 @@ impl ReportCounters {
                     "interactions",
                     counters.shed_interactions
                         + counters.shed_waiting_per_user
-                        + counters.shed_interactions_per_impression,
+                        + counters.shed_interactions_per_impression
+                        + counters.shed_open_credits,
                 ),
             ]
             .into_iter()

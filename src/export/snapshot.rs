@@ -55,6 +55,8 @@ pub struct Snapshot {
     pub open_impressions: usize,
     /// Their items.
     pub open_items: usize,
+    /// The interactions credited to them.
+    pub open_credits: usize,
     /// Interactions waiting for their impression.
     pub waiting_interactions: usize,
     /// Items numbered in the engine's item table.
@@ -133,6 +135,7 @@ impl Snapshot {
             interaction_types: engine.interaction_types().to_vec(),
             open_impressions: engine.open_impressions(),
             open_items: engine.open_items(),
+            open_credits: engine.open_credits(),
             waiting_interactions: engine.waiting_interactions(),
             item_numbers: engine.item_numbers(),
             overflowed_impressions: engine.overflowed_impressions(),

@@ -317,6 +317,7 @@ mod tests {
             segments: SegmentSettings::default(),
             max_open_impressions: 100,
             max_open_items: usize::MAX,
+            max_open_credits: usize::MAX,
             max_waiting_interactions: 100,
             max_open_impressions_per_user: 100,
             max_waiting_interactions_per_user: 100,

@@ -67,6 +67,10 @@ pub struct Counters {
     /// read as they were; fleet snapshots carry no counters.
     #[serde(skip)]
     pub shed_open_items: u64,
+    /// Interactions shed because the open lists held `max_open_credits`;
+    /// saved as `shed_open_items` is.
+    #[serde(skip)]
+    pub shed_open_credits: u64,
     /// Valid events a relay produced to the topic (the broker stored them)
     /// rather than applied (fleet mode). Not saved: a relay keeps no state.
     #[serde(skip)]
@@ -97,6 +101,7 @@ impl Counters {
             + self.shed_open_per_user
             + self.shed_waiting_per_user
             + self.shed_interactions_per_impression
+            + self.shed_open_credits
     }
 
     /// Counts one unattributed interaction.
@@ -148,6 +153,7 @@ impl Counters {
                 &mut self.shed_interactions_per_impression,
                 other.shed_interactions_per_impression,
             ),
+            (&mut self.shed_open_credits, other.shed_open_credits),
             (&mut self.relayed, other.relayed),
         ];
         for (mine, theirs) in pairs {

@@ -18,6 +18,7 @@ impl Engine {
         self.absorb_finalized(other);
         self.open_impressions += other.open_impressions;
         self.open_items += other.open_items;
+        self.open_credits += other.open_credits;
         self.waiting_interactions += other.waiting_interactions;
         self.absorbed_item_numbers += other.item_numbers();
         self.max_time = match (self.max_time, other.max_time) {
@@ -135,6 +136,7 @@ mod tests {
             segments: SegmentSettings::default(),
             max_open_impressions: 100,
             max_open_items: usize::MAX,
+            max_open_credits: usize::MAX,
             max_waiting_interactions: 100,
             max_open_impressions_per_user: usize::MAX,
             max_waiting_interactions_per_user: usize::MAX,

@@ -40,7 +40,7 @@ use groups::{GroupId, Groups};
 use items::ItemTable;
 use open::{OpenImpression, NOT_INTERLEAVED};
 use std::collections::HashMap;
-use user::{Attributed, UserState, Waiting};
+use user::{Attributed, CreditLimits, UserState, Waiting};
 
 /// What one check for idle groups retired.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +71,10 @@ pub struct JoinSettings {
     pub max_open_items: usize,
     /// Most waiting interactions; a new one that would wait past it is shed.
     pub max_waiting_interactions: usize,
+    /// Most interactions credited to all open impressions together; a new
+    /// one that would be credited past it is shed (those a list claims as
+    /// it opens are not: they were held already, waiting).
+    pub max_open_credits: usize,
     /// Most open impressions of one user; a new one past it is shed.
     pub max_open_impressions_per_user: usize,
     /// Most waiting interactions of one user; a new one that would wait past it is shed.
@@ -106,6 +110,8 @@ pub enum Shed {
     MaxWaitingInteractionsPerUser,
     /// The impression held `max_interactions_per_impression` credits.
     MaxInteractionsPerImpression,
+    /// The open lists together held `max_open_credits` credits.
+    MaxOpenCredits,
 }
 
 impl Shed {
@@ -118,6 +124,7 @@ impl Shed {
             Shed::MaxOpenImpressionsPerUser => "shed_max_open_impressions_per_user",
             Shed::MaxWaitingInteractionsPerUser => "shed_max_waiting_interactions_per_user",
             Shed::MaxInteractionsPerImpression => "shed_max_interactions_per_impression",
+            Shed::MaxOpenCredits => "shed_max_open_credits",
         }
     }
 
@@ -130,6 +137,7 @@ impl Shed {
             Shed::MaxOpenImpressionsPerUser => "valid, but not evaluated: its user has max_open_impressions_per_user lists open (a user id shared by many people?); it is counted in rankwatch_events_shed_total",
             Shed::MaxWaitingInteractionsPerUser => "valid, but not evaluated: its user has max_waiting_interactions_per_user interactions waiting for their impressions; it is counted in rankwatch_events_shed_total",
             Shed::MaxInteractionsPerImpression => "valid, but not evaluated: its impression holds max_interactions_per_impression credited interactions; it is counted in rankwatch_events_shed_total",
+            Shed::MaxOpenCredits => "valid, but not evaluated: the open lists together hold max_open_credits credited interactions; it is counted in rankwatch_events_shed_total",
         }
     }
 }
@@ -239,6 +247,8 @@ pub struct Engine {
     open_impressions: usize,
     /// Items of the open impressions.
     open_items: usize,
+    /// Interactions credited to the open impressions.
+    open_credits: usize,
     waiting_interactions: usize,
     /// Lists finalized since the last prefetch of those that close next.
     closed_since_prefetch: u32,
@@ -260,12 +270,13 @@ pub struct Engine {
     counted_before: Option<Box<EngineBefore>>,
 }
 
-/// Open lists, their items and waiting interactions, counted against the
-/// limits on all of them.
+/// Open lists, their items and credits, and waiting interactions, counted
+/// against the limits on all of them.
 #[derive(Clone, Copy, Debug, Default)]
 struct Held {
     open: usize,
     items: usize,
+    credits: usize,
     waiting: usize,
 }
 
@@ -320,6 +331,7 @@ impl Engine {
             counters: Counters::default(),
             open_impressions: 0,
             open_items: 0,
+            open_credits: 0,
             waiting_interactions: 0,
             closed_since_prefetch: 0,
             absorbed_item_numbers: 0,
@@ -618,6 +630,11 @@ impl Engine {
         self.open_items
     }
 
+    /// Interactions credited to the impressions still open.
+    pub fn open_credits(&self) -> usize {
+        self.open_credits
+    }
+
     /// Interactions waiting for their impression.
     pub fn waiting_interactions(&self) -> usize {
         self.waiting_interactions
@@ -708,6 +725,11 @@ impl Engine {
         }
         self.open_impressions += user.open.len();
         self.open_items += user.open.iter().map(OpenImpression::shown).sum::<usize>();
+        self.open_credits += user
+            .open
+            .iter()
+            .map(OpenImpression::credit_count)
+            .sum::<usize>();
         self.waiting_interactions += user.waiting().len();
         self.shard(id).insert(id, user);
     }
@@ -822,6 +844,7 @@ impl Engine {
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters, &self.items);
         // Counted as finalizing gives them back.
         self.open_items += open.shown();
+        self.open_credits += open.credit_count();
         user.insert_open(open);
         self.counters.impressions += 1;
         self.open_impressions += 1;
@@ -837,14 +860,25 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         // A user without an entry holds nothing that the interaction could
         // match; it gets an entry only if the interaction waits.
-        let max_credits = self.settings.max_interactions_per_impression;
+        let limits = CreditLimits {
+            per_list: self.settings.max_interactions_per_impression,
+            all_full: self.open_credits + self.elsewhere.credits >= self.settings.max_open_credits,
+        };
         if let Some(user) = self.shards[index].get_mut(&user_id) {
             let item = self.items.number(interaction.item);
-            match user.attribute(interaction, item, window, max_credits, &mut self.counters) {
+            match user.attribute(interaction, item, window, limits, &mut self.counters) {
+                Attributed::Credited => {
+                    self.open_credits += 1;
+                    return None;
+                }
                 Attributed::Settled => return None,
-                Attributed::Shed => {
+                Attributed::ListFull => {
                     self.counters.shed_interactions_per_impression += 1;
                     return Some(Shed::MaxInteractionsPerImpression);
+                }
+                Attributed::AllFull => {
+                    self.counters.shed_open_credits += 1;
+                    return Some(Shed::MaxOpenCredits);
                 }
                 Attributed::Waits => {}
             }
@@ -913,6 +947,7 @@ impl Engine {
         };
         self.open_impressions -= 1;
         self.open_items -= list.shown();
+        self.open_credits -= list.credit_count();
         let deadline = list.time.saturating_add(self.settings.attribution_window);
         // Lists close in deadline order: the table frees the numbers of
         // items that only lists due before this one showed.
@@ -1042,6 +1077,7 @@ mod tests {
             segments: SegmentSettings::default(),
             max_open_impressions: max_open,
             max_open_items: usize::MAX,
+            max_open_credits: usize::MAX,
             max_waiting_interactions: max_waiting,
             max_open_impressions_per_user: usize::MAX,
             max_waiting_interactions_per_user: usize::MAX,

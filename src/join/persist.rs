@@ -83,31 +83,51 @@ impl Serialize for UsersAhead<'_> {
 /// The counters added after the state file's layout was set, which it
 /// keeps after everything else (a build before them reads the rest as it
 /// did): each as counted since start, and as counted before the last reset
-/// of `/metrics`' counters.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+/// of `/metrics`' counters, in the order they were added, so that what an
+/// earlier build wrote is a prefix of what this one writes.
+#[derive(Debug, Default, PartialEq, Serialize)]
 pub struct LaterCounters {
     /// Impressions shed under `max_open_items`.
     shed_open_items: [u64; 2],
+    /// Interactions shed under `max_open_credits`.
+    shed_open_credits: [u64; 2],
+}
+
+impl LaterCounters {
+    /// Reads what a build wrote: the counters it knew of, and 0 for those
+    /// added after it.
+    pub fn from_bytes(mut bytes: &[u8]) -> Self {
+        let mut later = Self::default();
+        for pair in [&mut later.shed_open_items, &mut later.shed_open_credits] {
+            let Ok((read, rest)) = postcard::take_from_bytes::<[u64; 2]>(bytes) else {
+                break;
+            };
+            (*pair, bytes) = (read, rest);
+        }
+        later
+    }
 }
 
 impl EngineState {
     /// The counters this state keeps after everything else.
     pub fn later_counters(&self) -> LaterCounters {
-        let before = self.counted_before.engine.as_ref();
+        let before = self.counted_before.engine.as_ref().map(|b| &b.counters);
+        let pair = |count: fn(&Counters) -> u64| [count(&self.counters), before.map_or(0, count)];
         LaterCounters {
-            shed_open_items: [
-                self.counters.shed_open_items,
-                before.map_or(0, |b| b.counters.shed_open_items),
-            ],
+            shed_open_items: pair(|c| c.shed_open_items),
+            shed_open_credits: pair(|c| c.shed_open_credits),
         }
     }
 
     /// Sets the counters kept after everything else, read with the rest.
     pub fn restore_later_counters(&mut self, later: LaterCounters) {
-        let [since_start, before] = later.shed_open_items;
-        self.counters.shed_open_items = since_start;
+        let restore = |counters: &mut Counters, at: usize| {
+            counters.shed_open_items = later.shed_open_items[at];
+            counters.shed_open_credits = later.shed_open_credits[at];
+        };
+        restore(&mut self.counters, 0);
         if let Some(engine) = &mut self.counted_before.engine {
-            engine.counters.shed_open_items = before;
+            restore(&mut engine.counters, 1);
         }
     }
 

@@ -338,21 +338,25 @@ impl ShardedEngine {
 
     /// Whether no event of `batch` can meet the limits on all open lists
     /// and all waiting interactions, whatever the shards finalize: then
-    /// each shard may apply its events apart from the others.
+    /// each shard may apply its events apart from the others. Credits grow
+    /// by the batch's interactions and by the waiting ones that lists claim.
     fn within_limits(&self, batch: &Batch) -> bool {
         let held = self.held();
         let settings = &self.registry.settings;
         held.open + batch.impressions <= settings.max_open_impressions
             && held.items + batch.items <= settings.max_open_items
             && held.waiting + batch.interactions <= settings.max_waiting_interactions
+            && held.credits + held.waiting + batch.interactions <= settings.max_open_credits
     }
 
-    /// Open lists, their items and waiting interactions, all shards together.
+    /// Open lists, their items and credits, and waiting interactions, all
+    /// shards together.
     fn held(&self) -> Held {
         let mut held = Held::default();
         for shard in &self.shards {
             held.open += shard.open_impressions;
             held.items += shard.open_items;
+            held.credits += shard.open_credits;
             held.waiting += shard.waiting_interactions;
         }
         held
@@ -406,6 +410,7 @@ impl ShardedEngine {
             target.elsewhere = Held {
                 open: held.open - target.open_impressions,
                 items: held.items - target.open_items,
+                credits: held.credits - target.open_credits,
                 waiting: held.waiting - target.waiting_interactions,
             };
             target.apply_routed(event, routed);

@@ -163,12 +163,25 @@ impl UserIndex {
 /// What became of an interaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attributed {
-    /// Credited, counted as unattributed, or counted as a duplicate.
+    /// Credited to an open list.
+    Credited,
+    /// Counted as unattributed, or as a duplicate.
     Settled,
     /// It must wait for its impression (not counted yet).
     Waits,
     /// Its impression holds `max_interactions_per_impression` already.
-    Shed,
+    ListFull,
+    /// The open lists together hold `max_open_credits` already.
+    AllFull,
+}
+
+/// The limits on crediting an interaction as it arrives.
+#[derive(Clone, Copy, Debug)]
+pub struct CreditLimits {
+    /// Most credits of one list (`max_interactions_per_impression`).
+    pub per_list: usize,
+    /// Whether the open lists together hold `max_open_credits` credits.
+    pub all_full: bool,
 }
 
 impl UserState {
@@ -365,14 +378,14 @@ impl UserState {
 
     /// Credits, counts as unattributed or as a duplicate, or says that the
     /// interaction must wait for its impression (not counted yet) or is
-    /// shed because its impression holds `max_credits` interactions already.
+    /// shed because crediting it would pass one of `limits`.
     /// `item` is the number of the interaction's item, if an open list shows it.
     pub fn attribute(
         &mut self,
         x: Interaction,
         item: Option<u64>,
         window: Nanos,
-        max_credits: usize,
+        limits: CreditLimits,
         counters: &mut Counters,
     ) -> Attributed {
         let target = match x.request {
@@ -398,12 +411,15 @@ impl UserState {
         let Some((index, rank)) = target else {
             return Attributed::Waits;
         };
-        if self.open[index].credit_count() >= max_credits {
-            return Attributed::Shed;
+        if self.open[index].credit_count() >= limits.per_list {
+            return Attributed::ListFull;
+        }
+        if limits.all_full {
+            return Attributed::AllFull;
         }
         counters.interactions += 1;
         self.open[index].credit(rank, &x, counters);
-        Attributed::Settled
+        Attributed::Credited
     }
 
     /// The latest (by time, then arrival) open impression the interaction
@@ -631,7 +647,11 @@ mod tests {
                     kind: 0,
                 };
                 let item = table.number(x.item);
-                let outcome = user.attribute(x, item, WINDOW, 3, counters);
+                let limits = CreditLimits {
+                    per_list: 3,
+                    all_full: false,
+                };
+                let outcome = user.attribute(x, item, WINDOW, limits, counters);
                 if outcome == Attributed::Waits && user.waiting().len() < 8 {
                     user.push_waiting(Waiting {
                         seq,

@@ -140,6 +140,7 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_open_impressions", engine.max_open_impressions),
         ("max_open_items", engine.max_open_items),
         ("max_waiting_interactions", engine.max_waiting_interactions),
+        ("max_open_credits", engine.max_open_credits),
         (
             "max_open_impressions_per_user",
             engine.max_open_impressions_per_user,
