@@ -888,6 +888,39 @@ async fn scrapes_whose_readers_leave_at_once_render_no_more_than_the_permits_all
     );
 }
 
+/// The HTTP listener answers HTTP/1.1 only: over one HTTP/2 connection a
+/// client could start many scrapes and, its window shut, hold every
+/// report's permit with them, so that Prometheus's scrapes were refused
+/// until the send timeout. Each HTTP/2 request is answered 505 at once,
+/// holding nothing, and scrapes over HTTP/1.1 go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_http2_connection_cannot_hold_every_report_permit() {
+    let server = server_with_large_metrics(&["--max-concurrent-reports", "4"], 240).await;
+    let tcp = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    let (mut client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut statuses = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        client = client.ready().await.unwrap();
+        let request = tonic::codegen::http::Request::get(format!("http://{}/metrics", server.http))
+            .body(())
+            .unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        let response = response.await.unwrap();
+        statuses.push(response.status().as_u16());
+        held.push(response);
+    }
+    assert_eq!(statuses, [505; 8]);
+    let (status, body) = server.get("/metrics");
+    assert_eq!(status, 200, "{}", &body[..body.len().min(200)]);
+    assert_eq!(server.get("/healthz").0, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_being_read_is_not_closed_to_make_room() {
     use std::io::{Read, Write};

@@ -54,6 +54,19 @@ pub fn router(
         .with_state(shared)
 }
 
+/// Answers 505 to a request over HTTP/2 (prior knowledge; there is no TLS
+/// on this listener to offer it), before any route sees it. Prometheus,
+/// probes and browsers speak HTTP/1.1 here, one request at a time on a
+/// connection; one HTTP/2 connection could start a hundred reports at once
+/// and, its window shut, hold every report's permit until the send timeout.
+pub async fn require_http1(request: Request, next: Next) -> Response {
+    if request.version() >= Version::HTTP_2 {
+        let message = "this listener answers HTTP/1.1 only: /metrics, the status page and the probes; gRPC is served on grpc_addr\n";
+        return (StatusCode::HTTP_VERSION_NOT_SUPPORTED, message).into_response();
+    }
+    next.run(request).await
+}
+
 /// Answers 400 to an HTTP/1.1 request without a `Host` header and to any
 /// request with several or one that is not a host, as a server must (RFC
 /// 9112 §3.2), before any route sees it.

@@ -171,10 +171,12 @@ pub async fn run(
         reports::hold_http,
     ));
     // Around the whole router, not each route: a request refused for its
-    // Host never reaches the routing that would add a 405's `Allow` header.
+    // Host or its version never reaches the routing that would add a 405's
+    // `Allow` header.
     let routes = axum::Router::new()
         .fallback_service(routes)
-        .layer(axum::middleware::from_fn(http::require_host));
+        .layer(axum::middleware::from_fn(http::require_host))
+        .layer(axum::middleware::from_fn(http::require_http1));
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
         .with_graceful_shutdown(serving.clone().cancelled_owned());
     tasks.spawn(telemetry::keep_up(recorder, shutdown));
