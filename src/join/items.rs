@@ -19,6 +19,7 @@
 //! A table that does not number items passes their hashes through as their
 //! "numbers": lists then keep 8 bytes per item, and nothing is looked up.
 
+use crate::event::hashed::{mixed, process_key};
 use crate::event::Nanos;
 use crate::prefetch::prefetch;
 
@@ -27,6 +28,9 @@ use crate::prefetch::prefetch;
 pub struct ItemTable {
     /// Whether items are numbered; if not, a hash is its own number.
     numbered: bool,
+    /// Mixed into a hash to find its slot, so that no client can aim
+    /// items at one ([`crate::event::hashed`]).
+    key: u64,
     /// Open addressing, linear probing: each slot a number, or [`EMPTY`].
     /// At most half of them are taken.
     slots: Vec<u32>,
@@ -71,6 +75,7 @@ impl ItemTable {
     pub fn new(numbered: bool) -> Self {
         Self {
             numbered,
+            key: process_key(),
             slots: vec![EMPTY; 2 * FIRST_PASS_AT],
             items: Vec::new(),
             free: Vec::new(),
@@ -80,11 +85,10 @@ impl ItemTable {
         }
     }
 
-    /// Where the probe for `hash` starts: its high bits, mixed, so that
-    /// hashes alike in their low bits spread.
+    /// Where the probe for `hash` starts: the hash mixed with the table's
+    /// key, so that hashes alike in some of their bits spread.
     fn start(&self, hash: u64) -> usize {
-        let mixed = hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-        mixed as usize & (self.slots.len() - 1)
+        mixed(hash, self.key) as usize & (self.slots.len() - 1)
     }
 
     /// The slot that holds `hash`'s number, or the empty slot where it
@@ -254,6 +258,30 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
+
+    /// Items whose ids a client picked, by trying ids in turn, so that
+    /// hashes taken as they are would start their probes at one slot of
+    /// the table's 2,048: in one run, each lookup would walk all of them.
+    /// The table's key spreads them as chance does.
+    #[test]
+    fn items_aimed_at_one_slot_do_not_pile_into_one_run() {
+        let unkeyed_start = |hash: u64| (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & 2047;
+        let mut aimed: Vec<u64> = (0u64..)
+            .map(|i| crate::event::id_hash(&format!("item-{i}")))
+            .filter(|&hash| unkeyed_start(hash) == 7)
+            .take(1000)
+            .collect();
+        let mut table = ItemTable::default();
+        table.hold_all(&mut aimed, 1);
+        assert_eq!(table.slots.len(), 2048);
+        let mut longest = 0;
+        let mut run = 0;
+        for &slot in &table.slots {
+            run = if slot == EMPTY { 0 } else { run + 1 };
+            longest = longest.max(run);
+        }
+        assert!(longest < 200, "a run of {longest} slots");
+    }
 
     proptest! {
         /// Lists of a few items, opened in turn and closed in deadline

@@ -28,7 +28,7 @@ pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
 pub use persist::{EngineState, LaterCounters};
 pub use sharded::{Batch, EventAt, Parsed, Router, ShardedEngine, SHARDS};
 
-use crate::event::hashed::IdentityHash;
+use crate::event::hashed::KeyedIdHash;
 use crate::event::{Event, Impression, Interaction, Nanos, Reason};
 use crate::metrics::{
     Coverage, CoverageMode, GroupTotals, ListEvaluator, PositionCurve, ShownList, Slot,
@@ -190,7 +190,7 @@ fn shard_index(user: u64, shards: usize) -> usize {
 }
 
 /// The users of one shard, by id.
-type Shard = HashMap<u64, UserState, IdentityHash>;
+type Shard = HashMap<u64, UserState, KeyedIdHash>;
 
 /// Lists finalized between two prefetches of the lists that close next.
 const CLOSING_PREFETCH_EVERY: u32 = 16;

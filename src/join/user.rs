@@ -5,7 +5,7 @@ use super::items::ItemTable;
 use super::open::OpenImpression;
 use super::packed::{HeldList, SavedList};
 use super::Counters;
-use crate::event::hashed::IdentityHash;
+use crate::event::hashed::KeyedIdHash;
 use crate::event::{Interaction, Nanos};
 use crate::prefetch::prefetch;
 use serde::{Deserialize, Serialize};
@@ -85,15 +85,15 @@ const INDEX_FROM: usize = 16;
 #[derive(Clone, Debug, Default)]
 struct UserIndex {
     /// Open impressions by request id: `(time, seq)`.
-    requests: HashMap<u64, (Nanos, u64), IdentityHash>,
+    requests: HashMap<u64, (Nanos, u64), KeyedIdHash>,
     /// Open impressions by the number of an item shown: `(time, seq)`, ascending.
     items: HashMap<u64, VecDeque<(Nanos, u64)>>,
     /// Event ids of waiting interactions, with how many wait with each.
-    events: HashMap<u64, u32, IdentityHash>,
+    events: HashMap<u64, u32, KeyedIdHash>,
     /// Waiting interactions by the request id they name: seqs, ascending.
-    named: HashMap<u64, Vec<u64>, IdentityHash>,
+    named: HashMap<u64, Vec<u64>, KeyedIdHash>,
     /// Waiting interactions without a request id, by item: seqs, ascending.
-    unnamed: HashMap<u64, Vec<u64>, IdentityHash>,
+    unnamed: HashMap<u64, Vec<u64>, KeyedIdHash>,
 }
 
 impl UserIndex {
