@@ -120,6 +120,13 @@ impl UserIndex {
         }
     }
 
+    /// Lets go of the room of the waiting interactions' keys, once none waits.
+    fn forget_waiting_room(&mut self) {
+        self.events.shrink_to_fit();
+        self.named.shrink_to_fit();
+        self.unnamed.shrink_to_fit();
+    }
+
     /// The waiting interactions' keys: by request id, else by item.
     fn waiting_key(&mut self, w: &Waiting) -> &mut Vec<u64> {
         match w.interaction.request {
@@ -342,6 +349,14 @@ impl UserState {
         let waiting = rare.waiting.remove(position);
         if let Some(index) = &mut rare.index {
             index.remove_waiting(&waiting);
+        }
+        if rare.waiting.is_empty() {
+            // The room of interactions its lists claimed, let go of while
+            // the lists stay open: 999 of them had held 120 bytes a credit.
+            rare.waiting = Vec::new();
+            if let Some(index) = &mut rare.index {
+                index.forget_waiting_room();
+            }
         }
         self.forget_rare_if_empty();
         Some(waiting)
@@ -730,6 +745,45 @@ mod tests {
         assert_eq!(apply(&mut held, &claims, 6, &mut counters), "claimed 1");
         assert!(held.user.rare.is_none());
         assert_eq!(held.user.open.len(), 2);
+    }
+
+    /// Interactions that waited for their list, claimed when it opens,
+    /// leave no room behind them while the list stays open: neither their
+    /// block nor their keys in the user's index.
+    #[test]
+    fn a_user_whose_list_claimed_its_many_waiting_interactions_keeps_no_room_for_them() {
+        let mut held = Held::default();
+        let mut counters = Counters::default();
+        for seq in 1..=100 {
+            let interaction = Interaction {
+                event: Some(seq),
+                user: 1,
+                item: 1,
+                request: Some(7),
+                time: 5,
+                grade: 1.0,
+                kind: 0,
+            };
+            held.user.push_waiting(Waiting { seq, interaction });
+        }
+        assert_eq!(held.user.waiting().len(), 100);
+        assert!(held.user.index().is_some());
+        let open = Step::Open {
+            request: 7,
+            items: vec![1, 3],
+            time: 4,
+        };
+        assert_eq!(apply(&mut held, &open, 101, &mut counters), "claimed 100");
+        let rare = held.user.rare.as_ref().expect("the index stays");
+        let index = rare.index.as_ref().expect("the index stays");
+        assert_eq!(
+            (
+                rare.waiting.capacity(),
+                index.events.capacity(),
+                index.named.capacity()
+            ),
+            (0, 0, 0)
+        );
     }
 
     proptest! {
