@@ -289,10 +289,11 @@ async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejecte
 
 /// Interactions credited to open lists are bounded all together, not only
 /// per list: a client crediting many lists would otherwise hold 24 bytes a
-/// credit without end. One that would be credited past `max_open_credits`
-/// is shed, counted and told why; a waiting one that a list claims as it
-/// opens is not (it was held already); a list's credits are given back as
-/// it closes.
+/// credit without end. A waiting interaction holds the place of the credit
+/// it becomes when its list opens and claims it, so feedback sent before
+/// its lists cannot take them past the limit either. One that would be
+/// credited, or wait, past `max_open_credits` is shed, counted and told
+/// why; a list's credits are given back as it closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
     let server = Server::exact(&["--max-open-credits", "3"]);
@@ -307,18 +308,14 @@ async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
             r#"{{"interaction":{{"userId":"u{user}","itemId":"i{item}","requestId":"r{user}","type":"click","time":"{time}"}}}}"#
         ))
     };
-    let events = vec![
-        click(2, 0, at),
-        impression(0, at),
-        impression(1, at),
-        click(0, 0, at),
-        click(0, 1, at),
-        click(1, 0, at),
-        click(1, 1, at),
-        click(0, 2, at),
-        // Claimed as its list opens, past the limit: it was held, waiting.
-        impression(2, at),
-    ];
+    // Each click waits, then its list opens and claims it: three fill the
+    // limit, and the fourth can neither wait nor, once its list is open,
+    // be credited.
+    let mut events = Vec::new();
+    for user in 0..4 {
+        events.extend([click(user, 0, at), impression(user, at)]);
+    }
+    events.push(click(3, 1, at));
     let mut client = server.collector().await;
     let ack = client
         .ingest_batch(EventBatch {
@@ -331,7 +328,7 @@ async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
     assert_eq!(ack.accepted, 7, "{:?}", ack.rejections);
     assert_eq!(
         rejection_reasons(&ack),
-        [(6, "shed_max_open_credits"), (7, "shed_max_open_credits")]
+        [(6, "shed_max_open_credits"), (8, "shed_max_open_credits")]
     );
     assert!(
         ack.rejections[0].message.contains("max_open_credits"),
@@ -339,8 +336,9 @@ async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
         ack.rejections[0]
     );
     let metrics = parse_metrics(&server.get("/metrics").1);
-    assert_eq!(metrics["rankwatch_open_credits"], 4.0);
-    assert_eq!(metrics["rankwatch_interactions_credited_total"], 4.0);
+    assert_eq!(metrics["rankwatch_open_credits"], 3.0);
+    assert_eq!(metrics["rankwatch_waiting_interactions"], 0.0);
+    assert_eq!(metrics["rankwatch_interactions_credited_total"], 3.0);
     assert_eq!(
         metrics[r#"rankwatch_events_shed_total{reason="max_open_credits"}"#],
         2.0
@@ -362,7 +360,7 @@ async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
     assert_eq!(ack.accepted, 2, "{:?}", ack.rejections);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_credits"], 1.0);
-    assert_eq!(metrics["rankwatch_interactions_credited_total"], 5.0);
+    assert_eq!(metrics["rankwatch_interactions_credited_total"], 4.0);
 }
 
 /// Long lists meet `max_open_items` before `max_open_impressions`: the

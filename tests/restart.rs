@@ -722,11 +722,12 @@ async fn a_restart_under_lower_limits_per_user_says_what_one_user_holds_beyond_t
     let said = server.logged("beyond the limits");
     assert!(
         said.contains("open_impressions_of_one_user=3 max_open_impressions_per_user=1")
-            && said.contains("open_credits=2 max_open_credits=1")
+            && said.contains("credited_and_waiting_interactions=2 max_open_credits=1")
             && said.contains(
                 "interactions_credited_to_one_impression=2 max_interactions_per_impression=1"
             )
-            && !said.contains("waiting"),
+            && !said.contains(" waiting_interactions")
+            && !said.contains("waiting_interactions_of_one_user"),
         "{said}"
     );
 }

@@ -147,7 +147,7 @@ pub struct EngineArgs {
     pub max_waiting_interactions: Option<usize>,
     /// Limit: most interactions credited to all open impressions together.
     #[arg(long, env = "RANKWATCH_MAX_OPEN_CREDITS",
-        help = help("Limit: most interactions credited to all open impressions together, which bounds their memory whatever the traffic of one list; a new one that would be credited past it is shed and counted", defaults::MAX_OPEN_CREDITS))]
+        help = help("Limit: most interactions credited to all open impressions together, a waiting one counted as the credit it becomes, which bounds their memory whatever the traffic of one list; a new one that would be credited, or wait, past it is shed and counted", defaults::MAX_OPEN_CREDITS))]
     pub max_open_credits: Option<usize>,
     /// The model every other model on a surface is compared against.
     #[arg(long, env = "RANKWATCH_CONTROL_MODEL",

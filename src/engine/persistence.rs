@@ -128,8 +128,8 @@ fn warn_beyond_limits(restored: &Engine, limits: &JoinSettings) {
             limits.max_waiting_interactions,
         ),
         (
-            "open_credits".to_owned(),
-            restored.open_credits(),
+            "credited_and_waiting_interactions".to_owned(),
+            restored.open_credits() + restored.waiting_interactions(),
             "max_open_credits",
             limits.max_open_credits,
         ),

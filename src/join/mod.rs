@@ -71,9 +71,9 @@ pub struct JoinSettings {
     pub max_open_items: usize,
     /// Most waiting interactions; a new one that would wait past it is shed.
     pub max_waiting_interactions: usize,
-    /// Most interactions credited to all open impressions together; a new
-    /// one that would be credited past it is shed (those a list claims as
-    /// it opens are not: they were held already, waiting).
+    /// Most interactions credited to all open impressions together, a
+    /// waiting one counted as the credit it becomes when its list opens;
+    /// a new one that would be credited, or wait, past it is shed.
     pub max_open_credits: usize,
     /// Most open impressions of one user; a new one past it is shed.
     pub max_open_impressions_per_user: usize,
@@ -110,7 +110,8 @@ pub enum Shed {
     MaxWaitingInteractionsPerUser,
     /// The impression held `max_interactions_per_impression` credits.
     MaxInteractionsPerImpression,
-    /// The open lists together held `max_open_credits` credits.
+    /// The open lists' credits and the waiting interactions together were
+    /// `max_open_credits`.
     MaxOpenCredits,
 }
 
@@ -137,7 +138,7 @@ impl Shed {
             Shed::MaxOpenImpressionsPerUser => "valid, but not evaluated: its user has max_open_impressions_per_user lists open (a user id shared by many people?); it is counted in rankwatch_events_shed_total",
             Shed::MaxWaitingInteractionsPerUser => "valid, but not evaluated: its user has max_waiting_interactions_per_user interactions waiting for their impressions; it is counted in rankwatch_events_shed_total",
             Shed::MaxInteractionsPerImpression => "valid, but not evaluated: its impression holds max_interactions_per_impression credited interactions; it is counted in rankwatch_events_shed_total",
-            Shed::MaxOpenCredits => "valid, but not evaluated: the open lists together hold max_open_credits credited interactions; it is counted in rankwatch_events_shed_total",
+            Shed::MaxOpenCredits => "valid, but not evaluated: the open lists' credited interactions and those waiting for their lists are max_open_credits together; it is counted in rankwatch_events_shed_total",
         }
     }
 }
@@ -860,9 +861,14 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         // A user without an entry holds nothing that the interaction could
         // match; it gets an entry only if the interaction waits.
+        // A waiting interaction holds the place of the credit it becomes.
+        let held = self.open_credits
+            + self.waiting_interactions
+            + self.elsewhere.credits
+            + self.elsewhere.waiting;
         let limits = CreditLimits {
             per_list: self.settings.max_interactions_per_impression,
-            all_full: self.open_credits + self.elsewhere.credits >= self.settings.max_open_credits,
+            all_full: held >= self.settings.max_open_credits,
         };
         if let Some(user) = self.shards[index].get_mut(&user_id) {
             let item = self.items.number(interaction.item);
@@ -896,6 +902,10 @@ impl Engine {
             }
             self.counters.shed_interactions += 1;
             return Some(Shed::MaxWaitingInteractions);
+        }
+        if limits.all_full {
+            self.counters.shed_open_credits += 1;
+            return Some(Shed::MaxOpenCredits);
         }
         let user = self.shards[index].entry(user_id).or_default();
         if user.waiting().len() >= self.settings.max_waiting_interactions_per_user {

@@ -338,8 +338,9 @@ impl ShardedEngine {
 
     /// Whether no event of `batch` can meet the limits on all open lists
     /// and all waiting interactions, whatever the shards finalize: then
-    /// each shard may apply its events apart from the others. Credits grow
-    /// by the batch's interactions and by the waiting ones that lists claim.
+    /// each shard may apply its events apart from the others. Credits and
+    /// waiting interactions, which count as the credits they become,
+    /// together grow by at most the batch's interactions.
     fn within_limits(&self, batch: &Batch) -> bool {
         let held = self.held();
         let settings = &self.registry.settings;
