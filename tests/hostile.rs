@@ -32,14 +32,7 @@ async fn rejection_messages_quote_a_short_prefix_of_huge_client_values() {
         _ => unreachable!("an interaction and an impression"),
     }
     let mut client = server.collector().await;
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 1,
-            events: vec![bad_type, duplicate],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 1, vec![bad_type, duplicate]).await;
     let reasons: Vec<&str> = ack.rejections.iter().map(|r| r.reason.as_str()).collect();
     assert_eq!(reasons, ["unknown_type", "duplicate_item_id"]);
     for rejection in &ack.rejections {
@@ -205,14 +198,7 @@ async fn a_client_cannot_forge_the_overflow_group() {
         r#"{{"impression":{{"requestId":"r","userId":"u","itemIds":["a"],"model":"__overflow__","surface":"__overflow__",{T}}}}}"#
     ));
     let mut client = server.collector().await;
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 1,
-            events: vec![forged],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 1, vec![forged]).await;
     assert_eq!(ack.accepted, 0);
     assert_eq!(ack.rejections[0].reason, "reserved_name");
     let metrics = parse_metrics(&server.get("/metrics").1);
@@ -245,14 +231,7 @@ async fn shed_events_are_in_the_ack_and_in_received_equals_accepted_plus_rejecte
     }));
     events.push(event(r#"{"impression":{"userId":"u"}}"#));
     let mut client = server.collector().await;
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 1,
-            events,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 1, events).await;
     assert_eq!(ack.accepted, 3);
     let rejections = rejection_reasons(&ack);
     assert_eq!(
@@ -317,14 +296,7 @@ async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
     }
     events.push(click(3, 1, at));
     let mut client = server.collector().await;
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 1,
-            events,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 1, events).await;
     assert_eq!(ack.accepted, 7, "{:?}", ack.rejections);
     assert_eq!(
         rejection_reasons(&ack),
@@ -339,24 +311,13 @@ async fn the_credits_of_open_lists_together_are_bounded_by_max_open_credits() {
     assert_eq!(metrics["rankwatch_open_credits"], 3.0);
     assert_eq!(metrics["rankwatch_waiting_interactions"], 0.0);
     assert_eq!(metrics["rankwatch_interactions_credited_total"], 3.0);
-    assert_eq!(
-        metrics[r#"rankwatch_events_shed_total{reason="max_open_credits"}"#],
-        2.0
-    );
-    assert_eq!(metrics[r#"rankwatch_limit{limit="max_open_credits"}"#], 3.0);
+    assert_eq!(shed_and_limit(&metrics, "max_open_credits"), (2.0, 3.0));
     assert_eq!(metrics["rankwatch_events_received_total"], 9.0);
 
     // An event a day later closes the lists, their credits given back.
     let later = "2026-11-02T10:00:00Z";
     let events = vec![impression(4, later), click(4, 3, later)];
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 2,
-            events,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 2, events).await;
     assert_eq!(ack.accepted, 2, "{:?}", ack.rejections);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_credits"], 1.0);
@@ -385,14 +346,7 @@ async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
         impression(3, 1, at),
     ];
     let mut client = server.collector().await;
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 1,
-            events,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 1, events).await;
     assert_eq!(ack.accepted, 2);
     let rejections = rejection_reasons(&ack);
     assert_eq!(
@@ -407,11 +361,7 @@ async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_impressions"], 2.0);
     assert_eq!(metrics["rankwatch_open_items"], 5.0);
-    assert_eq!(
-        metrics[r#"rankwatch_events_shed_total{reason="max_open_items"}"#],
-        2.0
-    );
-    assert_eq!(metrics[r#"rankwatch_limit{limit="max_open_items"}"#], 5.0);
+    assert_eq!(shed_and_limit(&metrics, "max_open_items"), (2.0, 5.0));
     assert_eq!(metrics["rankwatch_events_received_total"], 4.0);
 
     // An event a day later closes the lists, their items given back.
@@ -422,14 +372,7 @@ async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
         )),
         impression(4, 4, later),
     ];
-    let ack = client
-        .ingest_batch(EventBatch {
-            sequence: 2,
-            events,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = ingest(&mut client, 2, events).await;
     assert_eq!(ack.accepted, 2, "{:?}", ack.rejections);
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_open_items"], 4.0);
@@ -437,6 +380,24 @@ async fn the_items_of_open_lists_together_are_bounded_by_max_open_items() {
         metrics[r#"rankwatch_lists_finalized_total{model="default",surface="default"}"#],
         2.0
     );
+}
+
+/// The ack of one batch of `events`, numbered `sequence`, sent on `client`.
+async fn ingest(
+    client: &mut proto::collector_client::CollectorClient<tonic::transport::Channel>,
+    sequence: u64,
+    events: Vec<proto::Event>,
+) -> proto::IngestAck {
+    let batch = EventBatch { sequence, events };
+    client.ingest_batch(batch).await.unwrap().into_inner()
+}
+
+/// The series of a limit under which `rankwatch_events_shed_total` counts.
+fn shed_and_limit(metrics: &std::collections::BTreeMap<String, f64>, limit: &str) -> (f64, f64) {
+    (
+        metrics[&format!(r#"rankwatch_events_shed_total{{reason="{limit}"}}"#)],
+        metrics[&format!(r#"rankwatch_limit{{limit="{limit}"}}"#)],
+    )
 }
 
 /// Each rejection of `ack`: the event's index and the reason.
@@ -1357,11 +1318,7 @@ async fn an_idle_group_is_retired_counted_and_its_slot_freed() {
     };
     let mut client = server.collector().await;
     let mut send = async |sequence, events| {
-        let ack = client
-            .ingest_batch(EventBatch { sequence, events })
-            .await
-            .unwrap()
-            .into_inner();
+        let ack = ingest(&mut client, sequence, events).await;
         assert_eq!(ack.rejections, [], "batch {sequence}");
     };
     // The junk group's one list is finalized by the watermark of a later
