@@ -847,14 +847,10 @@ async fn scrapes_whose_readers_leave_at_once_render_no_more_than_the_permits_all
     );
 }
 
-/// The HTTP listener answers HTTP/1.1 only: over one HTTP/2 connection a
-/// client could start many scrapes and, its window shut, hold every
-/// report's permit with them, so that Prometheus's scrapes were refused
-/// until the send timeout. Each HTTP/2 request is answered 505 at once,
-/// holding nothing, and scrapes over HTTP/1.1 go on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_http2_connection_cannot_hold_every_report_permit() {
-    let server = server_with_large_metrics(&["--max-concurrent-reports", "4"], 240).await;
+/// An HTTP/2 connection to the HTTP listener with a window of 0, sending
+/// `requests` GETs of `path`: the statuses answered, and whether each
+/// answer ended with its head.
+async fn http2_gets(server: &Server, path: &str, requests: usize) -> Vec<(u16, bool)> {
     let tcp = tokio::net::TcpStream::connect(server.http).await.unwrap();
     let (mut client, connection) = h2::client::Builder::new()
         .initial_window_size(0)
@@ -862,19 +858,44 @@ async fn one_http2_connection_cannot_hold_every_report_permit() {
         .await
         .unwrap();
     tokio::spawn(connection);
-    let mut statuses = Vec::new();
-    let mut held = Vec::new();
-    for _ in 0..8 {
+    let mut answers = Vec::new();
+    let mut unread = Vec::new();
+    for _ in 0..requests {
         client = client.ready().await.unwrap();
-        let request = tonic::codegen::http::Request::get(format!("http://{}/metrics", server.http))
-            .body(())
-            .unwrap();
+        let uri = format!("http://{}{path}", server.http);
+        let request = tonic::codegen::http::Request::get(uri).body(()).unwrap();
         let (response, _) = client.send_request(request, true).unwrap();
         let response = response.await.unwrap();
-        statuses.push(response.status().as_u16());
-        held.push(response);
+        answers.push((response.status().as_u16(), response.body().is_end_stream()));
+        unread.push(response);
     }
-    assert_eq!(statuses, [505; 8]);
+    // The connection stays open and its answers unread, neither taken nor
+    // cancelled, until the test ends.
+    std::mem::forget((client, unread));
+    answers
+}
+
+/// The HTTP listener answers HTTP/1.1 only. Over one HTTP/2 connection a
+/// client could start many scrapes and, its window shut, hold every
+/// report's permit, so that Prometheus's scrapes were refused until the
+/// send timeout; and an answer's body that such a window holds back kept
+/// its connection at work, so that `max_http_connections` of them shut
+/// out every other client. Each HTTP/2 request is answered 505 at once,
+/// with no body, holding nothing: scrapes and probes over HTTP/1.1 go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connections_hold_neither_report_permits_nor_connections() {
+    let args = [
+        "--max-concurrent-reports",
+        "4",
+        "--max-http-connections",
+        "6",
+    ];
+    let server = server_with_large_metrics(&args, 240).await;
+    assert_eq!(http2_gets(&server, "/metrics", 8).await, [(505, true); 8]);
+    for _ in 0..5 {
+        assert_eq!(http2_gets(&server, "/healthz", 1).await, [(505, true)]);
+    }
+    // Every connection is taken: an HTTP/1.1 scrape needs a quiet one closed.
     let (status, body) = server.get("/metrics");
     assert_eq!(status, 200, "{}", &body[..body.len().min(200)]);
     assert_eq!(server.get("/healthz").0, 200);

@@ -59,10 +59,11 @@ pub fn router(
 /// probes and browsers speak HTTP/1.1 here, one request at a time on a
 /// connection; one HTTP/2 connection could start a hundred reports at once
 /// and, its window shut, hold every report's permit until the send timeout.
+/// The answer has no body, which such a window would hold back, keeping
+/// the connection at work and out of reach of eviction.
 pub async fn require_http1(request: Request, next: Next) -> Response {
     if request.version() >= Version::HTTP_2 {
-        let message = "this listener answers HTTP/1.1 only: /metrics, the status page and the probes; gRPC is served on grpc_addr\n";
-        return (StatusCode::HTTP_VERSION_NOT_SUPPORTED, message).into_response();
+        return StatusCode::HTTP_VERSION_NOT_SUPPORTED.into_response();
     }
     next.run(request).await
 }
