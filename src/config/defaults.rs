@@ -58,7 +58,8 @@ pub const MAX_SEGMENT_VALUES: usize = 20;
 pub const MAX_OPEN_IMPRESSIONS: usize = 1_000_000;
 /// `max_waiting_interactions`.
 pub const MAX_WAITING_INTERACTIONS: usize = 1_000_000;
-/// `max_open_credits`: 24 bytes each, some 240 MB (docs/settings.md, "Sizing").
+/// `max_open_credits`: some 0.5 GB at the 41 to 52 bytes a credit measured
+/// (docs/settings.md, "Sizing").
 pub const MAX_OPEN_CREDITS: usize = 10_000_000;
 /// `max_open_items`: the items of a million open lists of 50; some 1.5 GB
 /// where no two lists show the same item (docs/settings.md, "Sizing").

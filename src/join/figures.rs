@@ -16,10 +16,7 @@ impl Engine {
     /// result is a view to export, not an engine to apply events to.
     pub fn absorb(&mut self, other: &Engine) {
         self.absorb_finalized(other);
-        self.open_impressions += other.open_impressions;
-        self.open_items += other.open_items;
-        self.open_credits += other.open_credits;
-        self.waiting_interactions += other.waiting_interactions;
+        self.held = self.held + other.held;
         self.absorbed_item_numbers += other.item_numbers();
         self.max_time = match (self.max_time, other.max_time) {
             (Some(a), Some(b)) => Some(a.min(b)),

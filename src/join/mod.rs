@@ -245,12 +245,8 @@ pub struct Engine {
     /// The sketch slots of the list being finalized.
     slots: Vec<Slot>,
     counters: Counters,
-    open_impressions: usize,
-    /// Items of the open impressions.
-    open_items: usize,
-    /// Interactions credited to the open impressions.
-    open_credits: usize,
-    waiting_interactions: usize,
+    /// The open lists, their items and credits, and the waiting interactions.
+    held: Held,
     /// Lists finalized since the last prefetch of those that close next.
     closed_since_prefetch: u32,
     /// In a view of several engines ([`Engine::absorb`]), their item numbers.
@@ -279,6 +275,32 @@ struct Held {
     items: usize,
     credits: usize,
     waiting: usize,
+}
+
+impl std::ops::Add for Held {
+    type Output = Held;
+
+    fn add(self, other: Held) -> Held {
+        Held {
+            open: self.open + other.open,
+            items: self.items + other.items,
+            credits: self.credits + other.credits,
+            waiting: self.waiting + other.waiting,
+        }
+    }
+}
+
+impl std::ops::Sub for Held {
+    type Output = Held;
+
+    fn sub(self, other: Held) -> Held {
+        Held {
+            open: self.open - other.open,
+            items: self.items - other.items,
+            credits: self.credits - other.credits,
+            waiting: self.waiting - other.waiting,
+        }
+    }
 }
 
 /// Where an impression's figures go: its group and its interleaving lineup.
@@ -330,10 +352,7 @@ impl Engine {
             engaged_items: Vec::new(),
             slots: Vec::new(),
             counters: Counters::default(),
-            open_impressions: 0,
-            open_items: 0,
-            open_credits: 0,
-            waiting_interactions: 0,
+            held: Held::default(),
             closed_since_prefetch: 0,
             absorbed_item_numbers: 0,
             received_at: 0,
@@ -623,22 +642,22 @@ impl Engine {
 
     /// Impressions still open.
     pub fn open_impressions(&self) -> usize {
-        self.open_impressions
+        self.held.open
     }
 
     /// Items of the impressions still open.
     pub fn open_items(&self) -> usize {
-        self.open_items
+        self.held.items
     }
 
     /// Interactions credited to the impressions still open.
     pub fn open_credits(&self) -> usize {
-        self.open_credits
+        self.held.credits
     }
 
     /// Interactions waiting for their impression.
     pub fn waiting_interactions(&self) -> usize {
-        self.waiting_interactions
+        self.held.waiting
     }
 
     /// The most that one user holds: open impressions, waiting
@@ -724,14 +743,14 @@ impl Engine {
             self.give_ups
                 .push((waiting.interaction.time, waiting.seq, id));
         }
-        self.open_impressions += user.open.len();
-        self.open_items += user.open.iter().map(OpenImpression::shown).sum::<usize>();
-        self.open_credits += user
+        self.held.open += user.open.len();
+        self.held.items += user.open.iter().map(OpenImpression::shown).sum::<usize>();
+        self.held.credits += user
             .open
             .iter()
             .map(OpenImpression::credit_count)
             .sum::<usize>();
-        self.waiting_interactions += user.waiting().len();
+        self.held.waiting += user.waiting().len();
         self.shard(id).insert(id, user);
     }
 
@@ -812,12 +831,12 @@ impl Engine {
             self.counters.duplicate_impressions += 1;
             return None;
         }
-        if self.open_impressions + self.elsewhere.open >= self.settings.max_open_impressions {
+        let all = self.held + self.elsewhere;
+        if all.open >= self.settings.max_open_impressions {
             self.counters.shed_impressions += 1;
             return Some(Shed::MaxOpenImpressions);
         }
-        let items = self.open_items + self.elsewhere.items + impression.items.len();
-        if items > self.settings.max_open_items {
+        if all.items + impression.items.len() > self.settings.max_open_items {
             self.counters.shed_open_items += 1;
             return Some(Shed::MaxOpenItems);
         }
@@ -844,12 +863,12 @@ impl Engine {
         let user = self.shards[index].entry(user_id).or_default();
         let claimed = user.claim_waiting(&mut open, window, &mut self.counters, &self.items);
         // Counted as finalizing gives them back.
-        self.open_items += open.shown();
-        self.open_credits += open.credit_count();
+        self.held.items += open.shown();
+        self.held.credits += open.credit_count();
         user.insert_open(open);
         self.counters.impressions += 1;
-        self.open_impressions += 1;
-        self.waiting_interactions -= claimed;
+        self.held.open += 1;
+        self.held.waiting -= claimed;
         self.deadlines.push((deadline, seq, user_id));
         None
     }
@@ -861,20 +880,17 @@ impl Engine {
         let index = shard_index(user_id, self.shards.len());
         // A user without an entry holds nothing that the interaction could
         // match; it gets an entry only if the interaction waits.
-        // A waiting interaction holds the place of the credit it becomes.
-        let held = self.open_credits
-            + self.waiting_interactions
-            + self.elsewhere.credits
-            + self.elsewhere.waiting;
+        let all = self.held + self.elsewhere;
         let limits = CreditLimits {
             per_list: self.settings.max_interactions_per_impression,
-            all_full: held >= self.settings.max_open_credits,
+            // A waiting interaction holds the place of the credit it becomes.
+            all_full: all.credits + all.waiting >= self.settings.max_open_credits,
         };
         if let Some(user) = self.shards[index].get_mut(&user_id) {
             let item = self.items.number(interaction.item);
             match user.attribute(interaction, item, window, limits, &mut self.counters) {
                 Attributed::Credited => {
-                    self.open_credits += 1;
+                    self.held.credits += 1;
                     return None;
                 }
                 Attributed::Settled => return None,
@@ -893,8 +909,7 @@ impl Engine {
         let gives_up = self
             .max_time
             .is_some_and(|t| interaction.time <= t.saturating_sub(self.settings.allowed_lateness));
-        let waiting = self.waiting_interactions + self.elsewhere.waiting;
-        if gives_up || waiting >= self.settings.max_waiting_interactions {
+        if gives_up || all.waiting >= self.settings.max_waiting_interactions {
             if gives_up {
                 self.counters.interactions += 1;
                 self.counters.unattributed(Unattributed::NoImpression);
@@ -914,7 +929,7 @@ impl Engine {
         }
         self.counters.interactions += 1;
         user.push_waiting(Waiting { seq, interaction });
-        self.waiting_interactions += 1;
+        self.held.waiting += 1;
         self.give_ups.push((interaction.time, seq, user_id));
         None
     }
@@ -947,7 +962,7 @@ impl Engine {
         {
             return;
         }
-        self.waiting_interactions -= 1;
+        self.held.waiting -= 1;
         self.counters.unattributed(Unattributed::NoImpression);
     }
 
@@ -955,9 +970,9 @@ impl Engine {
         let Some(list) = self.take_from_user(user_id, |user| user.take_open(seq)) else {
             return;
         };
-        self.open_impressions -= 1;
-        self.open_items -= list.shown();
-        self.open_credits -= list.credit_count();
+        self.held.open -= 1;
+        self.held.items -= list.shown();
+        self.held.credits -= list.credit_count();
         let deadline = list.time.saturating_add(self.settings.attribution_window);
         // Lists close in deadline order: the table frees the numbers of
         // items that only lists due before this one showed.

@@ -353,14 +353,9 @@ impl ShardedEngine {
     /// Open lists, their items and credits, and waiting interactions, all
     /// shards together.
     fn held(&self) -> Held {
-        let mut held = Held::default();
-        for shard in &self.shards {
-            held.open += shard.open_impressions;
-            held.items += shard.open_items;
-            held.credits += shard.open_credits;
-            held.waiting += shard.waiting_interactions;
-        }
-        held
+        self.shards
+            .iter()
+            .fold(Held::default(), |held, shard| held + shard.held)
     }
 
     /// Applies each shard's events, found in `runs`, on its own, the
@@ -408,12 +403,7 @@ impl ShardedEngine {
             }
             let held = self.held();
             let target = &mut self.shards[shard as usize];
-            target.elsewhere = Held {
-                open: held.open - target.open_impressions,
-                items: held.items - target.open_items,
-                credits: held.credits - target.open_credits,
-                waiting: held.waiting - target.waiting_interactions,
-            };
+            target.elsewhere = held - target.held;
             target.apply_routed(event, routed);
             target.elsewhere = Default::default();
         }
