@@ -423,6 +423,37 @@ async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the
     assert_fleet_matches(&scraped[0], &expected);
 }
 
+/// A transactional producer ends each transaction with a commit marker: an
+/// offset of the partition that no consumer is handed. A partition read up
+/// to its marker is caught up: its lag is 0, its watermark follows the wall
+/// clock, and it is evaluated as replay evaluates its records. The next
+/// offset had stopped at the marker: a lag of 1 a partition for good (a
+/// stall said after `kafka_stall_timeout`), and lists that never closed in
+/// a partition taken with a marker at its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_ending_in_a_transaction_marker_is_caught_up() {
+    let broker = Broker::in_memory();
+    broker.create_topic(TOPIC).await;
+    let records = log_records();
+    produce(&broker.producer(), &records).await;
+    for partition in 0..PARTITIONS {
+        broker.append_commit_marker(TOPIC, partition);
+    }
+    let server = consuming(&broker, &["--kafka-stall-timeout", "1s"]);
+    let read = |m: &[BTreeMap<String, f64>]| {
+        total(m, "rankwatch_events_received_total") == records.len() as f64
+            && total(m, "rankwatch_open_impressions") == 0.0
+            && total(m, "rankwatch_waiting_interactions") == 0.0
+            && total(m, "rankwatch_kafka_lag_records") == 0.0
+    };
+    wait_for(&[&server], "the transaction, evaluated", read);
+    std::thread::sleep(Duration::from_secs(2)); // past the stall timeout
+    let scraped = scrape(&server).unwrap();
+    assert_eq!(value(&scraped, "rankwatch_kafka_lag_records"), 0.0);
+    assert_eq!(value(&scraped, "rankwatch_kafka_stalled_partitions"), 0.0);
+    assert_fleet_matches(&scraped, &replayed(&broker, &lines_by_value(&records)));
+}
+
 /// Creates the event topic, has one instance read the first half of the
 /// log and hand it over (SIGTERM); returns both halves and that
 /// instance's last figures.

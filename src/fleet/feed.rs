@@ -14,6 +14,7 @@
 
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::{Offset, TopicPartitionList};
 use std::ffi::{c_void, CString};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -63,13 +64,18 @@ pub struct Feed {
     arrived: Arc<Notify>,
     /// What the wake-up callback is handed; freed only after it is disabled.
     callback: *mut Arc<Notify>,
+    /// The consumer's client, for the partition's position.
+    client: NonNull<rd::rd_kafka_t>,
+    /// The partition, as the consumer names it.
+    topic: String,
+    partition: i32,
     /// Keeps the client alive while its queue is read.
     _client: Arc<dyn Send + Sync>,
 }
 
 // SAFETY: librdkafka's queues may be read and destroyed from any thread
-// (every operation takes the queue's lock), and the `Arc<Notify>` behind
-// `callback` is itself `Send + Sync`.
+// (every operation takes the queue's lock), as may its client's positions
+// be asked, and the `Arc<Notify>` behind `callback` is itself `Send + Sync`.
 unsafe impl Send for Feed {}
 
 /// The partition's queue could not be had.
@@ -95,16 +101,12 @@ impl Feed {
             partition,
         };
         let name = CString::new(topic).map_err(|_| failed())?;
+        let client = NonNull::new(consumer.client().native_ptr()).ok_or_else(failed)?;
         // SAFETY: the client pointer is valid while `consumer` lives, and
         // `name` is a NUL-terminated string; the call returns a new
         // reference to the queue (or null), released in `Drop`.
-        let queue = unsafe {
-            rd::rd_kafka_queue_get_partition(
-                consumer.client().native_ptr(),
-                name.as_ptr(),
-                partition,
-            )
-        };
+        let queue =
+            unsafe { rd::rd_kafka_queue_get_partition(client.as_ptr(), name.as_ptr(), partition) };
         let queue = NonNull::new(queue).ok_or_else(failed)?;
         let arrived = Arc::new(Notify::new());
         let callback = Box::into_raw(Box::new(arrived.clone()));
@@ -125,8 +127,26 @@ impl Feed {
             queue,
             arrived,
             callback,
+            client,
+            topic: topic.to_owned(),
+            partition,
             _client: consumer.clone(),
         })
+    }
+
+    /// Where the partition is read next, past its last record read and
+    /// past the transaction markers after it: librdkafka steps over a
+    /// marker without handing it out. `None` before the first read.
+    pub fn position(&self) -> Option<i64> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&self.topic, self.partition);
+        // SAFETY: the client is valid while `_client` lives, and `list` is
+        // a valid list, whose offsets the call fills in.
+        unsafe { rd::rd_kafka_position(self.client.as_ptr(), list.ptr()) };
+        match list.find_partition(&self.topic, self.partition)?.offset() {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        }
     }
 
     /// Waits until the queue may hold records: at once if a record arrived

@@ -257,6 +257,13 @@ impl Task {
         if !batch.is_empty() {
             self.applier.changed = true;
         }
+        if batch.len() < RECORDS_PER_READ {
+            // The queue is emptied: any transaction marker after the last
+            // record is read too (a partition at its marker is caught up).
+            if let Some(position) = self.feed.position() {
+                self.applier.next_offset = self.applier.next_offset.max(position);
+            }
+        }
         batch.len()
     }
 }

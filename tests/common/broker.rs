@@ -167,6 +167,43 @@ impl Broker {
             .unwrap()
     }
 
+    /// Appends to `topic`'s `partition` the commit marker that ends a
+    /// transaction: a control batch of one record, an offset no consumer is
+    /// handed. tansu cannot end a transaction itself (it has no EndTxn), so
+    /// this writes the batch a transaction coordinator writes, with a
+    /// Produce request of version 3.
+    pub fn append_commit_marker(&self, topic: &str, partition: i32) {
+        use std::io::{Read, Write};
+        let batch = commit_marker_batch();
+        let mut body = Vec::new();
+        body.extend(0i16.to_be_bytes()); // Produce
+        body.extend(3i16.to_be_bytes()); // version
+        body.extend(7i32.to_be_bytes()); // correlation id
+        body.extend(kafka_string("rankwatch-tests"));
+        body.extend((-1i16).to_be_bytes()); // no transactional id
+        body.extend((-1i16).to_be_bytes()); // acks: all
+        body.extend(30_000i32.to_be_bytes());
+        body.extend(1i32.to_be_bytes());
+        body.extend(kafka_string(topic));
+        body.extend(1i32.to_be_bytes());
+        body.extend(partition.to_be_bytes());
+        body.extend((batch.len() as i32).to_be_bytes());
+        body.extend(batch);
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .write_all(&(body.len() as i32).to_be_bytes())
+            .unwrap();
+        stream.write_all(&body).unwrap();
+        let mut size = [0; 4];
+        stream.read_exact(&mut size).unwrap();
+        let mut response = vec![0; i32::from_be_bytes(size) as usize];
+        stream.read_exact(&mut response).unwrap();
+        // correlation id, responses (1), topic, partitions (1), partition, error code
+        let at = 4 + 4 + 2 + topic.len() + 4 + 4;
+        let error = i16::from_be_bytes([response[at], response[at + 1]]);
+        assert_eq!(error, 0, "the broker took the commit marker");
+    }
+
     /// Every record of every partition of `topic`, in offset order: `(key, value)`.
     pub fn records(&self, topic: &str) -> BTreeMap<i32, Vec<Record>> {
         let consumer: BaseConsumer = self
@@ -188,6 +225,8 @@ impl Broker {
             let (mut next, mut empty_polls) = (0, 0);
             while next < high && empty_polls < POLLS {
                 let Some(message) = consumer.poll(POLL) else {
+                    // Past a transaction's marker, which is never handed over.
+                    next = next.max(position(&consumer, topic, partition));
                     empty_polls += 1;
                     continue;
                 };
@@ -205,6 +244,83 @@ impl Broker {
             records.insert(partition, read);
         }
         records
+    }
+}
+
+/// A string as Kafka's requests spell it: an `i16` length, then its bytes.
+fn kafka_string(text: &str) -> Vec<u8> {
+    let mut bytes = (text.len() as i16).to_be_bytes().to_vec();
+    bytes.extend(text.as_bytes());
+    bytes
+}
+
+/// A record batch (magic 2) holding a transaction's commit marker: the
+/// control and transactional attributes, one record whose key is the
+/// control type (version 0, commit) and whose value is the marker (version
+/// 0, coordinator epoch 0).
+fn commit_marker_batch() -> Vec<u8> {
+    let record = [
+        0x16, // length 11, zigzag
+        0,    // attributes
+        0,    // timestamp delta
+        0,    // offset delta
+        0x08, // key length 4
+        0, 0, 0, 1,    // control key: version 0, type 1 (commit)
+        0x0c, // value length 6
+        0, 0, 0, 0, 0, 0, // marker: version 0, coordinator epoch 0
+        0, // headers
+    ];
+    let mut after_crc = Vec::new();
+    after_crc.extend(0x30i16.to_be_bytes()); // transactional | control
+    after_crc.extend(0i32.to_be_bytes()); // last offset delta
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    after_crc.extend(now.to_be_bytes());
+    after_crc.extend(now.to_be_bytes());
+    after_crc.extend((-1i64).to_be_bytes()); // producer id
+    after_crc.extend((-1i16).to_be_bytes()); // producer epoch
+    after_crc.extend((-1i32).to_be_bytes()); // base sequence
+    after_crc.extend(1i32.to_be_bytes()); // records
+    after_crc.extend(record);
+    let mut batch = 0i64.to_be_bytes().to_vec(); // base offset
+    let length = 4 + 1 + 4 + after_crc.len();
+    batch.extend((length as i32).to_be_bytes());
+    batch.extend((-1i32).to_be_bytes()); // partition leader epoch
+    batch.push(2); // magic
+    batch.extend(crc32c(&after_crc).to_be_bytes());
+    batch.extend(after_crc);
+    batch
+}
+
+/// CRC-32C (Castagnoli), as record batches carry it.
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Where `consumer` reads `topic`'s `partition` next (`-1` if unknown).
+fn position(consumer: &BaseConsumer, topic: &str, partition: i32) -> i64 {
+    let Ok(positions) = consumer.position() else {
+        return -1;
+    };
+    match positions
+        .find_partition(topic, partition)
+        .map(|p| p.offset())
+    {
+        Some(Offset::Offset(offset)) => offset,
+        _ => -1,
     }
 }
 
