@@ -9,7 +9,8 @@
 //! failed save removes its temporary file, and so does the check of the
 //! directory at start for one a crash left.
 
-use crate::join::{CountedBefore, EngineState, LaterCounters};
+use crate::join::{CountedBefore, EncodedState, EngineState, LaterCounters};
+use postcard::Deserializer;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -37,16 +38,21 @@ const LOCK_NAME: &str = "rankwatch.lock";
 /// a copy of the state file's header.
 const CLEAN_MARK_NAME: &str = "rankwatch.clean";
 
-/// A state file's bytes: the header (magic, format version, the payload's
-/// length and checksum), then `payload`.
-fn framed(payload: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(payload).to_le_bytes());
-    bytes.extend_from_slice(payload);
-    bytes
+/// A state file's header (magic, format version, the payload's length and
+/// checksum) for the payload made of `parts`, in order.
+fn header_of<'a>(parts: impl Iterator<Item = &'a [u8]> + Clone) -> Vec<u8> {
+    let mut checksum = xxhash_rust::xxh3::Xxh3::new();
+    let mut length = 0u64;
+    for part in parts {
+        checksum.update(part);
+        length += part.len() as u64;
+    }
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&length.to_le_bytes());
+    header.extend_from_slice(&checksum.digest().to_le_bytes());
+    header
 }
 
 /// A state file that cannot be used.
@@ -435,28 +441,37 @@ impl StateFile {
         Ok(stale.then_some(temporary))
     }
 
-    /// Writes `state` atomically; returns the bytes written.
-    pub fn save(&self, state: &EngineState) -> Result<u64, StateError> {
+    /// Writes `state` atomically; returns the bytes written. The payload
+    /// goes out as the parts it is made of: a save holds no copy of it.
+    pub fn save(&self, state: &EncodedState) -> Result<u64, StateError> {
         let io_error = |source| self.io_error(source);
+        let encoded = |e: postcard::Error| io_error(io::Error::other(e.to_string()));
         // The join rules, what /metrics' counters leave out and the later
         // counters last: a build before them reads the rest as it did.
-        let trailer = (
+        let fingerprint = postcard::to_stdvec(&self.fingerprint).map_err(encoded)?;
+        let trailer = postcard::to_stdvec(&(
             &self.join_rules,
             &state.counted_before,
-            state.later_counters(),
-        );
-        let payload = postcard::to_stdvec(&(&self.fingerprint, state, trailer))
-            .map_err(|e| io_error(io::Error::other(e.to_string())))?;
-        let bytes = framed(&payload);
+            &state.later_counters,
+        ))
+        .map_err(encoded)?;
+        let parts = std::iter::once(&fingerprint[..])
+            .chain(state.pieces.iter())
+            .chain(std::iter::once(&trailer[..]));
+        let header = header_of(parts.clone());
         if self.lock.is_some() {
             self.hold_lock()?;
         } else if let Some(dir) = self.path.parent() {
             fs::create_dir_all(dir).map_err(io_error)?;
         }
         let temporary = self.temporary();
+        let mut bytes = 0;
         let written = create_new(&temporary)
             .and_then(|mut file| {
-                file.write_all(&bytes)?;
+                for part in std::iter::once(&header[..]).chain(parts) {
+                    file.write_all(part)?;
+                    bytes += part.len() as u64;
+                }
                 file.sync_all()
             })
             .and_then(|()| fs::rename(&temporary, &self.path));
@@ -466,7 +481,7 @@ impl StateFile {
             return Err(io_error(error));
         }
         self.sync_dir().map_err(io_error)?;
-        Ok(bytes.len() as u64)
+        Ok(bytes)
     }
 
     /// Makes the directory's entries, as renamed or removed, last.
@@ -545,12 +560,20 @@ impl StateFile {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(io_error(source)),
         };
-        // The header first: a file that does not fit it is not read on.
-        let (version, payload) = self.read_checked(length)?;
-        let payload = &payload[..];
+        // The header first: a file that does not fit it is not read on, and
+        // a payload that does not match its checksum is not decoded.
+        let (version, file) = self.read_checked(length)?;
         let undecodable = |e: postcard::Error| corrupt(&format!("undecodable: {e}"));
-        let ((fingerprint, mut state), rest) =
-            postcard::take_from_bytes::<(String, EngineState)>(payload).map_err(undecodable)?;
+        let mut decoder = Deserializer::from_flavor(Streamed::new(file.payload()));
+        let (fingerprint, mut state) =
+            <(String, EngineState)>::deserialize(&mut decoder).map_err(undecodable)?;
+        let mut rest = Vec::new();
+        let mut payload = decoder.finalize().map_err(undecodable)?;
+        payload.read_to_end(&mut rest).map_err(io_error)?;
+        // Read twice, checked twice: a payload written to between the two
+        // readings is not used.
+        file.check(payload.into_inner())?;
+        let rest = &rest[..];
         // None from a build before join rules were saved; rules this build
         // cannot read leave the state as usable as before they were saved.
         let (join_rules, rest) = match postcard::take_from_bytes::<JoinRules>(rest) {
@@ -583,11 +606,12 @@ impl StateFile {
         }))
     }
 
-    /// The format version and the payload of the state file, `length`
-    /// bytes long: its header is read and checked first (magic, a version
-    /// this build reads, the payload's length against the file's), and the
-    /// payload only then, checked against its checksum.
-    fn read_checked(&self, length: u64) -> Result<(u32, Vec<u8>), StateError> {
+    /// The format version of the state file, `length` bytes long, and the
+    /// file to read its payload from: its header is read and checked first
+    /// (magic, a version this build reads, the payload's length against the
+    /// file's), then its payload against its checksum, as it passes, so
+    /// that no copy of a payload of hundreds of megabytes is held.
+    fn read_checked(&self, length: u64) -> Result<(u32, Payload<'_>), StateError> {
         let corrupt = |reason: &str| self.corrupt(reason);
         let io_error = |source| self.io_error(source);
         let mut file = File::open(&self.path).map_err(io_error)?;
@@ -614,18 +638,18 @@ impl StateFile {
                 ),
             });
         }
-        let payload_len = word(12..20);
-        let short = "not as long as its header says (truncated, or written to since)";
-        if Some(length) != payload_len.checked_add(HEADER_LEN as u64) {
-            return Err(corrupt(short));
+        let payload = Payload {
+            state: self,
+            file,
+            len: word(12..20),
+            checksum: word(20..28),
+        };
+        if Some(length) != payload.len.checked_add(HEADER_LEN as u64) {
+            return Err(corrupt(SHORT));
         }
-        let payload = read_payload(file, payload_len).map_err(io_error)?;
-        if payload.len() as u64 != payload_len {
-            return Err(corrupt(short));
-        }
-        if word(20..28) != xxhash_rust::xxh3::xxh3_64(&payload) {
-            return Err(corrupt("checksum mismatch"));
-        }
+        let mut read = payload.payload();
+        io::copy(&mut read, &mut io::sink()).map_err(io_error)?;
+        payload.check(read.into_inner())?;
         Ok((version, payload))
     }
 
@@ -696,13 +720,126 @@ fn remove_entry(path: &Path) -> io::Result<()> {
     }
 }
 
-/// The `len` bytes of payload after the header `file` was read to, and
-/// one more if the file grew since its length was taken (a file written to
-/// since is then found to differ from its header).
-fn read_payload(file: File, len: u64) -> io::Result<Vec<u8>> {
-    let mut payload = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(len.saturating_add(1)).read_to_end(&mut payload)?;
-    Ok(payload)
+/// What a payload that is not as long as its header says is.
+const SHORT: &str = "not as long as its header says (truncated, or written to since)";
+
+/// The payload of a state file whose header was read: where it starts in
+/// `file`, and the length and checksum its header gives.
+struct Payload<'a> {
+    state: &'a StateFile,
+    file: File,
+    len: u64,
+    checksum: u64,
+}
+
+impl Payload<'_> {
+    /// Its bytes from the start, checksummed as they are read, and one
+    /// more if the file grew since its length was taken (a file written to
+    /// since is then found to differ from its header).
+    fn payload(&self) -> io::BufReader<Checksummed<io::Take<&File>>> {
+        let reader = (&self.file).take(self.len.saturating_add(1));
+        io::BufReader::with_capacity(READ_BYTES, Checksummed::new(reader))
+    }
+
+    /// Whether `read`, having read to the payload's end, read the payload
+    /// its header gives.
+    fn check<R>(&self, read: Checksummed<R>) -> Result<(), StateError> {
+        use std::io::Seek;
+        if read.bytes != self.len {
+            return Err(self.state.corrupt(SHORT));
+        }
+        if read.checksum.digest() != self.checksum {
+            return Err(self.state.corrupt("checksum mismatch"));
+        }
+        (&self.file)
+            .seek(io::SeekFrom::Start(HEADER_LEN as u64))
+            .map_err(|source| self.state.io_error(source))?;
+        Ok(())
+    }
+}
+
+/// Bytes read from the state file at once.
+const READ_BYTES: usize = 1 << 20;
+
+/// A reader that takes the checksum of what it reads, and counts it.
+struct Checksummed<R> {
+    inner: R,
+    checksum: xxhash_rust::xxh3::Xxh3,
+    bytes: u64,
+}
+
+impl<R> Checksummed<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            checksum: xxhash_rust::xxh3::Xxh3::new(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for Checksummed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        self.checksum.update(&buf[..read]);
+        self.bytes += read as u64;
+        Ok(read)
+    }
+}
+
+/// A postcard source that decodes a state as it reads it, holding one
+/// value's bytes at a time (an open list's, a string's), not the whole.
+struct Streamed<R> {
+    reader: R,
+    value: Vec<u8>,
+}
+
+impl<R> Streamed<R> {
+    fn new(reader: R) -> Self {
+        Self {
+            reader,
+            value: Vec::new(),
+        }
+    }
+}
+
+impl<'de, R: Read + 'de> postcard::de_flavors::Flavor<'de> for Streamed<R> {
+    type Remainder = R;
+    type Source = R;
+
+    fn pop(&mut self) -> postcard::Result<u8> {
+        let mut byte = [0];
+        self.reader
+            .read_exact(&mut byte)
+            .map_err(|_| postcard::Error::DeserializeUnexpectedEnd)?;
+        Ok(byte[0])
+    }
+
+    /// Nothing a state holds borrows from the bytes it was read from.
+    fn try_take_n(&mut self, _: usize) -> postcard::Result<&'de [u8]> {
+        Err(postcard::Error::DeserializeUnexpectedEnd)
+    }
+
+    fn try_take_n_temp<'a>(&'a mut self, n: usize) -> postcard::Result<&'a [u8]>
+    where
+        'de: 'a,
+    {
+        // Grown as bytes come, so a length read from a damaged file asks
+        // for no more memory than the file holds.
+        self.value.clear();
+        let read = (&mut self.reader)
+            .take(n as u64)
+            .read_to_end(&mut self.value)
+            .map_err(|_| postcard::Error::DeserializeUnexpectedEnd)?;
+        if read != n {
+            return Err(postcard::Error::DeserializeUnexpectedEnd);
+        }
+        Ok(&self.value)
+    }
+
+    fn finalize(self) -> postcard::Result<R> {
+        Ok(self.reader)
+    }
 }
 
 #[cfg(test)]
@@ -712,6 +849,11 @@ mod tests {
     use crate::engine::EngineSettings;
     use crate::event::json::parse_line;
     use crate::join::{Engine, LaterCounters};
+
+    /// A state file's bytes with `payload` whole.
+    fn framed(payload: &[u8]) -> Vec<u8> {
+        [header_of(std::iter::once(payload)), payload.to_vec()].concat()
+    }
 
     fn engine_with_traffic() -> (Engine, EngineSettings) {
         let settings =
@@ -736,7 +878,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut engine, settings) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "fingerprint".into());
-        file.save(&engine.to_state()).unwrap();
+        file.save(&engine.encode_state().unwrap()).unwrap();
         let state = file.load().unwrap().unwrap().state;
         let mut restored = Engine::from_state(
             settings.join(&[std::time::Duration::from_secs(60)]),
@@ -765,7 +907,7 @@ mod tests {
         let counted_before = engine.counted_before();
         assert_eq!(counted_before.groups.len(), 1);
         let file = StateFile::new(dir.path(), "fingerprint".into());
-        file.save(&engine.to_state()).unwrap();
+        file.save(&engine.encode_state().unwrap()).unwrap();
         assert!(
             !file.take_clean_mark(),
             "no mark before a graceful shutdown"
@@ -774,14 +916,14 @@ mod tests {
         assert!(file.take_clean_mark());
         assert!(!file.take_clean_mark(), "taken by the first start");
         file.mark_clean().unwrap();
-        let mut changed = engine.to_state();
+        let mut changed = engine.encode_state().unwrap();
         changed.counted_before = Default::default();
         file.save(&changed).unwrap();
         assert!(
             !file.take_clean_mark(),
             "another state saved since the mark"
         );
-        file.save(&engine.to_state()).unwrap();
+        file.save(&engine.encode_state().unwrap()).unwrap();
 
         let state = file.load().unwrap().unwrap().state;
         assert_eq!(state.counted_before, counted_before);
@@ -829,7 +971,7 @@ mod tests {
         // The rename over a directory that is not empty fails.
         fs::create_dir_all(file.path().join("in-the-way")).unwrap();
         assert!(matches!(
-            file.save(&engine.to_state()),
+            file.save(&engine.encode_state().unwrap()),
             Err(StateError::Io { .. })
         ));
         assert!(!file.temporary().exists());
@@ -859,7 +1001,7 @@ mod tests {
         let (engine, _) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "k=[1]".into());
         assert!(file.load().unwrap().is_none(), "no file is no state");
-        file.save(&engine.to_state()).unwrap();
+        file.save(&engine.encode_state().unwrap()).unwrap();
         let other = StateFile::new(dir.path(), "k=[2]".into());
         assert!(matches!(other.load(), Err(StateError::Incompatible { .. })));
         let mut bytes = fs::read(file.path()).unwrap();
@@ -877,7 +1019,7 @@ mod tests {
         let (engine, settings) = engine_with_traffic();
         let windows = [std::time::Duration::from_secs(60)];
         let saved = StateFile::new(dir.path(), settings.fingerprint(&windows));
-        saved.save(&engine.to_state()).unwrap();
+        saved.save(&engine.encode_state().unwrap()).unwrap();
         let mut other = settings.clone();
         other.k = vec![1, 3];
         let running = StateFile::new(dir.path(), other.fingerprint(&windows));
@@ -912,7 +1054,7 @@ mod tests {
             grades: vec![("click".into(), 1.0), ("view".into(), 0.0)],
         };
         let saved = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(rules.clone());
-        saved.save(&engine.to_state()).unwrap();
+        saved.save(&engine.encode_state().unwrap()).unwrap();
         // A grade of -0 is 0: compared as numbers.
         let same = JoinRules {
             grades: vec![("click".into(), 1.0), ("view".into(), -0.0)],
@@ -982,7 +1124,7 @@ mod tests {
         assert_eq!(engine.counters().shed_open_items, 2);
         assert_eq!(engine.counters().shed_open_credits, 3);
         let file = StateFile::new(dir.path(), "k=[1]".into());
-        file.save(&engine.to_state()).unwrap();
+        file.save(&engine.encode_state().unwrap()).unwrap();
         let state = file.load().unwrap().unwrap().state;
         assert_eq!(state.later_counters(), engine.to_state().later_counters());
         let counted_before = state.counted_before.clone();

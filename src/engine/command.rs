@@ -6,7 +6,7 @@ use super::RawBatch;
 use crate::event::wire::WireError;
 use crate::event::Nanos;
 use crate::export::{Report, Snapshot};
-use crate::join::EngineState;
+use crate::join::EncodedState;
 use crate::proto::IngestAck;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -51,9 +51,9 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<Report>,
     },
-    /// Send a copy of the state to save.
+    /// Send the state to save, encoded.
     State {
         /// Where the answer goes.
-        reply: oneshot::Sender<EngineState>,
+        reply: oneshot::Sender<postcard::Result<EncodedState>>,
     },
 }

@@ -7,7 +7,7 @@ use super::command::{Applied, Command};
 use super::{EngineSettings, RawBatch};
 use crate::event::{Nanos, Validator};
 use crate::export::{Report, Snapshot};
-use crate::join::{Engine, EngineState};
+use crate::join::{EncodedState, Engine};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -135,10 +135,10 @@ impl EngineHandle {
         answer.await.map_err(|_| EngineStopped)
     }
 
-    /// A copy of the engine's state, to save, once the batches queued
+    /// The engine's state, encoded to save, once the batches queued
     /// before this call are applied: a save never misses a batch that was
     /// acknowledged before it was asked for.
-    pub async fn state(&self) -> Result<EngineState, EngineStopped> {
+    pub async fn state(&self) -> Result<postcard::Result<EncodedState>, EngineStopped> {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::State { reply })

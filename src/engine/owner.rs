@@ -89,7 +89,7 @@ pub(super) async fn run(
                 let _ = reply.send(report);
             }
             Command::State { reply } => {
-                let _ = reply.send(engine.to_state());
+                let _ = reply.send(engine.encode_state());
             }
         }
     }

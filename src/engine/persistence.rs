@@ -173,7 +173,7 @@ fn warn_beyond_limits(restored: &Engine, limits: &JoinSettings) {
 
 /// Copies the engine's state and writes it off the engine task.
 async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
-    let state = engine.state().await?;
+    let state = engine.state().await??;
     let file = file.clone();
     let written = tokio::task::spawn_blocking(move || file.save(&state)).await?;
     match written {

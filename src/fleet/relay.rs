@@ -208,7 +208,7 @@ impl Relay {
                     let _ = reply.send(report);
                 }
                 Command::State { reply } => {
-                    let _ = reply.send(self.engine.to_state());
+                    let _ = reply.send(self.engine.encode_state());
                 }
             }
         }

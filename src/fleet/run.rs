@@ -226,7 +226,7 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
                 let _ = reply.send(report);
             }
             Command::State { reply } => {
-                let _ = reply.send(fleet.figures().to_state());
+                let _ = reply.send(fleet.figures().encode_state());
             }
         }
     }

@@ -4,7 +4,7 @@
 //! and each event is counted by exactly one instance.
 
 use super::finalized::CoverageParts;
-use super::persist::{sorted_user_refs, OpenState, UsersAhead};
+use super::persist::{sorted_user_refs, StateRef, UsersAhead};
 use super::{Counters, Engine, GroupAggregates};
 use crate::metrics::Coverage;
 use postcard::ser_flavors::Flavor;
@@ -99,7 +99,7 @@ impl Engine {
         let mut groups = self.groups.clone();
         groups.clear_counts();
         postcard::serialize_with_flavor(
-            &OpenState {
+            &StateRef {
                 max_time: self.max_time,
                 next_seq: self.next_seq,
                 groups,

@@ -192,7 +192,7 @@ fn pack<S: Serializer>(
 
 impl<'de> Deserialize<'de> for SavedList {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_bytes(PackedVisitor)
+        deserializer.deserialize_byte_buf(PackedVisitor)
     }
 }
 

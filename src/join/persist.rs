@@ -9,7 +9,7 @@ use super::items::ItemTable;
 use super::open::NOT_INTERLEAVED;
 use super::packed::SavedList;
 use super::user::{HeldUser, SavedUser, UserState};
-use super::{CountedBefore, Counters, GroupAggregates, Groups, Shard};
+use super::{CountedBefore, Counters, Engine, GroupAggregates, Groups, Shard};
 use crate::event::Nanos;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
@@ -35,11 +35,12 @@ pub struct EngineState {
     pub counted_before: CountedBefore,
 }
 
-/// An engine's open state, borrowed: the fields of [`EngineState`] in its
-/// order, so that it encodes to the bytes of an `EngineState` without its
-/// finalized aggregates and counters, and without copying the users.
+/// An engine's state, borrowed: the fields of [`EngineState`] in its
+/// order, so that it encodes to the bytes of an `EngineState` without
+/// copying the users (the fleet's snapshots leave the finalized aggregates
+/// and counters out).
 #[derive(Serialize)]
-pub(super) struct OpenState<'a> {
+pub(super) struct StateRef<'a> {
     pub(super) max_time: Option<Nanos>,
     pub(super) next_seq: u64,
     pub(super) groups: Groups,
@@ -106,17 +107,78 @@ impl LaterCounters {
         }
         later
     }
+
+    /// The counters kept after everything else, of `counters` and of
+    /// what `counted_before` holds.
+    pub(super) fn of(counters: &Counters, counted_before: &CountedBefore) -> Self {
+        let before = counted_before.engine.as_ref().map(|b| &b.counters);
+        let pair = |count: fn(&Counters) -> u64| [count(counters), before.map_or(0, count)];
+        LaterCounters {
+            shed_open_items: pair(|c| c.shed_open_items),
+            shed_open_credits: pair(|c| c.shed_open_credits),
+        }
+    }
+}
+
+/// An engine's state, encoded as the bytes of an [`EngineState`], with
+/// what the state file keeps after it: what a save holds besides the
+/// engine, a state's bytes and no copy of it in any other shape.
+pub struct EncodedState {
+    /// The bytes of the [`EngineState`].
+    pub pieces: Pieces,
+    /// What `/metrics`' counters leave out.
+    pub counted_before: CountedBefore,
+    /// The counters added after the state file's layout was set.
+    pub later_counters: LaterCounters,
+}
+
+/// Bytes in pieces of at most [`PIECE_BYTES`], as a postcard flavor
+/// writes them: a state of hundreds of megabytes is never one block, and
+/// is not copied as it grows.
+#[derive(Default)]
+pub struct Pieces(Vec<Vec<u8>>);
+
+/// The size of a full piece of [`Pieces`].
+const PIECE_BYTES: usize = 1 << 20;
+
+impl Pieces {
+    /// The pieces, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + Clone {
+        self.0.iter().map(Vec::as_slice)
+    }
+}
+
+impl postcard::ser_flavors::Flavor for Pieces {
+    type Output = Self;
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.try_extend(&[byte])
+    }
+
+    fn try_extend(&mut self, mut data: &[u8]) -> postcard::Result<()> {
+        while !data.is_empty() {
+            if self.0.last().is_none_or(|piece| piece.len() == PIECE_BYTES) {
+                self.0.push(Vec::with_capacity(PIECE_BYTES));
+            }
+            let Some(piece) = self.0.last_mut() else {
+                break;
+            };
+            let (now, later) = data.split_at(data.len().min(PIECE_BYTES - piece.len()));
+            piece.extend_from_slice(now);
+            data = later;
+        }
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Self> {
+        Ok(self)
+    }
 }
 
 impl EngineState {
     /// The counters this state keeps after everything else.
     pub fn later_counters(&self) -> LaterCounters {
-        let before = self.counted_before.engine.as_ref().map(|b| &b.counters);
-        let pair = |count: fn(&Counters) -> u64| [count(&self.counters), before.map_or(0, count)];
-        LaterCounters {
-            shed_open_items: pair(|c| c.shed_open_items),
-            shed_open_credits: pair(|c| c.shed_open_credits),
-        }
+        LaterCounters::of(&self.counters, &self.counted_before)
     }
 
     /// Sets the counters kept after everything else, read with the rest.
@@ -181,6 +243,31 @@ impl EngineState {
     }
 }
 
+impl Engine {
+    /// The whole state, encoded as [`Engine::to_state`]'s `EngineState`
+    /// encodes, without that copy of every user.
+    pub fn encode_state(&self) -> postcard::Result<EncodedState> {
+        let pieces = postcard::serialize_with_flavor(
+            &StateRef {
+                max_time: self.max_time,
+                next_seq: self.next_seq,
+                groups: self.groups.clone(),
+                aggregates: &self.aggregates,
+                experiments: self.experiments.clone(),
+                counters: self.counters.clone(),
+                users: UsersAhead(sorted_user_refs(&self.shards), &self.items),
+            },
+            Pieces::default(),
+        )?;
+        let counted_before = self.counted_before();
+        Ok(EncodedState {
+            pieces,
+            later_counters: LaterCounters::of(&self.counters, &counted_before),
+            counted_before,
+        })
+    }
+}
+
 /// The saved form of every user of `shards`, sorted by id, so that the same
 /// state always saves as the same bytes; `table` numbers their items.
 pub(super) fn sorted_users(shards: &[Shard], table: &ItemTable) -> Vec<(u64, SavedUser)> {
@@ -219,6 +306,46 @@ mod tests {
         let line = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#;
         engine.apply(parse_line(line, &settings.validator(None)).unwrap());
         engine.to_state()
+    }
+
+    #[test]
+    fn the_encoded_state_is_the_bytes_of_the_state_copied() {
+        let settings =
+            EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
+        let mut engine = Engine::new(
+            settings.join(&[std::time::Duration::from_secs(60)]),
+            settings.evaluator(),
+        );
+        let validator = settings.validator(None);
+        let items: Vec<String> = (0..20).map(|i| format!("\"item-{i}\"")).collect();
+        let items = items.join(",");
+        for user in 0..6_000 {
+            let lines = [
+                format!(
+                    r#"{{"impression":{{"requestId":"r{user}","userId":"u{user}","itemIds":[{items}],"time":"2026-11-01T10:00:00Z","model":"m{}"}}}}"#,
+                    user % 3
+                ),
+                format!(
+                    r#"{{"interaction":{{"requestId":"r{user}","userId":"u{user}","itemId":"item-3","type":"click","time":"2026-11-01T10:00:01Z"}}}}"#
+                ),
+                format!(
+                    r#"{{"interaction":{{"requestId":"later{user}","userId":"u{user}","itemId":"item-4","type":"click","time":"2026-11-01T10:00:01Z"}}}}"#
+                ),
+            ];
+            for line in &lines {
+                engine.apply(parse_line(line, &validator).unwrap());
+            }
+            if user == 3_000 {
+                engine.reset_exported_counters();
+            }
+        }
+        let encoded = engine.encode_state().unwrap();
+        assert!(encoded.pieces.iter().count() > 1, "more than one piece");
+        let bytes: Vec<u8> = encoded.pieces.iter().flatten().copied().collect();
+        let state = engine.to_state();
+        assert_eq!(bytes, postcard::to_stdvec(&state).unwrap());
+        assert_eq!(encoded.counted_before, state.counted_before);
+        assert_eq!(encoded.later_counters, state.later_counters());
     }
 
     #[test]

@@ -131,7 +131,7 @@ mod registers {
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Box<[u8; REGISTERS]>, D::Error> {
-        let bytes = deserializer.deserialize_bytes(RegisterBytes)?;
+        let bytes = deserializer.deserialize_byte_buf(RegisterBytes)?;
         bytes
             .into_boxed_slice()
             .try_into()
