@@ -398,6 +398,14 @@ async fn a_graceful_handoff_leaves_the_fleet_totals_equal_to_replay_by_partition
     hand_over_exactly(&broker, instances).await;
 }
 
+/// Whether the instances have received `events` events and evaluated
+/// every list: none is open and no interaction waits.
+fn all_evaluated(scraped: &[BTreeMap<String, f64>], events: usize) -> bool {
+    total(scraped, "rankwatch_events_received_total") == events as f64
+        && total(scraped, "rankwatch_open_impressions") == 0.0
+        && total(scraped, "rankwatch_waiting_interactions") == 0.0
+}
+
 /// A partition taken with a backlog older than attribution window +
 /// lateness is read before its watermark follows the wall clock (on by
 /// default): its lists are evaluated as a replay of the partition evaluates
@@ -410,11 +418,7 @@ async fn a_backlog_older_than_the_window_is_read_before_the_wall_clock_moves_the
     let records = log_records();
     produce(&broker.producer(), &records).await;
     let server = consuming(&broker, &[]);
-    let read = |m: &[BTreeMap<String, f64>]| {
-        total(m, "rankwatch_events_received_total") == records.len() as f64
-            && total(m, "rankwatch_open_impressions") == 0.0
-            && total(m, "rankwatch_waiting_interactions") == 0.0
-    };
+    let read = |m: &[BTreeMap<String, f64>]| all_evaluated(m, records.len());
     let scraped = wait_for(&[&server], "the backlog, evaluated", read);
     let expected = replayed(&broker, &lines_by_value(&records));
     // The log's own late impressions, and no more.
@@ -441,10 +445,7 @@ async fn a_partition_ending_in_a_transaction_marker_is_caught_up() {
     }
     let server = consuming(&broker, &["--kafka-stall-timeout", "1s"]);
     let read = |m: &[BTreeMap<String, f64>]| {
-        total(m, "rankwatch_events_received_total") == records.len() as f64
-            && total(m, "rankwatch_open_impressions") == 0.0
-            && total(m, "rankwatch_waiting_interactions") == 0.0
-            && total(m, "rankwatch_kafka_lag_records") == 0.0
+        all_evaluated(m, records.len()) && total(m, "rankwatch_kafka_lag_records") == 0.0
     };
     wait_for(&[&server], "the transaction, evaluated", read);
     std::thread::sleep(Duration::from_secs(2)); // past the stall timeout

@@ -15,9 +15,8 @@
 //! monitoring; the manifest is what a new owner reads (the offset commit's
 //! metadata would do, but not every broker returns it).
 
-use crate::join::EngineState;
+use crate::join::{EngineState, Pieces};
 use crate::state::JoinRules;
-use postcard::ser_flavors::Flavor;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
@@ -171,49 +170,10 @@ impl SnapshotError {
 
 /// An encoded open state, written straight into the values of its
 /// snapshot's chunk records: each is [`CHUNK_HEADER`] bytes (the snapshot's
-/// id is filled in by [`Pending::new`]) and up to [`CHUNK_BYTES`] of the
-/// payload. A state of megabytes is thus neither copied into chunks nor
-/// moved as its buffer grows.
-#[derive(Default)]
-pub struct Chunks(Vec<Vec<u8>>);
-
-impl Chunks {
-    /// The payload's length.
-    pub fn payload_bytes(&self) -> usize {
-        self.0.iter().map(|chunk| chunk.len() - CHUNK_HEADER).sum()
-    }
-}
-
-impl Flavor for Chunks {
-    type Output = Self;
-
-    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
-        self.try_extend(&[byte])
-    }
-
-    fn try_extend(&mut self, mut data: &[u8]) -> postcard::Result<()> {
-        const FULL: usize = CHUNK_HEADER + CHUNK_BYTES;
-        while !data.is_empty() {
-            if self.0.last().is_none_or(|chunk| chunk.len() == FULL) {
-                let mut chunk = Vec::with_capacity(FULL);
-                chunk.extend_from_slice(&[0; 8]);
-                chunk.extend_from_slice(&(self.0.len() as u32).to_le_bytes());
-                self.0.push(chunk);
-            }
-            let Some(chunk) = self.0.last_mut() else {
-                break;
-            };
-            let (now, later) = data.split_at(data.len().min(FULL - chunk.len()));
-            chunk.extend_from_slice(now);
-            data = later;
-        }
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<Self> {
-        Ok(self)
-    }
-}
+/// id and the chunk's index, filled in by [`Pending::new`]) and up to
+/// [`CHUNK_BYTES`] of the payload. A state of megabytes is thus neither
+/// copied into chunks nor moved as its buffer grows.
+pub type Chunks = Pieces<CHUNK_HEADER, CHUNK_BYTES>;
 
 /// A snapshot to write: a partition's encoded open state (`None`: the
 /// manifest alone) and its manifest.
@@ -231,13 +191,14 @@ impl Pending {
     pub fn new(partition: i32, mut payload: Option<Chunks>, mut manifest: Manifest) -> Self {
         if let Some(payload) = &mut payload {
             let mut checksum = xxhash_rust::xxh3::Xxh3::new();
-            for chunk in &mut payload.0 {
+            for (index, chunk) in payload.iter_mut().enumerate() {
                 chunk[..8].copy_from_slice(&manifest.id.to_le_bytes());
+                chunk[8..CHUNK_HEADER].copy_from_slice(&(index as u32).to_le_bytes());
                 checksum.update(&chunk[CHUNK_HEADER..]);
             }
             manifest.version = FORMAT_VERSION;
             manifest.checksum = checksum.digest();
-            manifest.chunks = payload.0.len() as u32;
+            manifest.chunks = payload.count() as u32;
         }
         Self {
             partition,
@@ -327,7 +288,7 @@ impl StateTopic {
             .into_iter()
             .map(|pending| {
                 let chunks = self.queue_chunks(&pending);
-                let bytes = pending.payload.as_ref().map_or(0, Chunks::payload_bytes);
+                let bytes = pending.payload.as_ref().map_or(0, Chunks::written);
                 (pending, bytes, chunks)
             })
             .collect();
@@ -387,7 +348,6 @@ impl StateTopic {
         };
         let slot = pending.manifest.slot;
         payload
-            .0
             .iter()
             .enumerate()
             .map(|(index, chunk)| {
@@ -618,6 +578,7 @@ fn is_connection(code: RDKafkaErrorCode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use postcard::ser_flavors::Flavor;
 
     fn manifest() -> Manifest {
         Manifest {
@@ -689,19 +650,20 @@ mod tests {
             chunks.try_extend(piece).unwrap();
         }
         chunks.try_push(7).unwrap();
-        assert_eq!(chunks.payload_bytes(), payload.len() + 1);
+        assert_eq!(chunks.written(), payload.len() + 1);
         let pending = Pending::new(3, Some(chunks), manifest());
         let stored = pending.payload.as_ref().unwrap();
         assert_eq!(pending.manifest.chunks, 3);
         assert_eq!(pending.manifest.version, FORMAT_VERSION);
         let mut joined = Vec::new();
-        for (index, chunk) in stored.0.iter().enumerate() {
+        let stored: Vec<&[u8]> = stored.iter().collect();
+        for (index, chunk) in stored.iter().enumerate() {
             assert_eq!(chunk[..8], manifest().id.to_le_bytes());
             assert_eq!(chunk[8..12], (index as u32).to_le_bytes());
             joined.extend_from_slice(&chunk[CHUNK_HEADER..]);
         }
-        assert_eq!(stored.0[0].len(), CHUNK_HEADER + CHUNK_BYTES);
-        assert_eq!(stored.0[2].len(), CHUNK_HEADER + 6);
+        assert_eq!(stored[0].len(), CHUNK_HEADER + CHUNK_BYTES);
+        assert_eq!(stored[2].len(), CHUNK_HEADER + 6);
         assert_eq!(joined[..payload.len()], payload);
         assert_eq!(
             pending.manifest.checksum,

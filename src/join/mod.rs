@@ -25,7 +25,7 @@ pub use counted_before::{CountedBefore, EngineBefore, GroupBefore};
 pub use counters::{Counters, Unattributed};
 pub use experiments::{ExperimentAggregates, ExperimentName};
 pub use groups::{GroupName, SegmentSettings, OTHER_SEGMENT_VALUE};
-pub use persist::{EncodedState, EngineState, LaterCounters, Pieces};
+pub use persist::{EncodedState, EngineState, LaterCounters, Pieces, StatePieces};
 pub use sharded::{Batch, EventAt, Parsed, Router, ShardedEngine, SHARDS};
 
 use crate::event::hashed::KeyedIdHash;

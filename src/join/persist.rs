@@ -125,30 +125,46 @@ impl LaterCounters {
 /// engine, a state's bytes and no copy of it in any other shape.
 pub struct EncodedState {
     /// The bytes of the [`EngineState`].
-    pub pieces: Pieces,
+    pub pieces: StatePieces,
     /// What `/metrics`' counters leave out.
     pub counted_before: CountedBefore,
     /// The counters added after the state file's layout was set.
     pub later_counters: LaterCounters,
 }
 
-/// Bytes in pieces of at most [`PIECE_BYTES`], as a postcard flavor
-/// writes them: a state of hundreds of megabytes is never one block, and
-/// is not copied as it grows.
+/// Bytes in pieces, as a postcard flavor writes them: each piece is `HEAD`
+/// bytes left for its reader to fill in, then up to `BODY` bytes of what
+/// was written. Hundreds of megabytes are thus never one block, and are
+/// not copied as they grow.
 #[derive(Default)]
-pub struct Pieces(Vec<Vec<u8>>);
+pub struct Pieces<const HEAD: usize, const BODY: usize>(Vec<Vec<u8>>);
 
-/// The size of a full piece of [`Pieces`].
-const PIECE_BYTES: usize = 1 << 20;
+/// The pieces of an encoded state: 1 MiB each, no head.
+pub type StatePieces = Pieces<0, { 1 << 20 }>;
 
-impl Pieces {
-    /// The pieces, in order.
+impl<const HEAD: usize, const BODY: usize> Pieces<HEAD, BODY> {
+    /// The pieces, in order, heads included.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + Clone {
         self.0.iter().map(Vec::as_slice)
     }
+
+    /// The pieces, in order, heads included, to fill the heads in.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
+        self.0.iter_mut().map(Vec::as_mut_slice)
+    }
+
+    /// How many pieces there are.
+    pub fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The bytes written, heads left out.
+    pub fn written(&self) -> usize {
+        self.0.iter().map(|piece| piece.len() - HEAD).sum()
+    }
 }
 
-impl postcard::ser_flavors::Flavor for Pieces {
+impl<const HEAD: usize, const BODY: usize> postcard::ser_flavors::Flavor for Pieces<HEAD, BODY> {
     type Output = Self;
 
     fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
@@ -156,14 +172,17 @@ impl postcard::ser_flavors::Flavor for Pieces {
     }
 
     fn try_extend(&mut self, mut data: &[u8]) -> postcard::Result<()> {
+        let full = HEAD + BODY;
         while !data.is_empty() {
-            if self.0.last().is_none_or(|piece| piece.len() == PIECE_BYTES) {
-                self.0.push(Vec::with_capacity(PIECE_BYTES));
+            if self.0.last().is_none_or(|piece| piece.len() == full) {
+                let mut piece = Vec::with_capacity(full);
+                piece.resize(HEAD, 0);
+                self.0.push(piece);
             }
             let Some(piece) = self.0.last_mut() else {
                 break;
             };
-            let (now, later) = data.split_at(data.len().min(PIECE_BYTES - piece.len()));
+            let (now, later) = data.split_at(data.len().min(full - piece.len()));
             piece.extend_from_slice(now);
             data = later;
         }
@@ -257,7 +276,7 @@ impl Engine {
                 counters: self.counters.clone(),
                 users: UsersAhead(sorted_user_refs(&self.shards), &self.items),
             },
-            Pieces::default(),
+            StatePieces::default(),
         )?;
         let counted_before = self.counted_before();
         Ok(EncodedState {
@@ -295,28 +314,28 @@ mod tests {
     use crate::event::json::parse_line;
     use crate::join::Engine;
 
-    /// The state of an engine holding one open impression.
-    fn saved() -> EngineState {
+    /// An engine of the default settings, and the validator of its events.
+    fn engine() -> (Engine, crate::event::Validator) {
         let settings =
             EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
-        let mut engine = Engine::new(
+        let engine = Engine::new(
             settings.join(&[std::time::Duration::from_secs(60)]),
             settings.evaluator(),
         );
+        (engine, settings.validator(None))
+    }
+
+    /// The state of an engine holding one open impression.
+    fn saved() -> EngineState {
+        let (mut engine, validator) = engine();
         let line = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#;
-        engine.apply(parse_line(line, &settings.validator(None)).unwrap());
+        engine.apply(parse_line(line, &validator).unwrap());
         engine.to_state()
     }
 
     #[test]
     fn the_encoded_state_is_the_bytes_of_the_state_copied() {
-        let settings =
-            EngineSettings::resolve(&EngineArgs::default(), &FileSettings::default()).unwrap();
-        let mut engine = Engine::new(
-            settings.join(&[std::time::Duration::from_secs(60)]),
-            settings.evaluator(),
-        );
-        let validator = settings.validator(None);
+        let (mut engine, validator) = engine();
         let items: Vec<String> = (0..20).map(|i| format!("\"item-{i}\"")).collect();
         let items = items.join(",");
         for user in 0..6_000 {
