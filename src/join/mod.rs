@@ -13,6 +13,7 @@ mod due;
 mod experiments;
 mod figures;
 mod finalized;
+mod finite;
 mod groups;
 mod items;
 mod open;

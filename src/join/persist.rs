@@ -5,6 +5,7 @@
 //! whose field order is the state file's format.
 
 use super::experiments::Experiments;
+use super::finite::all_finite;
 use super::items::ItemTable;
 use super::open::NOT_INTERLEAVED;
 use super::packed::SavedList;
@@ -233,6 +234,12 @@ impl EngineState {
         }) {
             return Some("a rolling window, position curve or coverage pane is out of shape");
         }
+        if !all_finite(&self.aggregates)
+            || !all_finite(&self.experiments)
+            || !all_finite(&self.counted_before)
+        {
+            return Some("a sum or figure is not a finite number");
+        }
         if !self.users.windows(2).all(|pair| pair[0].0 < pair[1].0) {
             return Some("users are not listed once each, by id");
         }
@@ -242,6 +249,10 @@ impl EngineState {
         }
         if !opens().all(|open| open.is_well_formed()) {
             return Some("an open impression credits a rank it does not show");
+        }
+        let grades_finite = |open: &SavedList| open.credits.iter().all(|c| c.grade.is_finite());
+        if !opens().all(grades_finite) || !self.users.iter().all(|(_, u)| all_finite(&u.waiting)) {
+            return Some("an interaction's grade is not a finite number");
         }
         if !self.experiments.is_well_formed() {
             return Some("the interleaving registry names an experiment it does not hold");
@@ -325,12 +336,46 @@ mod tests {
         (engine, settings.validator(None))
     }
 
-    /// The state of an engine holding one open impression.
+    /// The state of an engine holding one open impression, credited a
+    /// click, and a click waiting for another; one list of another user
+    /// is finalized.
     fn saved() -> EngineState {
         let (mut engine, validator) = engine();
-        let line = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#;
-        engine.apply(parse_line(line, &validator).unwrap());
+        for line in [
+            r#"{"impression":{"requestId":"r0","userId":"u0","itemIds":["a"],"time":"2026-11-01T09:00:00Z"}}"#,
+            r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a","b"],"time":"2026-11-01T10:00:00Z"}}"#,
+            r#"{"interaction":{"requestId":"r1","userId":"u1","itemId":"a","type":"click","time":"2026-11-01T10:00:01Z"}}"#,
+            r#"{"interaction":{"requestId":"r2","userId":"u1","itemId":"c","type":"click","time":"2026-11-01T10:00:01Z"}}"#,
+        ] {
+            engine.apply(parse_line(line, &validator).unwrap());
+        }
         engine.to_state()
+    }
+
+    /// A figure, a credit's grade or a waiting interaction's grade that is
+    /// NaN or infinite (a file damaged, its checksum taken again) is found:
+    /// a restored NaN had been exported in /metrics for good.
+    #[test]
+    fn a_state_with_a_number_that_is_not_finite_is_inconsistent() {
+        let sums = "a sum or figure is not a finite number";
+        let grades = "an interaction's grade is not a finite number";
+        let mut state = saved();
+        state.aggregates[0].totals.squares[0] = f64::NAN;
+        assert_eq!(state.inconsistency(), Some(sums));
+        let mut state = saved();
+        let aggregates = &mut state.aggregates[0];
+        let width = aggregates.totals.sums.len();
+        let time = state.max_time.unwrap();
+        aggregates
+            .windows
+            .add(time, &vec![f64::INFINITY; width], true);
+        assert_eq!(state.inconsistency(), Some(sums));
+        let mut state = saved();
+        state.users[0].1.open[0].credits[0].grade = f64::NAN;
+        assert_eq!(state.inconsistency(), Some(grades));
+        let mut state = saved();
+        state.users[0].1.waiting[0].interaction.grade = f64::NEG_INFINITY;
+        assert_eq!(state.inconsistency(), Some(grades));
     }
 
     #[test]
@@ -389,6 +434,8 @@ mod tests {
         );
         let mut state = saved();
         state.groups = Groups::new(10, &super::super::SegmentSettings::default());
+        assert_eq!(state.inconsistency(), Some("more aggregates than groups"));
+        state.aggregates.clear();
         assert_eq!(
             state.inconsistency(),
             Some("an open impression names an unknown group")
