@@ -878,7 +878,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut engine, settings) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "fingerprint".into());
-        file.save(&engine.encode_state().unwrap()).unwrap();
+        file.save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
         let state = file.load().unwrap().unwrap().state;
         let mut restored = Engine::from_state(
             settings.join(&[std::time::Duration::from_secs(60)]),
@@ -907,7 +908,8 @@ mod tests {
         let counted_before = engine.counted_before();
         assert_eq!(counted_before.groups.len(), 1);
         let file = StateFile::new(dir.path(), "fingerprint".into());
-        file.save(&engine.encode_state().unwrap()).unwrap();
+        file.save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
         assert!(
             !file.take_clean_mark(),
             "no mark before a graceful shutdown"
@@ -916,14 +918,15 @@ mod tests {
         assert!(file.take_clean_mark());
         assert!(!file.take_clean_mark(), "taken by the first start");
         file.mark_clean().unwrap();
-        let mut changed = engine.encode_state().unwrap();
+        let mut changed = engine.encode_state(Default::default()).unwrap();
         changed.counted_before = Default::default();
         file.save(&changed).unwrap();
         assert!(
             !file.take_clean_mark(),
             "another state saved since the mark"
         );
-        file.save(&engine.encode_state().unwrap()).unwrap();
+        file.save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
 
         let state = file.load().unwrap().unwrap().state;
         assert_eq!(state.counted_before, counted_before);
@@ -971,7 +974,7 @@ mod tests {
         // The rename over a directory that is not empty fails.
         fs::create_dir_all(file.path().join("in-the-way")).unwrap();
         assert!(matches!(
-            file.save(&engine.encode_state().unwrap()),
+            file.save(&engine.encode_state(Default::default()).unwrap()),
             Err(StateError::Io { .. })
         ));
         assert!(!file.temporary().exists());
@@ -1001,7 +1004,8 @@ mod tests {
         let (engine, _) = engine_with_traffic();
         let file = StateFile::new(dir.path(), "k=[1]".into());
         assert!(file.load().unwrap().is_none(), "no file is no state");
-        file.save(&engine.encode_state().unwrap()).unwrap();
+        file.save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
         let other = StateFile::new(dir.path(), "k=[2]".into());
         assert!(matches!(other.load(), Err(StateError::Incompatible { .. })));
         let mut bytes = fs::read(file.path()).unwrap();
@@ -1019,7 +1023,9 @@ mod tests {
         let (engine, settings) = engine_with_traffic();
         let windows = [std::time::Duration::from_secs(60)];
         let saved = StateFile::new(dir.path(), settings.fingerprint(&windows));
-        saved.save(&engine.encode_state().unwrap()).unwrap();
+        saved
+            .save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
         let mut other = settings.clone();
         other.k = vec![1, 3];
         let running = StateFile::new(dir.path(), other.fingerprint(&windows));
@@ -1054,7 +1060,9 @@ mod tests {
             grades: vec![("click".into(), 1.0), ("view".into(), 0.0)],
         };
         let saved = StateFile::new(dir.path(), "k=[1]".into()).with_join_rules(rules.clone());
-        saved.save(&engine.encode_state().unwrap()).unwrap();
+        saved
+            .save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
         // A grade of -0 is 0: compared as numbers.
         let same = JoinRules {
             grades: vec![("click".into(), 1.0), ("view".into(), -0.0)],
@@ -1124,7 +1132,8 @@ mod tests {
         assert_eq!(engine.counters().shed_open_items, 2);
         assert_eq!(engine.counters().shed_open_credits, 3);
         let file = StateFile::new(dir.path(), "k=[1]".into());
-        file.save(&engine.encode_state().unwrap()).unwrap();
+        file.save(&engine.encode_state(Default::default()).unwrap())
+            .unwrap();
         let state = file.load().unwrap().unwrap().state;
         assert_eq!(state.later_counters(), engine.to_state().later_counters());
         let counted_before = state.counted_before.clone();

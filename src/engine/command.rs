@@ -6,7 +6,7 @@ use super::RawBatch;
 use crate::event::wire::WireError;
 use crate::event::Nanos;
 use crate::export::{Report, Snapshot};
-use crate::join::EncodedState;
+use crate::join::{EncodedState, StatePieces};
 use crate::proto::IngestAck;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -53,6 +53,8 @@ pub enum Command {
     },
     /// Send the state to save, encoded.
     State {
+        /// The pieces of the last save, to encode into first.
+        spare: StatePieces,
         /// Where the answer goes.
         reply: oneshot::Sender<postcard::Result<EncodedState>>,
     },

@@ -7,7 +7,7 @@ use super::command::{Applied, Command};
 use super::{EngineSettings, RawBatch};
 use crate::event::{Nanos, Validator};
 use crate::export::{Report, Snapshot};
-use crate::join::{EncodedState, Engine};
+use crate::join::{EncodedState, Engine, StatePieces};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -135,13 +135,16 @@ impl EngineHandle {
         answer.await.map_err(|_| EngineStopped)
     }
 
-    /// The engine's state, encoded to save, once the batches queued
-    /// before this call are applied: a save never misses a batch that was
-    /// acknowledged before it was asked for.
-    pub async fn state(&self) -> Result<postcard::Result<EncodedState>, EngineStopped> {
+    /// The engine's state, encoded to save into `spare`'s pieces first,
+    /// once the batches queued before this call are applied: a save never
+    /// misses a batch that was acknowledged before it was asked for.
+    pub async fn state(
+        &self,
+        spare: StatePieces,
+    ) -> Result<postcard::Result<EncodedState>, EngineStopped> {
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::State { reply })
+            .send(Command::State { spare, reply })
             .await
             .map_err(|_| EngineStopped)?;
         answer.await.map_err(|_| EngineStopped)

@@ -88,8 +88,8 @@ pub(super) async fn run(
                 .with_pending(&engine);
                 let _ = reply.send(report);
             }
-            Command::State { reply } => {
-                let _ = reply.send(engine.encode_state());
+            Command::State { spare, reply } => {
+                let _ = reply.send(engine.encode_state(spare));
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use super::{EngineHandle, EngineSettings};
 use crate::clock::Every;
-use crate::join::{Engine, JoinSettings};
+use crate::join::{Engine, JoinSettings, StatePieces};
 use crate::state::StateFile;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -171,11 +171,20 @@ fn warn_beyond_limits(restored: &Engine, limits: &JoinSettings) {
     }
 }
 
-/// Copies the engine's state and writes it off the engine task.
-async fn save(engine: &EngineHandle, file: &StateFile) -> anyhow::Result<()> {
-    let state = engine.state().await??;
+/// Has the engine encode its state into `spare` (the pieces of the last
+/// save, which this one leaves there), and writes it off the engine task.
+/// A state saved again and again is encoded into the same memory: new
+/// pieces at each save had held about two states beside the engine, the
+/// allocator keeping what each save freed for the thread that took it.
+async fn save(
+    engine: &EngineHandle,
+    file: &StateFile,
+    spare: &mut StatePieces,
+) -> anyhow::Result<()> {
+    let state = engine.state(std::mem::take(spare)).await??;
     let file = file.clone();
-    let written = tokio::task::spawn_blocking(move || file.save(&state)).await?;
+    let (written, state) = tokio::task::spawn_blocking(move || (file.save(&state), state)).await?;
+    *spare = state.pieces;
     match written {
         Ok(bytes) => {
             metrics::counter!(STATE_SAVES_TOTAL).increment(1);
@@ -232,8 +241,9 @@ async fn keep_saved(
     drained: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut every = Every::after_one(interval, shutdown);
+    let mut spare = StatePieces::default();
     while every.tick().await {
-        if let Err(error) = save(&engine, &file).await {
+        if let Err(error) = save(&engine, &file, &mut spare).await {
             tracing::error!(
                 error = format!("{error:#}"),
                 "periodic state save failed: a restart would restore the last state saved, or none"
@@ -241,7 +251,7 @@ async fn keep_saved(
         }
     }
     drained.cancelled().await;
-    save(&engine, &file).await?;
+    save(&engine, &file, &mut spare).await?;
     let marked = tokio::task::spawn_blocking(move || file.mark_clean()).await?;
     if let Err(error) = marked {
         tracing::warn!(%error, "could not mark the state as saved by a graceful shutdown: after a restart, the counters of /metrics start again from 0");

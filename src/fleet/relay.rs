@@ -207,8 +207,8 @@ impl Relay {
                     };
                     let _ = reply.send(report);
                 }
-                Command::State { reply } => {
-                    let _ = reply.send(self.engine.encode_state());
+                Command::State { spare, reply } => {
+                    let _ = reply.send(self.engine.encode_state(spare));
                 }
             }
         }

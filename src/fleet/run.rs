@@ -225,8 +225,8 @@ async fn answer(fleet: Arc<Fleet>, mut commands: mpsc::Receiver<Command>) {
                 };
                 let _ = reply.send(report);
             }
-            Command::State { reply } => {
-                let _ = reply.send(fleet.figures().encode_state());
+            Command::State { spare, reply } => {
+                let _ = reply.send(fleet.figures().encode_state(spare));
             }
         }
     }

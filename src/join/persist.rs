@@ -136,32 +136,52 @@ pub struct EncodedState {
 /// Bytes in pieces, as a postcard flavor writes them: each piece is `HEAD`
 /// bytes left for its reader to fill in, then up to `BODY` bytes of what
 /// was written. Hundreds of megabytes are thus never one block, and are
-/// not copied as they grow.
+/// not copied as they grow. The pieces of an earlier writing can be
+/// written again ([`Pieces::reusing`]), so that writing the same state
+/// again and again takes no new memory.
 #[derive(Default)]
-pub struct Pieces<const HEAD: usize, const BODY: usize>(Vec<Vec<u8>>);
+pub struct Pieces<const HEAD: usize, const BODY: usize> {
+    pieces: Vec<Vec<u8>>,
+    /// Emptied pieces to write before any new one is taken.
+    spare: Vec<Vec<u8>>,
+}
 
 /// The pieces of an encoded state: 1 MiB each, no head.
 pub type StatePieces = Pieces<0, { 1 << 20 }>;
 
 impl<const HEAD: usize, const BODY: usize> Pieces<HEAD, BODY> {
+    /// No pieces, to be written into `old`'s before any new one is
+    /// taken; those left unwritten are let go when the writing ends.
+    pub fn reusing(old: Self) -> Self {
+        let mut spare = old.pieces;
+        spare.reverse();
+        for piece in &mut spare {
+            piece.clear();
+        }
+        Self {
+            pieces: Vec::new(),
+            spare,
+        }
+    }
+
     /// The pieces, in order, heads included.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + Clone {
-        self.0.iter().map(Vec::as_slice)
+        self.pieces.iter().map(Vec::as_slice)
     }
 
     /// The pieces, in order, heads included, to fill the heads in.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
-        self.0.iter_mut().map(Vec::as_mut_slice)
+        self.pieces.iter_mut().map(Vec::as_mut_slice)
     }
 
     /// How many pieces there are.
     pub fn count(&self) -> usize {
-        self.0.len()
+        self.pieces.len()
     }
 
     /// The bytes written, heads left out.
     pub fn written(&self) -> usize {
-        self.0.iter().map(|piece| piece.len() - HEAD).sum()
+        self.pieces.iter().map(|piece| piece.len() - HEAD).sum()
     }
 }
 
@@ -175,12 +195,13 @@ impl<const HEAD: usize, const BODY: usize> postcard::ser_flavors::Flavor for Pie
     fn try_extend(&mut self, mut data: &[u8]) -> postcard::Result<()> {
         let full = HEAD + BODY;
         while !data.is_empty() {
-            if self.0.last().is_none_or(|piece| piece.len() == full) {
-                let mut piece = Vec::with_capacity(full);
+            if self.pieces.last().is_none_or(|piece| piece.len() == full) {
+                let mut piece = self.spare.pop().unwrap_or_default();
+                piece.reserve_exact(full);
                 piece.resize(HEAD, 0);
-                self.0.push(piece);
+                self.pieces.push(piece);
             }
-            let Some(piece) = self.0.last_mut() else {
+            let Some(piece) = self.pieces.last_mut() else {
                 break;
             };
             let (now, later) = data.split_at(data.len().min(full - piece.len()));
@@ -190,7 +211,8 @@ impl<const HEAD: usize, const BODY: usize> postcard::ser_flavors::Flavor for Pie
         Ok(())
     }
 
-    fn finalize(self) -> postcard::Result<Self> {
+    fn finalize(mut self) -> postcard::Result<Self> {
+        self.spare = Vec::new();
         Ok(self)
     }
 }
@@ -275,8 +297,9 @@ impl EngineState {
 
 impl Engine {
     /// The whole state, encoded as [`Engine::to_state`]'s `EngineState`
-    /// encodes, without that copy of every user.
-    pub fn encode_state(&self) -> postcard::Result<EncodedState> {
+    /// encodes, without that copy of every user, into `spare`'s pieces
+    /// first (those of the last save).
+    pub fn encode_state(&self, spare: StatePieces) -> postcard::Result<EncodedState> {
         let pieces = postcard::serialize_with_flavor(
             &StateRef {
                 max_time: self.max_time,
@@ -287,7 +310,7 @@ impl Engine {
                 counters: self.counters.clone(),
                 users: UsersAhead(sorted_user_refs(&self.shards), &self.items),
             },
-            StatePieces::default(),
+            StatePieces::reusing(spare),
         )?;
         let counted_before = self.counted_before();
         Ok(EncodedState {
@@ -403,8 +426,15 @@ mod tests {
                 engine.reset_exported_counters();
             }
         }
-        let encoded = engine.encode_state().unwrap();
-        assert!(encoded.pieces.iter().count() > 1, "more than one piece");
+        let first = engine.encode_state(Default::default()).unwrap();
+        let pieces = first.pieces.count();
+        assert!(pieces > 1, "more than one piece");
+        let memory = |pieces: &StatePieces| pieces.iter().map(<[u8]>::as_ptr).collect::<Vec<_>>();
+        let spare = memory(&first.pieces);
+        // Into the pieces of the first: the same bytes, in the same memory.
+        let encoded = engine.encode_state(first.pieces).unwrap();
+        assert_eq!(encoded.pieces.count(), pieces);
+        assert_eq!(memory(&encoded.pieces), spare);
         let bytes: Vec<u8> = encoded.pieces.iter().flatten().copied().collect();
         let state = engine.to_state();
         assert_eq!(bytes, postcard::to_stdvec(&state).unwrap());

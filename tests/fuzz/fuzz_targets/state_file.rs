@@ -47,7 +47,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .expect("defaults resolve");
     let join = settings.join(&WINDOWS);
     let engine = Engine::new(join.clone(), settings.evaluator());
-    file.save(&engine.encode_state().expect("an empty state encodes"))
+    file.save(&engine.encode_state(Default::default()).expect("an empty state encodes"))
         .expect("an empty state saves");
     let saved = std::fs::read(file.path()).expect("the saved state reads back");
     let payload = &saved[HEADER_LEN..];
@@ -91,5 +91,5 @@ fn serve(fixture: &Fixture, state: rankwatch::join::EngineState) {
     render(&mut Text::default(), &Snapshot::of(&engine, None), &WINDOWS, now);
     engine.finish();
     render(&mut Text::default(), &Snapshot::of(&engine, None), &WINDOWS, now);
-    let _ = engine.encode_state();
+    let _ = engine.encode_state(Default::default());
 }
