@@ -564,7 +564,7 @@ impl StateFile {
         // a payload that does not match its checksum is not decoded.
         let (version, file) = self.read_checked(length)?;
         let undecodable = |e: postcard::Error| corrupt(&format!("undecodable: {e}"));
-        let mut decoder = Deserializer::from_flavor(Streamed::new(file.payload()));
+        let mut decoder = Deserializer::from_flavor(Streamed::new(file.payload()?));
         let (fingerprint, mut state) =
             <(String, EngineState)>::deserialize(&mut decoder).map_err(undecodable)?;
         let mut rest = Vec::new();
@@ -647,7 +647,7 @@ impl StateFile {
         if Some(length) != payload.len.checked_add(HEADER_LEN as u64) {
             return Err(corrupt(SHORT));
         }
-        let mut read = payload.payload();
+        let mut read = payload.payload()?;
         io::copy(&mut read, &mut io::sink()).map_err(io_error)?;
         payload.check(read.into_inner())?;
         Ok((version, payload))
@@ -733,27 +733,30 @@ struct Payload<'a> {
 }
 
 impl Payload<'_> {
-    /// Its bytes from the start, checksummed as they are read, and one
-    /// more if the file grew since its length was taken (a file written to
-    /// since is then found to differ from its header).
-    fn payload(&self) -> io::BufReader<Checksummed<io::Take<&File>>> {
+    /// A reading of its bytes from their start, checksummed as they are
+    /// read, and one more if the file grew since its length was taken (a
+    /// file written to since is then found to differ from its header).
+    fn payload(&self) -> Result<io::BufReader<Checksummed<io::Take<&File>>>, StateError> {
+        use std::io::Seek;
+        (&self.file)
+            .seek(io::SeekFrom::Start(HEADER_LEN as u64))
+            .map_err(|source| self.state.io_error(source))?;
         let reader = (&self.file).take(self.len.saturating_add(1));
-        io::BufReader::with_capacity(READ_BYTES, Checksummed::new(reader))
+        Ok(io::BufReader::with_capacity(
+            READ_BYTES,
+            Checksummed::new(reader),
+        ))
     }
 
     /// Whether `read`, having read to the payload's end, read the payload
     /// its header gives.
     fn check<R>(&self, read: Checksummed<R>) -> Result<(), StateError> {
-        use std::io::Seek;
         if read.bytes != self.len {
             return Err(self.state.corrupt(SHORT));
         }
         if read.checksum.digest() != self.checksum {
             return Err(self.state.corrupt("checksum mismatch"));
         }
-        (&self.file)
-            .seek(io::SeekFrom::Start(HEADER_LEN as u64))
-            .map_err(|source| self.state.io_error(source))?;
         Ok(())
     }
 }

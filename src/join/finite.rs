@@ -36,8 +36,15 @@ type Done = Result<(), NotFinite>;
 
 /// Passes over a value that holds no float.
 macro_rules! no_float {
-    ($($method:ident($type:ty)),* $(,)?) => {
-        $(fn $method(self, _: $type) -> Done { Ok(()) })*
+    ($($method:ident($($type:ty),*)),* $(,)?) => {
+        $(fn $method(self, $(_: $type),*) -> Done { Ok(()) })*
+    };
+}
+
+/// Starts a compound value, whose parts are visited in turn.
+macro_rules! compound {
+    ($($method:ident($($type:ty),*)),* $(,)?) => {
+        $(fn $method(self, $(_: $type),*) -> Result<Self, NotFinite> { Ok(self) })*
     };
 }
 
@@ -67,7 +74,20 @@ impl ser::Serializer for Finite {
         serialize_char(char),
         serialize_str(&str),
         serialize_bytes(&[u8]),
+        serialize_none(),
+        serialize_unit(),
         serialize_unit_struct(&'static str),
+        serialize_unit_variant(&'static str, u32, &'static str),
+    );
+
+    compound!(
+        serialize_seq(Option<usize>),
+        serialize_tuple(usize),
+        serialize_tuple_struct(&'static str, usize),
+        serialize_tuple_variant(&'static str, u32, &'static str, usize),
+        serialize_map(Option<usize>),
+        serialize_struct(&'static str, usize),
+        serialize_struct_variant(&'static str, u32, &'static str, usize),
     );
 
     fn serialize_f32(self, v: f32) -> Done {
@@ -78,20 +98,8 @@ impl ser::Serializer for Finite {
         v.is_finite().then_some(()).ok_or(NotFinite)
     }
 
-    fn serialize_none(self) -> Done {
-        Ok(())
-    }
-
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Done {
         value.serialize(self)
-    }
-
-    fn serialize_unit(self) -> Done {
-        Ok(())
-    }
-
-    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Done {
-        Ok(())
     }
 
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> Done {
@@ -106,46 +114,6 @@ impl ser::Serializer for Finite {
         value: &T,
     ) -> Done {
         value.serialize(self)
-    }
-
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self, NotFinite> {
-        Ok(self)
-    }
-
-    fn serialize_tuple(self, _: usize) -> Result<Self, NotFinite> {
-        Ok(self)
-    }
-
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, NotFinite> {
-        Ok(self)
-    }
-
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self, NotFinite> {
-        Ok(self)
-    }
-
-    fn serialize_map(self, _: Option<usize>) -> Result<Self, NotFinite> {
-        Ok(self)
-    }
-
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, NotFinite> {
-        Ok(self)
-    }
-
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self, NotFinite> {
-        Ok(self)
     }
 }
 
