@@ -431,14 +431,20 @@ impl StateFile {
         let unusable = |problem| UnusableDir::new(dir, problem);
         ensure_dir(dir)?;
         let temporary = self.temporary();
-        let stale = fs::symlink_metadata(&temporary).is_ok();
+        let stale = fs::symlink_metadata(&temporary);
+        if stale.as_ref().is_ok_and(|stale| stale.is_dir()) && fs::remove_dir(&temporary).is_err() {
+            return Err(unusable(format!(
+                "holds a directory that is not empty at {}, where a save writes its temporary file: move it away",
+                temporary.display()
+            )));
+        }
         create_new(&temporary)
             .and_then(|mut file| file.write_all(MAGIC))
             .and_then(|()| fs::remove_file(&temporary))
             .map_err(|error| {
                 unusable(format!("is not writable ({error}): fix its permissions or free space, or point state_dir at a writable directory"))
             })?;
-        Ok(stale.then_some(temporary))
+        Ok(stale.is_ok().then_some(temporary))
     }
 
     /// Writes `state` atomically; returns the bytes written. The payload
@@ -557,6 +563,16 @@ impl StateFile {
         let length = match fs::metadata(&self.path) {
             Ok(metadata) if metadata.is_file() => metadata.len(),
             Ok(_) => return Err(corrupt("not a regular file")),
+            // A link whose file is gone (a volume not mounted, say) is not
+            // "no state": it is set aside, counted and logged.
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && fs::symlink_metadata(&self.path).is_ok() =>
+            {
+                return Err(corrupt(
+                    "a link to nothing (its file is gone or not mounted)",
+                ))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(io_error(source)),
         };
@@ -998,6 +1014,42 @@ mod tests {
                 "state_dir {} is a file, not a directory: point state_dir at a directory (it is created if missing), or move the file away",
                 not_a_dir.display()
             )
+        );
+    }
+
+    #[test]
+    fn a_link_to_nothing_in_the_state_files_place_is_set_aside_not_taken_as_no_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path(), String::new());
+        std::os::unix::fs::symlink(dir.path().join("gone"), file.path()).unwrap();
+        let error = file
+            .load()
+            .err()
+            .expect("a link to nothing was taken as no state");
+        assert!(
+            matches!(error, StateError::Corrupt { .. })
+                && error.to_string().contains("a link to nothing"),
+            "{error}"
+        );
+        let aside = file.set_aside().unwrap();
+        assert!(
+            fs::symlink_metadata(aside).unwrap().is_symlink(),
+            "the link itself is kept"
+        );
+    }
+
+    #[test]
+    fn a_directory_in_the_temporary_files_place_is_named_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path(), String::new());
+        fs::create_dir_all(file.temporary().join("something")).unwrap();
+        let error = file.prepare().unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "a directory that is not empty at {}",
+                file.temporary().display()
+            )) && error.contains("move it away"),
+            "{error}"
         );
     }
 
