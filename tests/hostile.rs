@@ -498,16 +498,16 @@ async fn unary_calls_past_max_inflight_batches_are_refused_and_counted() {
     assert_eq!(metrics["rankwatch_streams_refused_total"], refused as f64);
 }
 
-/// A server with `max_concurrent_reports` = `max`, holding 200 groups of
-/// 16 cutoffs, their lists final once an event an hour later moves `T`
-/// on: a report of some megabytes, more than HTTP/2 buffers for a stream
+/// A server with the report limits `limits`, holding 200 groups of 16
+/// cutoffs, their lists final once an event an hour later moves `T` on: a
+/// report of some megabytes, more than HTTP/2 buffers for a stream
 /// whatever its reader's window (400 KiB).
-async fn server_with_a_large_report(max: &str) -> Server {
+async fn server_with_a_large_report(limits: &[&str]) -> Server {
     let k = (1..=16)
         .map(|k| k.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let server = Server::exact(&["--max-concurrent-reports", max, "--k", &k]);
+    let server = Server::exact(&[limits, &["--k", &k]].concat());
     let mut events: Vec<_> = (0..200)
         .map(|i| {
             event(&format!(
@@ -530,8 +530,19 @@ async fn server_with_a_large_report(max: &str) -> Server {
 /// the answer's body: the server holds the rest of the report until the
 /// returned call and client are dropped.
 async fn unread_report(server: &Server) -> UnreadReport {
+    unread_report_from(server, std::net::Ipv4Addr::LOCALHOST.into())
+        .await
+        .unwrap()
+}
+
+/// [`unread_report`] from the loopback address `client`, or its refusal.
+async fn unread_report_from(
+    server: &Server,
+    client: std::net::IpAddr,
+) -> Result<UnreadReport, tonic::Status> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
         .unwrap()
+        .local_address(Some(client))
         .initial_stream_window_size(Some(1024))
         .initial_connection_window_size(Some(1024))
         .connect()
@@ -543,8 +554,8 @@ async fn unread_report(server: &Server) -> UnreadReport {
     let path =
         tonic::codegen::http::uri::PathAndQuery::from_static("/rankwatch.v1.Evaluation/GetMetrics");
     let request = tonic::Request::new(proto::GetMetricsRequest::default());
-    let unread = reader.server_streaming(request, path, codec).await.unwrap();
-    (unread, reader)
+    let unread = reader.server_streaming(request, path, codec).await?;
+    Ok((unread, reader))
 }
 
 /// A call whose answer is not read, and its client.
@@ -559,7 +570,7 @@ type UnreadReport = (
 /// and the client told why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
-    let server = server_with_a_large_report("1").await;
+    let server = server_with_a_large_report(&["--max-concurrent-reports", "1"]).await;
     let unread = unread_report(&server).await;
 
     let answer = server
@@ -600,7 +611,9 @@ async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
     };
     assert_eq!(server.report().await.groups.len(), 200);
     let refused = |endpoint: &str| {
-        metrics[&format!(r#"rankwatch_reports_refused_total{{endpoint="{endpoint}"}}"#)]
+        metrics[&format!(
+            r#"rankwatch_reports_refused_total{{endpoint="{endpoint}",reason="max_concurrent_reports"}}"#
+        )]
     };
     assert_eq!(refused("GetMetrics"), 1.0);
     assert!(refused("metrics") >= 1.0);
@@ -615,7 +628,13 @@ async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
 /// answers left unread) no longer make Prometheus's scrapes fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_held_by_queries_leave_room_for_scrapes() {
-    let server = server_with_a_large_report("4").await;
+    let limits = [
+        "--max-concurrent-reports",
+        "4",
+        "--max-reports-per-client",
+        "4",
+    ];
+    let server = server_with_a_large_report(&limits).await;
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(unread_report(&server).await);
@@ -631,13 +650,44 @@ async fn reports_held_by_queries_leave_room_for_scrapes() {
     assert_eq!(status, 200, "{body}");
     let metrics = parse_metrics(&body);
     assert_eq!(
-        metrics[r#"rankwatch_reports_refused_total{endpoint="GetMetrics"}"#],
+        metrics[r#"rankwatch_reports_refused_total{endpoint="GetMetrics",reason="max_concurrent_reports"}"#],
         1.0
     );
     assert_eq!(
-        metrics[r#"rankwatch_reports_refused_total{endpoint="metrics"}"#],
+        metrics[r#"rankwatch_reports_refused_total{endpoint="metrics",reason="max_concurrent_reports"}"#],
         0.0
     );
+}
+
+/// One client address holds at most `max_reports_per_client` reports over
+/// gRPC too (half of four by default): its third `GetMetrics` left unread
+/// is refused, saying which limit, while another address is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holds_at_most_its_share_of_grpc_reports() {
+    let server = server_with_a_large_report(&["--max-concurrent-reports", "4"]).await;
+    let one = std::net::Ipv4Addr::LOCALHOST.into();
+    let held = [unread_report(&server).await, unread_report(&server).await];
+    let Err(refused) = unread_report_from(&server, one).await else {
+        panic!("a third report was answered to one client holding two");
+    };
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("max_reports_per_client"),
+        "{refused:?}"
+    );
+    let other = std::net::Ipv4Addr::new(127, 0, 0, 2).into();
+    let answered = unread_report_from(&server, other).await;
+    assert!(answered.is_ok(), "{:?}", answered.err());
+    let metrics = parse_metrics(
+        &server
+            .get_from(std::net::Ipv4Addr::new(127, 0, 0, 3).into(), "/metrics")
+            .1,
+    );
+    assert_eq!(
+        metrics[r#"rankwatch_reports_refused_total{endpoint="GetMetrics",reason="max_reports_per_client"}"#],
+        1.0
+    );
+    drop((held, answered));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -789,7 +839,7 @@ async fn a_scrape_holds_about_its_own_length_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
     use std::io::Write;
-    let server = server_with_large_metrics(&[], 240).await;
+    let server = server_with_large_metrics(&["--max-reports-per-client", "8"], 240).await;
     let pid = server.child.id();
     let (status, text) = server.get("/metrics");
     assert_eq!(status, 200);
@@ -818,6 +868,42 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
     drop(unread);
 }
 
+/// One client cannot hold every report: eight scrapes left unread from one
+/// address take `max_reports_per_client` permits (half of the eight by
+/// default) and the rest are refused, so that Prometheus, scraping from
+/// another address, is answered. The eight had held every permit until
+/// `http_send_timeout`, and every scrape meanwhile was answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_leaving_scrapes_unread_cannot_keep_out_another() {
+    use std::io::Write;
+    let server = server_with_large_metrics(&[], 240).await;
+    let unread: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(server.http).unwrap();
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
+                .unwrap();
+            stream
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let prometheus = std::net::Ipv4Addr::new(127, 0, 0, 2).into();
+    let (status, body) = server.get_from(prometheus, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    let metrics = parse_metrics(&body);
+    let refused = |reason: &str| {
+        metrics
+            [&format!(r#"rankwatch_reports_refused_total{{endpoint="metrics",reason="{reason}"}}"#)]
+    };
+    assert_eq!(refused("max_reports_per_client"), 4.0);
+    assert_eq!(refused("max_concurrent_reports"), 0.0);
+    assert_eq!(
+        metrics[r#"rankwatch_limit{limit="max_reports_per_client"}"#],
+        4.0
+    );
+    drop(unread);
+}
+
 /// A scrape whose reader goes at once ends its rendering and gives back
 /// its permit only then: a burst of such scrapes renders no more texts at
 /// once than `max_concurrent_reports` allows. Each had rendered on, a
@@ -825,7 +911,13 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrapes_whose_readers_leave_at_once_render_no_more_than_the_permits_allow() {
     use std::io::Write;
-    let server = server_with_large_metrics(&["--max-concurrent-reports", "2"], 240).await;
+    let args = [
+        "--max-concurrent-reports",
+        "2",
+        "--max-reports-per-client",
+        "2",
+    ];
+    let server = server_with_large_metrics(&args, 240).await;
     let pid = server.child.id();
     let threads = || {
         std::fs::read_dir(format!("/proc/{pid}/task"))

@@ -275,6 +275,7 @@ pub struct FileSettings {
     http_send_timeout: Option<Duration>,
     max_http_connections: Option<usize>,
     max_concurrent_reports: Option<usize>,
+    max_reports_per_client: Option<usize>,
     max_grpc_connections: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     grpc_handshake_timeout: Option<Duration>,

@@ -102,6 +102,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_REPORTS",
         help = help("Limit: most reports (/metrics, /api/status, /api/history, GetMetrics) rendered or held for their readers at once; more are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted. A quarter of them (at least one, from 2 on) is kept for /metrics", defaults::MAX_CONCURRENT_REPORTS))]
     pub max_concurrent_reports: Option<usize>,
+    /// Limit: most reports one client address may hold at once.
+    #[arg(long, env = "RANKWATCH_MAX_REPORTS_PER_CLIENT",
+        help = help("Limit: most of max_concurrent_reports one client address may hold at once; more from it are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted, so that one host leaving reports unread cannot refuse Prometheus's scrapes from another", "half of max_concurrent_reports, at least 1"))]
+    pub max_reports_per_client: Option<usize>,
     /// Limit: most open gRPC connections.
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
         help = help("Limit: most open gRPC connections; a new one past them closes the one quiet the longest with no RPC open, or is refused", defaults::MAX_GRPC_CONNECTIONS))]
@@ -193,7 +197,7 @@ impl ServerSettings {
         );
         let http_idle = pick!(args, file, http_idle_timeout, defaults::HTTP_IDLE_TIMEOUT);
         let http_send = pick!(args, file, http_send_timeout, defaults::HTTP_SEND_TIMEOUT);
-        let (http, reports) = http_connections(args, file)?;
+        let (http, reports, per_client) = http_connections(args, file)?;
         let history = status_history(args, file)?;
         Ok(Self {
             tls: TlsSettings::resolve(args, file)?,
@@ -221,6 +225,7 @@ impl ServerSettings {
             http_send_timeout: positive("http_send_timeout", http_send)?,
             max_http_connections: http,
             max_concurrent_reports: reports,
+            max_reports_per_client: per_client,
             max_grpc_connections: grpc.max_connections,
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,
@@ -231,10 +236,13 @@ impl ServerSettings {
     }
 }
 
-/// `max_http_connections` and `max_concurrent_reports`: more connections
-/// than reports, so that connections held by reports sent to slow readers
-/// leave room for probes.
-fn http_connections(args: &ServerArgs, file: &FileSettings) -> Result<(usize, usize), ConfigError> {
+/// `max_http_connections`, `max_concurrent_reports` and
+/// `max_reports_per_client`: more connections than reports, so that
+/// connections held by reports sent to slow readers leave room for probes.
+fn http_connections(
+    args: &ServerArgs,
+    file: &FileSettings,
+) -> Result<(usize, usize, usize), ConfigError> {
     let http = at_least_one(
         "max_http_connections",
         pick!(
@@ -259,7 +267,11 @@ fn http_connections(args: &ServerArgs, file: &FileSettings) -> Result<(usize, us
             format!("{http} is not more than max_concurrent_reports ({reports}): reports held by slow readers could take every connection and keep probes out; allow more connections or fewer reports"),
         ));
     }
-    Ok((http, reports))
+    let per_client = at_least_one(
+        "max_reports_per_client",
+        pick!(args, file, max_reports_per_client, (reports / 2).max(1)),
+    )?;
+    Ok((http, reports, per_client))
 }
 
 /// `state_dir`, which names a directory when it is set.

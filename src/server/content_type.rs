@@ -6,7 +6,7 @@
 //! which keeps the connection from being closed to make room for another.
 
 use super::connection_slots::WithCall;
-use super::grpc_limits::call_of;
+use super::grpc_limits::{call_of, client_of};
 use super::reports::{self, Answer, ReportPermits};
 use std::task::{Context, Poll};
 use tonic::codegen::{http, Service};
@@ -92,7 +92,10 @@ where
         let call = call_of(&request);
         let answer = match &self.reports {
             None => Box::pin(self.service.call(request)),
-            Some(permits) => reports::held(permits, || self.service.call(request)),
+            Some(permits) => {
+                let client = client_of(&request);
+                reports::held(permits, client, || self.service.call(request))
+            }
         };
         let Some(call) = call else {
             return answer;

@@ -17,6 +17,7 @@ use super::telemetry::{
 };
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -215,16 +216,23 @@ impl AsyncWrite for BoundedConnection {
     }
 }
 
-/// What a request learns of its connection: its slot, for its call.
+/// What a request learns of its connection: its slot, for its call, and
+/// its client's address, when known.
 #[derive(Clone, Debug)]
-pub struct ConnectionSlot(Arc<Slot>);
+pub struct ConnectionSlot(Arc<Slot>, Option<IpAddr>);
 
 impl Connected for BoundedConnection {
     type ConnectInfo = ConnectionSlot;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        ConnectionSlot(self.held.slot().clone())
+        let client = self.stream.peer_addr().ok().map(|addr| addr.ip());
+        ConnectionSlot(self.held.slot().clone(), client)
     }
+}
+
+/// The address of the client `request` came from, when known.
+pub fn client_of<B>(request: &http::Request<B>) -> Option<IpAddr> {
+    request.extensions().get::<ConnectionSlot>()?.1
 }
 
 /// A call open on the connection `request` came on (tonic puts the

@@ -32,6 +32,7 @@ use axum::serve::{IncomingStream, Listener};
 use axum::Router;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -128,6 +129,13 @@ async fn answer(
 #[derive(Clone, Debug)]
 pub struct Requests(Arc<RequestCounts>);
 
+impl Requests {
+    /// The address of the connection's client, when known.
+    pub fn client(&self) -> Option<IpAddr> {
+        self.0.client
+    }
+}
+
 /// A request is being answered while more were started than answered.
 #[derive(Debug)]
 struct RequestCounts {
@@ -136,6 +144,8 @@ struct RequestCounts {
     /// The connection's slot, with a call open while a request is answered
     /// and its response sent.
     slot: Arc<Slot>,
+    /// The client's address, when known.
+    client: Option<IpAddr>,
 }
 
 impl Connected<IncomingStream<'_, BoundedListener>> for Requests {
@@ -187,6 +197,7 @@ impl BoundedStream {
             started: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             slot: held.slot().clone(),
+            client: stream.peer_addr().ok().map(|addr| addr.ip()),
         }));
         Self {
             stream,

@@ -128,7 +128,10 @@ pub async fn run(
         status,
     } = served;
     let (drain, tasks) = Drain::new();
-    let permits = reports::ReportPermits::new(settings.max_concurrent_reports);
+    let permits = reports::ReportPermits::new(
+        settings.max_concurrent_reports,
+        settings.max_reports_per_client,
+    );
     let grpc = grpc_server(
         (settings, listeners.grpc_server),
         (engine.clone(), permits.clone()),

@@ -9,19 +9,25 @@
 //! A quarter of them (at least one, when there are two or more) only
 //! `/metrics` may take: any client that reaches the gRPC listener could
 //! otherwise hold every permit with `GetMetrics` calls, and Prometheus's
-//! scrapes would fail.
+//! scrapes would fail. And one client address holds at most
+//! `max_reports_per_client` of them (half, by default): eight scrapes left
+//! unread from one host had held every permit until `http_send_timeout`,
+//! refusing Prometheus's scrapes from another.
 //!
 //! A report is handed to its connection a slice at a time ([`Sliced`]):
 //! HTTP/1 and HTTP/2 ask for the next slice only once they have room for
 //! it, so the permit is held until the client has taken nearly all of the
 //! report, not just until the report was handed over in one piece.
 
+use super::http_limits::Requests;
 use super::telemetry::REPORTS_REFUSED_TOTAL;
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::http;
@@ -43,6 +49,10 @@ const SLICE: usize = 64 * 1024;
 /// The `endpoint` label of Prometheus's scrapes, which have permits of their own.
 const SCRAPE: &str = "metrics";
 
+/// The `reason` labels of a refusal: the limit that was reached.
+const ALL_HELD: &str = "max_concurrent_reports";
+const CLIENT_HOLDS_ITS_SHARE: &str = "max_reports_per_client";
+
 /// Permits for the reports rendered or held at once.
 #[derive(Clone, Debug)]
 pub struct ReportPermits {
@@ -50,40 +60,119 @@ pub struct ReportPermits {
     shared: Arc<Semaphore>,
     /// Permits only a scrape of `/metrics` may take, tried first.
     scrapes: Arc<Semaphore>,
+    /// Most permits one client address may hold.
+    per_client: usize,
+    /// The permits each client address holds, for those that hold any.
+    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 impl ReportPermits {
     /// Room for `max` reports at once, a quarter of it (at least one when
-    /// `max` is two or more) kept for scrapes; the refusals are counted from 0.
-    pub fn new(max: usize) -> Self {
-        for (_, endpoint) in HTTP_REPORTS {
-            metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).absolute(0);
+    /// `max` is two or more) kept for scrapes, and `per_client` for one
+    /// client address; the refusals are counted from 0.
+    pub fn new(max: usize, per_client: usize) -> Self {
+        let endpoints = HTTP_REPORTS.map(|(_, endpoint)| endpoint);
+        for endpoint in endpoints.into_iter().chain([GRPC_REPORT]) {
+            for reason in [ALL_HELD, CLIENT_HOLDS_ITS_SHARE] {
+                metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint, "reason" => reason)
+                    .absolute(0);
+            }
         }
-        metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => GRPC_REPORT).absolute(0);
         let scrapes = if max >= 2 { (max / 4).max(1) } else { 0 };
         Self {
             shared: Arc::new(Semaphore::new(max - scrapes)),
             scrapes: Arc::new(Semaphore::new(scrapes)),
+            per_client,
+            clients: Arc::default(),
         }
     }
 
-    /// A permit for one report to `endpoint`, or `None` (counted) when all
-    /// it may take are held.
-    pub fn try_hold(&self, endpoint: &'static str) -> Option<OwnedSemaphorePermit> {
+    /// A permit for one report to `endpoint` asked for by `client` (its
+    /// address, when known), or what to tell it (counted) when all it may
+    /// take are held: all of them, or its address's share.
+    pub fn try_hold(
+        &self,
+        endpoint: &'static str,
+        client: Option<IpAddr>,
+    ) -> Result<ReportPermit, &'static str> {
         let own = (endpoint == SCRAPE)
             .then(|| self.scrapes.clone().try_acquire_owned().ok())
             .flatten();
-        let permit = own.or_else(|| self.shared.clone().try_acquire_owned().ok());
-        if permit.is_none() {
-            metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint).increment(1);
+        let permit = own
+            .or_else(|| self.shared.clone().try_acquire_owned().ok())
+            .ok_or_else(|| refused(endpoint, ALL_HELD, REFUSED))?;
+        let share = match client {
+            Some(client) => Some(
+                self.client_share(client)
+                    .ok_or_else(|| refused(endpoint, CLIENT_HOLDS_ITS_SHARE, REFUSED_TO_CLIENT))?,
+            ),
+            None => None,
+        };
+        Ok(ReportPermit {
+            _permit: permit,
+            _share: share,
+        })
+    }
+
+    /// One more of `client`'s share of the permits, or `None` when it holds
+    /// all of it.
+    fn client_share(&self, client: IpAddr) -> Option<ClientShare> {
+        // A client over IPv4 on a dual-stack listener is the same client.
+        let client = client.to_canonical();
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = clients.entry(client).or_default();
+        if *held >= self.per_client {
+            return None;
         }
-        permit
+        *held += 1;
+        Some(ClientShare {
+            client,
+            clients: self.clients.clone(),
+        })
     }
 }
 
-/// What a refused report's client is told.
-pub const REFUSED: &str =
+/// Counts a refusal of a report to `endpoint` for `reason`; `message`, to tell its client.
+fn refused(endpoint: &'static str, reason: &'static str, message: &'static str) -> &'static str {
+    metrics::counter!(REPORTS_REFUSED_TOTAL, "endpoint" => endpoint, "reason" => reason)
+        .increment(1);
+    message
+}
+
+/// A report's permit, with its client's share when its address is known.
+#[derive(Debug)]
+pub struct ReportPermit {
+    /// Given back when dropped.
+    _permit: OwnedSemaphorePermit,
+    _share: Option<ClientShare>,
+}
+
+/// One of the permits a client address holds, given back when dropped.
+#[derive(Debug)]
+struct ClientShare {
+    client: IpAddr,
+    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for ClientShare {
+    fn drop(&mut self) {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = clients.get_mut(&self.client) {
+            *held -= 1;
+            if *held == 0 {
+                clients.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// What a report's client is told when every permit is held.
+const REFUSED: &str =
     "too many reports are being rendered or sent at once (max_concurrent_reports); retry shortly";
+
+/// What a report's client is told when its address holds its share.
+const REFUSED_TO_CLIENT: &str =
+    "this client address has as many reports being rendered or sent as it may (max_reports_per_client); read or close them, or retry shortly";
 
 /// A report's permit, shared by its answer and by what renders it while
 /// it is sent (`/metrics`, on a thread of its own): given back once both
@@ -92,12 +181,12 @@ pub const REFUSED: &str =
 #[derive(Clone, Debug)]
 pub struct HeldPermit {
     /// Given back when the last holder lets go.
-    _permit: Arc<OwnedSemaphorePermit>,
+    _permit: Arc<ReportPermit>,
 }
 
 impl HeldPermit {
     /// `permit`, to share.
-    fn new(permit: OwnedSemaphorePermit) -> Self {
+    fn new(permit: ReportPermit) -> Self {
         Self {
             _permit: Arc::new(permit),
         }
@@ -191,20 +280,13 @@ pub async fn hold_http(
         // Probes and the page's files: small, and never refused.
         return next.run(request).await;
     };
-    let Some(permit) = permits.try_hold(endpoint) else {
-        let mut refused =
-            axum::response::Response::new(axum::body::Body::from(format!("{REFUSED}\n")));
-        *refused.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-        let headers = refused.headers_mut();
-        headers.insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from_static("1"),
-        );
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain"),
-        );
-        return refused;
+    let client = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<Requests>>()
+        .and_then(|info| info.0.client());
+    let permit = match permits.try_hold(endpoint, client) {
+        Ok(permit) => permit,
+        Err(message) => return refused_http(message),
     };
     let permit = HeldPermit::new(permit);
     request.extensions_mut().insert(permit.clone());
@@ -213,17 +295,40 @@ pub async fn hold_http(
         .map(|body| axum::body::Body::new(Sliced::new(body, permit)))
 }
 
-/// The answer of a gRPC `call` that renders a report, held by a permit of
-/// `permits` until its reader has taken it; refused at once when all are
-/// held.
-pub fn held<F, E>(permits: &ReportPermits, call: impl FnOnce() -> F) -> Answer<E>
+/// HTTP's answer to a refused report: 503, to retry after a second.
+fn refused_http(message: &str) -> axum::response::Response {
+    let mut refused = axum::response::Response::new(axum::body::Body::from(format!("{message}\n")));
+    *refused.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    let headers = refused.headers_mut();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    refused
+}
+
+/// The answer of a gRPC `call` from `client` that renders a report, held
+/// by a permit of `permits` until its reader has taken it; refused at once
+/// when all it may take are held.
+pub fn held<F, E>(
+    permits: &ReportPermits,
+    client: Option<IpAddr>,
+    call: impl FnOnce() -> F,
+) -> Answer<E>
 where
     F: Future<Output = Result<http::Response<tonic::body::Body>, E>> + Send + 'static,
     E: Send + 'static,
 {
-    let Some(permit) = permits.try_hold(GRPC_REPORT) else {
-        let refused = Status::resource_exhausted(REFUSED).into_http();
-        return Box::pin(std::future::ready(Ok(refused)));
+    let permit = match permits.try_hold(GRPC_REPORT, client) {
+        Ok(permit) => permit,
+        Err(message) => {
+            let refused = Status::resource_exhausted(message).into_http();
+            return Box::pin(std::future::ready(Ok(refused)));
+        }
     };
     let answer = call();
     Box::pin(async move {
@@ -251,11 +356,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_report_comes_out_whole_in_slices_and_frees_its_permit_at_its_end() {
-        let permits = ReportPermits::new(1);
+        let permits = ReportPermits::new(1, 1);
         let text: Vec<u8> = (0..3 * SLICE + 5).map(|i| i as u8).collect();
-        let permit = HeldPermit::new(permits.try_hold("test").unwrap());
+        let permit = HeldPermit::new(permits.try_hold("test", None).unwrap());
         let mut body = Sliced::new(Full::from(text.clone()), permit);
-        assert!(permits.try_hold("test").is_none(), "held while unread");
+        assert!(permits.try_hold("test", None).is_err(), "held while unread");
         let mut read = Vec::new();
         let mut slices = 0;
         while let Some(frame) = frame(&mut body).await {
@@ -264,20 +369,45 @@ mod tests {
             read.extend_from_slice(&data);
             slices += 1;
             if read.len() < text.len() {
-                assert!(permits.try_hold("test").is_none(), "held until the end");
+                assert!(
+                    permits.try_hold("test", None).is_err(),
+                    "held until the end"
+                );
             }
         }
         assert_eq!((read, slices), (text, 4));
-        assert!(permits.try_hold("test").is_some(), "freed at the end");
+        assert!(permits.try_hold("test", None).is_ok(), "freed at the end");
     }
 
     #[tokio::test]
     async fn a_report_dropped_unread_frees_its_permit() {
-        let permits = ReportPermits::new(1);
-        let permit = HeldPermit::new(permits.try_hold("test").unwrap());
+        let permits = ReportPermits::new(1, 1);
+        let permit = HeldPermit::new(permits.try_hold("test", None).unwrap());
         let body = Sliced::new(Full::from(vec![0; 2 * SLICE]), permit);
-        assert!(permits.try_hold("test").is_none());
+        assert!(permits.try_hold("test", None).is_err());
         drop(body);
-        assert!(permits.try_hold("test").is_some());
+        assert!(permits.try_hold("test", None).is_ok());
+    }
+
+    #[test]
+    fn one_client_holds_its_share_of_the_permits_and_another_finds_the_rest() {
+        let permits = ReportPermits::new(4, 2);
+        let one = Some(IpAddr::from([10, 0, 0, 1]));
+        let other = Some(IpAddr::from([10, 0, 0, 2]));
+        let held: Vec<_> = (0..2)
+            .map(|_| permits.try_hold("test", one).unwrap())
+            .collect();
+        let refused = permits.try_hold("test", one).unwrap_err();
+        assert!(refused.contains("max_reports_per_client"), "{refused}");
+        let theirs = permits.try_hold("test", other).unwrap();
+        // The same address over IPv6 on a dual-stack listener holds the same share.
+        let mapped = Some(IpAddr::from(
+            std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped(),
+        ));
+        assert!(permits.try_hold("test", mapped).is_err());
+        drop(held);
+        assert!(permits.try_hold("test", one).is_ok(), "its share is back");
+        drop(theirs);
+        assert!(permits.clients.lock().unwrap().is_empty(), "{permits:?}");
     }
 }

@@ -63,6 +63,8 @@ pub struct ServerSettings {
     pub max_http_connections: usize,
     /// Most reports rendered or held for their readers at once.
     pub max_concurrent_reports: usize,
+    /// Most of those one client address may hold.
+    pub max_reports_per_client: usize,
     /// Most open gRPC connections.
     pub max_grpc_connections: usize,
     /// How long a new gRPC connection may take to send its first bytes.

@@ -35,7 +35,8 @@ pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_ref
 pub const HTTP_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_http_connections_evicted_total";
 /// Counter: HTTP connections closed by `http_header_timeout`, `http_idle_timeout` or `http_send_timeout`.
 pub const HTTP_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_http_connections_timed_out_total";
-/// Counter: reports refused past `max_concurrent_reports`, by the label `endpoint`.
+/// Counter: reports refused past `max_concurrent_reports` or
+/// `max_reports_per_client`, by the labels `endpoint` and `reason` (the limit).
 pub const REPORTS_REFUSED_TOTAL: &str = "rankwatch_reports_refused_total";
 /// Gauge: configured limits, by the label `limit`.
 pub const LIMIT: &str = "rankwatch_limit";
@@ -113,7 +114,7 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         REPORTS_REFUSED_TOTAL,
-        "Reports refused past max_concurrent_reports (rendered or held for slow readers at once), by endpoint."
+        "Reports refused past max_concurrent_reports (rendered or held for slow readers at once) or max_reports_per_client (held for one client address), by endpoint and reason (the limit)."
     );
     metrics::describe_gauge!(LIMIT, "Configured limits, by name.");
     // Zero series exist from the start, so that rate() and alerts see them.
@@ -165,6 +166,7 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_inflight_batches", server.max_inflight_batches),
         ("max_http_connections", server.max_http_connections),
         ("max_concurrent_reports", server.max_concurrent_reports),
+        ("max_reports_per_client", server.max_reports_per_client),
         ("max_grpc_connections", server.max_grpc_connections),
         (
             "max_concurrent_streams",

@@ -184,8 +184,14 @@ impl Server {
 
     /// GETs `path` on the HTTP listener: status code and body.
     pub fn get(&self, path: &str) -> (u16, String) {
+        self.get_from(std::net::Ipv4Addr::LOCALHOST.into(), path)
+    }
+
+    /// GETs `path` on the HTTP listener from the loopback address `client`
+    /// (any of 127.0.0.0/8): status code and body.
+    pub fn get_from(&self, client: std::net::IpAddr, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(self.http).unwrap();
+        let mut stream = connect_from(client, self.http);
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -231,6 +237,14 @@ impl Server {
         }
         panic!("rankwatch did not exit within 10 s of SIGTERM");
     }
+}
+
+/// A TCP connection to `server` from the local address `client`.
+pub fn connect_from(client: std::net::IpAddr, server: SocketAddr) -> std::net::TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::new(client, 0).into()).unwrap();
+    socket.connect(&server.into()).unwrap();
+    socket.into()
 }
 
 /// The body of a response sent in chunks, its chunks joined.
