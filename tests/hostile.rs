@@ -831,6 +831,19 @@ async fn a_scrape_holds_about_its_own_length_in_memory() {
     );
 }
 
+/// `count` scrapes of `/metrics` whose answers are left unread.
+fn unread_scrapes(server: &Server, count: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    let scrape = |_| {
+        let mut stream = std::net::TcpStream::connect(server.http).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
+            .unwrap();
+        stream
+    };
+    (0..count).map(scrape).collect()
+}
+
 /// A scrape left unread holds the few pieces of its text rendered ahead of
 /// its reader and the snapshot they are rendered from, not the whole text:
 /// eight of them take the server's memory up by less than half of one
@@ -838,7 +851,6 @@ async fn a_scrape_holds_about_its_own_length_in_memory() {
 /// all of its text until its reader took it or went away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
-    use std::io::Write;
     let server = server_with_large_metrics(&["--max-reports-per-client", "8"], 240).await;
     let pid = server.child.id();
     let (status, text) = server.get("/metrics");
@@ -849,15 +861,7 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
         "{body_kib} KiB of /metrics: too small to tell"
     );
     let before = common::memory_kib(pid, "VmRSS");
-    let unread: Vec<std::net::TcpStream> = (0..8)
-        .map(|_| {
-            let mut stream = std::net::TcpStream::connect(server.http).unwrap();
-            stream
-                .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
-                .unwrap();
-            stream
-        })
-        .collect();
+    let unread = unread_scrapes(&server, 8);
     // Time to render what each will hold.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let held = common::memory_kib(pid, "VmRSS").saturating_sub(before);
@@ -875,17 +879,8 @@ async fn scrapes_left_unread_hold_pieces_of_their_text_not_all_of_it() {
 /// `http_send_timeout`, and every scrape meanwhile was answered 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_leaving_scrapes_unread_cannot_keep_out_another() {
-    use std::io::Write;
     let server = server_with_large_metrics(&[], 240).await;
-    let unread: Vec<std::net::TcpStream> = (0..8)
-        .map(|_| {
-            let mut stream = std::net::TcpStream::connect(server.http).unwrap();
-            stream
-                .write_all(b"GET /metrics HTTP/1.1\r\nHost: rankwatch\r\n\r\n")
-                .unwrap();
-            stream
-        })
-        .collect();
+    let unread = unread_scrapes(&server, 8);
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let prometheus = std::net::Ipv4Addr::new(127, 0, 0, 2).into();
     let (status, body) = server.get_from(prometheus, "/metrics");

@@ -152,15 +152,7 @@ pub async fn run(
         tokio_stream::wrappers::ReceiverStream::new(incoming),
         serving.clone().cancelled_owned(),
     );
-    let http_listener = http_limits::BoundedListener::new(
-        listeners.http,
-        settings.max_http_connections,
-        http_limits::HttpTimeouts {
-            header: settings.http_header_timeout,
-            idle: settings.http_idle_timeout,
-            send: settings.http_send_timeout,
-        },
-    );
+    let http_listener = bounded_http(listeners.http, settings);
     let routes = http::router(
         engine.clone(),
         recorder.clone(),
@@ -192,6 +184,16 @@ pub async fn run(
         http.await?.context("HTTP server")?;
     }
     Ok(())
+}
+
+/// The HTTP listener `listener` within the bounds of `settings`.
+fn bounded_http(listener: TcpListener, settings: &ServerSettings) -> http_limits::BoundedListener {
+    let timeouts = http_limits::HttpTimeouts {
+        header: settings.http_header_timeout,
+        idle: settings.http_idle_timeout,
+        send: settings.http_send_timeout,
+    };
+    http_limits::BoundedListener::new(listener, settings.max_http_connections, timeouts)
 }
 
 /// Sets the health of the server as a whole ("") and of each of its services.
