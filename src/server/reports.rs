@@ -49,8 +49,9 @@ const SLICE: usize = 64 * 1024;
 /// The `endpoint` label of Prometheus's scrapes, which have permits of their own.
 const SCRAPE: &str = "metrics";
 
-/// The `reason` labels of a refusal: the limit that was reached.
+/// The `reason` label of a refusal when every permit it may take is held.
 const ALL_HELD: &str = "max_concurrent_reports";
+/// The `reason` label of a refusal when its client's address holds its share.
 const CLIENT_HOLDS_ITS_SHARE: &str = "max_reports_per_client";
 
 /// Permits for the reports rendered or held at once.
@@ -144,6 +145,7 @@ fn refused(endpoint: &'static str, reason: &'static str, message: &'static str) 
 pub struct ReportPermit {
     /// Given back when dropped.
     _permit: OwnedSemaphorePermit,
+    /// Given back with it.
     _share: Option<ClientShare>,
 }
 
