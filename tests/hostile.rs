@@ -570,7 +570,14 @@ type UnreadReport = (
 /// and the client told why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_held_for_clients_that_do_not_read_them_are_bounded() {
-    let server = server_with_a_large_report(&["--max-concurrent-reports", "1"]).await;
+    // Room for two of one client's, so that the limit met is all reports'.
+    let limits = [
+        "--max-concurrent-reports",
+        "1",
+        "--max-reports-per-client",
+        "2",
+    ];
+    let server = server_with_a_large_report(&limits).await;
     let unread = unread_report(&server).await;
 
     let answer = server
@@ -688,6 +695,34 @@ async fn one_client_holds_at_most_its_share_of_grpc_reports() {
         1.0
     );
     drop((held, answered));
+}
+
+/// A `GetMetrics` answer left unread holds its permit only until
+/// `grpc_report_timeout`: then its connection is closed, counted, and the
+/// permit is free again. A client whose window stays shut (sending pings,
+/// which keep `grpc_idle_timeout` from passing) had held it for as long as
+/// it liked, its address's scrapes of `/metrics` refused meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_left_unread_on_grpc_is_cut_at_the_report_timeout() {
+    let limits = [
+        "--max-concurrent-reports",
+        "1",
+        "--grpc-report-timeout",
+        "1s",
+    ];
+    let server = server_with_a_large_report(&limits).await;
+    let unread = unread_report(&server).await;
+    assert_eq!(
+        server.get("/metrics").0,
+        503,
+        "the unread report holds the permit"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (status, body) = server.get("/metrics");
+    assert_eq!(status, 200, "{body}");
+    let metrics = parse_metrics(&body);
+    assert_eq!(metrics["rankwatch_grpc_connections_timed_out_total"], 1.0);
+    drop(unread);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

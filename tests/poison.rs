@@ -277,6 +277,7 @@ fn settings_that_could_break_the_server_are_refused_at_start_with_their_range() 
         // No more connections than the reports that slow readers may hold.
         ("--max-http-connections", "8"),
         ("--max-reports-per-client", "0"),
+        ("--grpc-report-timeout", "0s"),
         ("--group-idle-timeout", "1000y"),
     ] {
         let (code, stderr) = exit_of(&mut serve_command(&[flag, value]));

@@ -121,6 +121,8 @@ pub const MAX_GRPC_CONNECTIONS: usize = 1024;
 pub const GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// `grpc_idle_timeout`: longer than `ingest_idle_timeout`, which ends an idle stream first.
 pub const GRPC_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// `grpc_report_timeout`: as `http_send_timeout`.
+pub const GRPC_REPORT_TIMEOUT: Duration = Duration::from_secs(60);
 /// `max_concurrent_streams`.
 pub const MAX_CONCURRENT_STREAMS: usize = 100;
 /// `max_inflight_batches`.

@@ -281,6 +281,8 @@ pub struct FileSettings {
     grpc_handshake_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     grpc_idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_serde::one")]
+    grpc_report_timeout: Option<Duration>,
     max_concurrent_streams: Option<usize>,
     max_partial_message_bytes: Option<usize>,
     /// The fleet keys (`kafka_*`, `shutdown_linger`), read apart.

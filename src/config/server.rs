@@ -118,6 +118,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_GRPC_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a gRPC connection may go without a byte read or written before it is closed", shown_duration(defaults::GRPC_IDLE_TIMEOUT)))]
     pub grpc_idle_timeout: Option<Duration>,
+    /// How long a report over gRPC may take.
+    #[arg(long, env = "RANKWATCH_GRPC_REPORT_TIMEOUT", value_parser = parse_duration,
+        help = help("How long a GetMetrics call may take, from its start to its answer's last byte, before its connection is closed (a client that leaves the answer unread and sends pings keeps grpc_idle_timeout from passing)", shown_duration(defaults::GRPC_REPORT_TIMEOUT)))]
+    pub grpc_report_timeout: Option<Duration>,
     /// Limit: concurrent HTTP/2 streams on one gRPC connection.
     #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_STREAMS",
         help = help("Limit: concurrent HTTP/2 streams (calls) on one gRPC connection, from 1 to 2^31", defaults::MAX_CONCURRENT_STREAMS))]
@@ -229,6 +233,7 @@ impl ServerSettings {
             max_grpc_connections: grpc.max_connections,
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,
+            grpc_report_timeout: grpc.report,
             max_concurrent_streams: grpc.streams_per_connection,
             status_history: history.0,
             max_status_history_bytes: history.1,
@@ -332,6 +337,7 @@ struct GrpcLimits {
     max_connections: usize,
     handshake: Duration,
     idle: Duration,
+    report: Duration,
     streams_per_connection: u32,
 }
 
@@ -374,6 +380,15 @@ impl GrpcLimits {
             idle: positive(
                 "grpc_idle_timeout",
                 pick!(args, file, grpc_idle_timeout, defaults::GRPC_IDLE_TIMEOUT),
+            )?,
+            report: positive(
+                "grpc_report_timeout",
+                pick!(
+                    args,
+                    file,
+                    grpc_report_timeout,
+                    defaults::GRPC_REPORT_TIMEOUT
+                ),
             )?,
             streams_per_connection,
         })

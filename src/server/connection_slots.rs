@@ -119,6 +119,11 @@ impl Slot {
         self.quiet_since.load(Ordering::Acquire)
     }
 
+    /// Tells the connection to close, as one closed to make room is told.
+    pub fn close(&self) {
+        self.evicted.cancel();
+    }
+
     /// A call begins on the connection; it ends when the [`Call`] is dropped.
     pub fn call(self: &Arc<Self>) -> Call {
         self.calls.fetch_add(1, Ordering::AcqRel);

@@ -6,20 +6,21 @@
 //! which keeps the connection from being closed to make room for another.
 
 use super::connection_slots::WithCall;
-use super::grpc_limits::{call_of, client_of};
+use super::grpc_limits::{call_of, client_of, close_unless_done_within};
 use super::reports::{self, Answer, ReportPermits};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tonic::codegen::{http, Service};
 use tonic::server::NamedService;
 use tonic::Status;
 
 /// A gRPC service that answers requests of another content type with 415;
 /// one that answers with reports holds each by a permit
-/// ([`super::reports`]).
+/// ([`super::reports`]) for at most a timeout.
 #[derive(Clone, Debug)]
 pub struct GrpcOnly<S> {
     service: S,
-    reports: Option<ReportPermits>,
+    reports: Option<(ReportPermits, Duration)>,
 }
 
 impl<S> GrpcOnly<S> {
@@ -31,11 +32,13 @@ impl<S> GrpcOnly<S> {
         }
     }
 
-    /// `service`, whose every answer is a report held by a permit of `permits`.
-    pub fn holding_reports(service: S, permits: ReportPermits) -> Self {
+    /// `service`, whose every answer is a report held by a permit of
+    /// `permits`; a call not answered whole within `timeout` of its start
+    /// has its connection closed (`grpc_report_timeout`).
+    pub fn holding_reports(service: S, permits: ReportPermits, timeout: Duration) -> Self {
         Self {
             service,
-            reports: Some(permits),
+            reports: Some((permits, timeout)),
         }
     }
 }
@@ -92,9 +95,10 @@ where
         let call = call_of(&request);
         let answer = match &self.reports {
             None => Box::pin(self.service.call(request)),
-            Some(permits) => {
+            Some((permits, timeout)) => {
                 let client = client_of(&request);
-                reports::held(permits, client, || self.service.call(request))
+                let deadline = close_unless_done_within(&request, *timeout);
+                reports::held(permits, (client, deadline), || self.service.call(request))
             }
         };
         let Some(call) = call else {

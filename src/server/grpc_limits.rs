@@ -26,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::codegen::http;
 use tonic::transport::server::Connected;
 
@@ -228,6 +229,28 @@ impl Connected for BoundedConnection {
         let client = self.stream.peer_addr().ok().map(|addr| addr.ip());
         ConnectionSlot(self.held.slot().clone(), client)
     }
+}
+
+/// Closes the connection `request` came on, counted as timed out, unless
+/// the returned guard is dropped within `timeout`; `None` for a request
+/// that came another way.
+pub fn close_unless_done_within<B>(
+    request: &http::Request<B>,
+    timeout: Duration,
+) -> Option<DropGuard> {
+    let slot = request.extensions().get::<ConnectionSlot>()?.0.clone();
+    let done = CancellationToken::new();
+    let guard = done.clone().drop_guard();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = done.cancelled() => {}
+            () = tokio::time::sleep(timeout) => {
+                metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).increment(1);
+                slot.close();
+            }
+        }
+    });
+    Some(guard)
 }
 
 /// The address of the client `request` came from, when known.

@@ -264,5 +264,6 @@ async fn grpc_server(
                 settings.windows.clone(),
             )),
             permits,
+            settings.grpc_report_timeout,
         )))
 }

@@ -30,6 +30,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::DropGuard;
 use tonic::codegen::http;
 use tonic::Status;
 
@@ -90,18 +91,13 @@ impl ReportPermits {
 
     /// A permit for one report to `endpoint` asked for by `client` (its
     /// address, when known), or what to tell it (counted) when all it may
-    /// take are held: all of them, or its address's share.
+    /// take are held: its address's share first, so that a client holding
+    /// its share is told so even when every permit is held.
     pub fn try_hold(
         &self,
         endpoint: &'static str,
         client: Option<IpAddr>,
     ) -> Result<ReportPermit, &'static str> {
-        let own = (endpoint == SCRAPE)
-            .then(|| self.scrapes.clone().try_acquire_owned().ok())
-            .flatten();
-        let permit = own
-            .or_else(|| self.shared.clone().try_acquire_owned().ok())
-            .ok_or_else(|| refused(endpoint, ALL_HELD, REFUSED))?;
         let share = match client {
             Some(client) => Some(
                 self.client_share(client)
@@ -109,9 +105,16 @@ impl ReportPermits {
             ),
             None => None,
         };
+        let own = (endpoint == SCRAPE)
+            .then(|| self.scrapes.clone().try_acquire_owned().ok())
+            .flatten();
+        let permit = own
+            .or_else(|| self.shared.clone().try_acquire_owned().ok())
+            .ok_or_else(|| refused(endpoint, ALL_HELD, REFUSED))?;
         Ok(ReportPermit {
             _permit: permit,
             _share: share,
+            _deadline: None,
         })
     }
 
@@ -147,6 +150,8 @@ pub struct ReportPermit {
     _permit: OwnedSemaphorePermit,
     /// Given back with it.
     _share: Option<ClientShare>,
+    /// Called off with it.
+    _deadline: Option<DropGuard>,
 }
 
 /// One of the permits a client address holds, given back when dropped.
@@ -314,11 +319,11 @@ fn refused_http(message: &str) -> axum::response::Response {
 }
 
 /// The answer of a gRPC `call` from `client` that renders a report, held
-/// by a permit of `permits` until its reader has taken it; refused at once
-/// when all it may take are held.
+/// by a permit of `permits` until its reader has taken it, and its
+/// `deadline` with it; refused at once when all it may take are held.
 pub fn held<F, E>(
     permits: &ReportPermits,
-    client: Option<IpAddr>,
+    (client, deadline): (Option<IpAddr>, Option<DropGuard>),
     call: impl FnOnce() -> F,
 ) -> Answer<E>
 where
@@ -326,7 +331,10 @@ where
     E: Send + 'static,
 {
     let permit = match permits.try_hold(GRPC_REPORT, client) {
-        Ok(permit) => permit,
+        Ok(permit) => ReportPermit {
+            _deadline: deadline,
+            ..permit
+        },
         Err(message) => {
             let refused = Status::resource_exhausted(message).into_http();
             return Box::pin(std::future::ready(Ok(refused)));
@@ -411,5 +419,21 @@ mod tests {
         assert!(permits.try_hold("test", one).is_ok(), "its share is back");
         drop(theirs);
         assert!(permits.clients.lock().unwrap().is_empty(), "{permits:?}");
+    }
+
+    #[test]
+    fn a_client_holding_its_share_is_told_so_even_when_every_permit_is_held() {
+        let permits = ReportPermits::new(2, 1);
+        let one = Some(IpAddr::from([10, 0, 0, 1]));
+        let other = Some(IpAddr::from([10, 0, 0, 2]));
+        let _held = [
+            permits.try_hold(SCRAPE, one).unwrap(),
+            permits.try_hold(SCRAPE, other).unwrap(),
+        ];
+        let refused = permits.try_hold(SCRAPE, one).unwrap_err();
+        assert!(refused.contains("max_reports_per_client"), "{refused}");
+        let refused = permits.try_hold(SCRAPE, Some(IpAddr::from([10, 0, 0, 3])));
+        assert!(refused.unwrap_err().contains("max_concurrent_reports"));
+        assert_eq!(permits.clients.lock().unwrap().len(), 2, "{permits:?}");
     }
 }

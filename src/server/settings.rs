@@ -71,6 +71,8 @@ pub struct ServerSettings {
     pub grpc_handshake_timeout: Duration,
     /// How long a gRPC connection may go without a byte read or written.
     pub grpc_idle_timeout: Duration,
+    /// How long a report over gRPC may take, from its call's start.
+    pub grpc_report_timeout: Duration,
     /// Most concurrent HTTP/2 streams on one gRPC connection.
     pub max_concurrent_streams: u32,
     /// TLS of the gRPC listener; `None`: plaintext.

@@ -27,7 +27,8 @@ pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
 pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_grpc_connections_refused_total";
 /// Counter: gRPC connections closed to make room for a new one, past `max_grpc_connections`.
 pub const GRPC_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_grpc_connections_evicted_total";
-/// Counter: gRPC connections closed by `grpc_handshake_timeout` or `grpc_idle_timeout`.
+/// Counter: gRPC connections closed by `grpc_handshake_timeout`,
+/// `grpc_idle_timeout` or `grpc_report_timeout`.
 pub const GRPC_CONNECTIONS_TIMED_OUT_TOTAL: &str = "rankwatch_grpc_connections_timed_out_total";
 /// Counter: HTTP connections closed as soon as accepted, past `max_http_connections` all answering.
 pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_http_connections_refused_total";
@@ -98,7 +99,7 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
-        "gRPC connections closed by grpc_handshake_timeout (no HTTP/2 preface in time) or grpc_idle_timeout (nothing read or written)."
+        "gRPC connections closed by grpc_handshake_timeout (no HTTP/2 preface in time), grpc_idle_timeout (nothing read or written) or grpc_report_timeout (a report not sent whole in time)."
     );
     metrics::describe_counter!(
         HTTP_CONNECTIONS_REFUSED_TOTAL,
