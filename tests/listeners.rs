@@ -10,11 +10,16 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+/// The value of the series `name` on `/metrics`, or, for a name without
+/// labels, of all its series together (a counter by reason, say).
 fn counter(server: &Server, name: &str) -> f64 {
     parse_metrics(&server.get("/metrics").1)
-        .get(name)
-        .copied()
-        .unwrap_or(0.0)
+        .iter()
+        .filter(|(series, _)| {
+            *series == name || (!name.contains('{') && series.starts_with(&format!("{name}{{")))
+        })
+        .map(|(_, value)| value)
+        .sum()
 }
 
 /// Whether the server closes `stream` within about ten seconds (bounded polls).
@@ -109,6 +114,8 @@ async fn a_health_check_is_answered_while_silent_connections_hold_every_grpc_slo
     let server = Server::exact(&[
         "--max-grpc-connections",
         "4",
+        "--max-grpc-connections-per-client",
+        "4",
         "--grpc-handshake-timeout",
         "60s",
         "--grpc-idle-timeout",
@@ -157,7 +164,13 @@ fn batch(sequence: u64) -> EventBatch {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_with_a_stream_open_is_not_closed_to_make_room() {
-    let server = Server::exact(&["--max-grpc-connections", "2"]);
+    let limits = [
+        "--max-grpc-connections",
+        "2",
+        "--max-grpc-connections-per-client",
+        "2",
+    ];
+    let server = Server::exact(&limits);
     let (batches, mut acks) = server.ingest_stream().await;
     batches.send(batch(1)).await.unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
@@ -184,7 +197,13 @@ async fn a_connection_with_a_stream_open_is_not_closed_to_make_room() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_connections_all_at_work_a_new_one_is_refused_not_a_stream_cut() {
     use tonic_health::pb::health_client::HealthClient;
-    let server = Server::exact(&["--max-grpc-connections", "2"]);
+    let limits = [
+        "--max-grpc-connections",
+        "2",
+        "--max-grpc-connections-per-client",
+        "2",
+    ];
+    let server = Server::exact(&limits);
     let (batches, mut acks) = server.ingest_stream().await;
     batches.send(batch(1)).await.unwrap();
     assert_eq!(acks.message().await.unwrap().unwrap().accepted, 1);
@@ -214,6 +233,63 @@ async fn past_connections_all_at_work_a_new_one_is_refused_not_a_stream_cut() {
     assert_eq!(
         counter(&server, "rankwatch_grpc_connections_evicted_total"),
         0.0
+    );
+}
+
+/// One client address holds at most `max_grpc_connections_per_client`
+/// connections (half of eight by default): one holding a call open on
+/// every connection it opens keeps no other client out. With a health
+/// watch on each of eight, every new connection had been refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holding_calls_open_on_every_connection_keeps_no_other_out() {
+    use tonic_health::pb::{
+        health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+    };
+    let server = Server::exact(&["--max-grpc-connections", "8"]);
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc)).unwrap();
+    let flood = endpoint
+        .clone()
+        .local_address(Some(std::net::Ipv4Addr::new(127, 0, 0, 2).into()));
+    let mut watches = Vec::new();
+    for _ in 0..8 {
+        let Ok(channel) = flood.connect().await else {
+            continue;
+        };
+        let Ok(watch) = HealthClient::new(channel)
+            .watch(HealthCheckRequest::default())
+            .await
+        else {
+            continue;
+        };
+        let mut watch = watch.into_inner();
+        if watch.message().await.is_ok_and(|first| first.is_some()) {
+            watches.push(watch);
+        }
+    }
+    assert_eq!(watches.len(), 4);
+    let status = HealthClient::new(endpoint.connect().await.unwrap())
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(status, ServingStatus::Serving as i32);
+    let refused = |reason: &str| {
+        counter(
+            &server,
+            &format!(r#"rankwatch_grpc_connections_refused_total{{reason="{reason}"}}"#),
+        )
+    };
+    // Each connection refused, and the one its client tried again on.
+    assert!(refused("max_grpc_connections_per_client") >= 4.0);
+    assert_eq!(refused("max_grpc_connections"), 0.0);
+    assert_eq!(
+        counter(
+            &server,
+            r#"rankwatch_limit{limit="max_grpc_connections_per_client"}"#
+        ),
+        4.0
     );
 }
 

@@ -278,6 +278,7 @@ fn settings_that_could_break_the_server_are_refused_at_start_with_their_range() 
         ("--max-http-connections", "8"),
         ("--max-reports-per-client", "0"),
         ("--grpc-report-timeout", "0s"),
+        ("--max-grpc-connections-per-client", "0"),
         ("--group-idle-timeout", "1000y"),
     ] {
         let (code, stderr) = exit_of(&mut serve_command(&[flag, value]));

@@ -277,6 +277,7 @@ pub struct FileSettings {
     max_concurrent_reports: Option<usize>,
     max_reports_per_client: Option<usize>,
     max_grpc_connections: Option<usize>,
+    max_grpc_connections_per_client: Option<usize>,
     #[serde(default, deserialize_with = "duration_serde::one")]
     grpc_handshake_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration_serde::one")]

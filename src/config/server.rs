@@ -110,6 +110,10 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
         help = help("Limit: most open gRPC connections; a new one past them closes the one quiet the longest with no RPC open, or is refused", defaults::MAX_GRPC_CONNECTIONS))]
     pub max_grpc_connections: Option<usize>,
+    /// Limit: most open gRPC connections from one client address.
+    #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS_PER_CLIENT",
+        help = help("Limit: most of max_grpc_connections from one client address; past them, a new one from it closes its own quiet the longest with no RPC open, or is refused, so that one host holding calls open on every connection cannot keep others out", "half of max_grpc_connections, at least 1"))]
+    pub max_grpc_connections_per_client: Option<usize>,
     /// How long a new gRPC connection may take to send its first bytes.
     #[arg(long, env = "RANKWATCH_GRPC_HANDSHAKE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a new gRPC connection may take to send the HTTP/2 preface (or its TLS hello) before it is closed", shown_duration(defaults::GRPC_HANDSHAKE_TIMEOUT)))]
@@ -231,6 +235,7 @@ impl ServerSettings {
             max_concurrent_reports: reports,
             max_reports_per_client: per_client,
             max_grpc_connections: grpc.max_connections,
+            max_grpc_connections_per_client: grpc.max_connections_per_client,
             grpc_handshake_timeout: grpc.handshake,
             grpc_idle_timeout: grpc.idle,
             grpc_report_timeout: grpc.report,
@@ -335,6 +340,7 @@ fn status_history(
 /// The gRPC listener's bounds.
 struct GrpcLimits {
     max_connections: usize,
+    max_connections_per_client: usize,
     handshake: Duration,
     idle: Duration,
     report: Duration,
@@ -358,15 +364,21 @@ impl GrpcLimits {
                     format!("{streams} is out of range: give a whole number from 1 to 2147483648"),
                 )
             })?;
+        let max_connections = at_least_one(
+            "max_grpc_connections",
+            pick!(
+                args,
+                file,
+                max_grpc_connections,
+                defaults::MAX_GRPC_CONNECTIONS
+            ),
+        )?;
+        let half = (max_connections / 2).max(1);
         Ok(Self {
-            max_connections: at_least_one(
-                "max_grpc_connections",
-                pick!(
-                    args,
-                    file,
-                    max_grpc_connections,
-                    defaults::MAX_GRPC_CONNECTIONS
-                ),
+            max_connections,
+            max_connections_per_client: at_least_one(
+                "max_grpc_connections_per_client",
+                pick!(args, file, max_grpc_connections_per_client, half),
             )?,
             handshake: positive(
                 "grpc_handshake_timeout",

@@ -6,11 +6,14 @@
 //! keep probes, scrapes or ingest out, nor push out a client at work. When
 //! every connection has a call open, the new one is refused: closing one
 //! at work would let connections that hold a call open and keep busy (with
-//! pings) cut a client's stream each time they open another.
+//! pings) cut a client's stream each time they open another. The same holds
+//! within one client address's share of the slots, so that one host that
+//! holds calls open on every connection it may have keeps no other out.
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +26,8 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 pub struct Slots {
     open: Mutex<Vec<Arc<Slot>>>,
     max: usize,
+    /// Most of them one client address may hold.
+    per_client: usize,
     /// Times are kept as microseconds since this instant.
     epoch: Instant,
 }
@@ -32,8 +37,17 @@ pub struct Slots {
 pub enum Taken {
     /// A slot was free.
     Free,
-    /// Another connection was closed to make room.
-    Evicted,
+    /// Another connection was closed to make room, past this limit.
+    Evicted(Limit),
+}
+
+/// The limit a new connection met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// Every slot is held.
+    All,
+    /// Its client address holds its share of them.
+    Client,
 }
 
 /// One connection's slot, shared by the connection, its calls and the listener.
@@ -45,6 +59,8 @@ pub struct Slot {
     quiet_since: AtomicU64,
     evicted: CancellationToken,
     epoch: Instant,
+    /// The connection's client address, when known.
+    client: Option<IpAddr>,
 }
 
 /// A connection's hold on its slot, given back when dropped.
@@ -59,37 +75,38 @@ pub struct Held {
 pub struct Call(Arc<Slot>);
 
 impl Slots {
-    /// Room for `max` connections.
-    pub fn new(max: usize) -> Arc<Self> {
+    /// Room for `max` connections, `per_client` of them for one client address.
+    pub fn new(max: usize, per_client: usize) -> Arc<Self> {
         Arc::new(Self {
             open: Mutex::new(Vec::with_capacity(max.min(4096))),
             max,
+            per_client,
             epoch: Instant::now(),
         })
     }
 
-    /// A slot for a connection accepted now: a free one, or that of the
-    /// connection with no call open quiet the longest, which is told to
-    /// close; `None` when every connection has a call open.
-    pub fn take(self: &Arc<Self>) -> Option<(Held, Taken)> {
+    /// A slot for a connection from `client` accepted now: a free one, or
+    /// that of the connection with no call open quiet the longest, which is
+    /// told to close: among the client's own when it holds its share, else
+    /// among all. The limit met when every one of those has a call open.
+    pub fn take(self: &Arc<Self>, client: Option<IpAddr>) -> Result<(Held, Taken), Limit> {
+        let client = client.map(|client| client.to_canonical());
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken = if open.len() < self.max {
+        let own = |slot: &Arc<Slot>| client.is_some() && slot.client == client;
+        let capped = self.per_client < self.max;
+        let taken = if capped && open.iter().filter(|slot| own(slot)).count() >= self.per_client {
+            Self::evict(&mut open, own, Limit::Client)?
+        } else if open.len() < self.max {
             Taken::Free
         } else {
-            let (_, index) = open
-                .iter()
-                .enumerate()
-                .filter(|(_, slot)| !slot.at_work())
-                .map(|(index, slot)| (slot.quiet_since(), index))
-                .min()?;
-            open.swap_remove(index).evicted.cancel();
-            Taken::Evicted
+            Self::evict(&mut open, |_| true, Limit::All)?
         };
         let slot = Arc::new(Slot {
             calls: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
             evicted: CancellationToken::new(),
             epoch: self.epoch,
+            client,
         });
         slot.moved();
         open.push(slot.clone());
@@ -99,7 +116,26 @@ impl Slots {
             slots: self.clone(),
             evicted,
         };
-        Some((held, taken))
+        Ok((held, taken))
+    }
+
+    /// Tells the connection of `open` that `among` picks, with no call open,
+    /// quiet the longest to close, and lets go of its slot; `limit` when
+    /// there is none.
+    fn evict(
+        open: &mut Vec<Arc<Slot>>,
+        among: impl Fn(&Arc<Slot>) -> bool,
+        limit: Limit,
+    ) -> Result<Taken, Limit> {
+        let (_, index) = open
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| among(slot) && !slot.at_work())
+            .map(|(index, slot)| (slot.quiet_since(), index))
+            .min()
+            .ok_or(limit)?;
+        open.swap_remove(index).evicted.cancel();
+        Ok(Taken::Evicted(limit))
     }
 }
 
@@ -213,30 +249,30 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_listener_closes_the_connection_quiet_the_longest_and_not_one_at_work() {
-        let slots = Slots::new(3);
-        let (mut first, taken) = slots.take().unwrap();
+        let slots = Slots::new(3, 3);
+        let (mut first, taken) = slots.take(None).unwrap();
         assert_eq!(taken, Taken::Free);
-        let (mut second, _) = slots.take().unwrap();
-        let (mut third, _) = slots.take().unwrap();
+        let (mut second, _) = slots.take(None).unwrap();
+        let (mut third, _) = slots.take(None).unwrap();
         let first_call = first.slot().call();
         a_moment().await;
         third.slot().moved();
         // The second has been quiet the longest; the first is at work.
-        let (mut fourth, taken) = slots.take().unwrap();
-        assert_eq!(taken, Taken::Evicted);
+        let (mut fourth, taken) = slots.take(None).unwrap();
+        assert_eq!(taken, Taken::Evicted(Limit::All));
         assert!(!evicted(&mut first) && evicted(&mut second) && !evicted(&mut third));
         drop(second);
         let _calls = (fourth.slot().call(), third.slot().call());
-        assert!(slots.take().is_none());
+        assert!(slots.take(None).is_err());
         assert!(!evicted(&mut fourth));
         // A call that ends leaves its connection quiet from then on.
         drop(first_call);
-        let (_fifth, taken) = slots.take().unwrap();
-        assert_eq!(taken, Taken::Evicted);
+        let (_fifth, taken) = slots.take(None).unwrap();
+        assert_eq!(taken, Taken::Evicted(Limit::All));
         assert!(evicted(&mut first));
         // A connection that goes away frees its slot.
         drop(third);
-        assert_eq!(slots.take().unwrap().1, Taken::Free);
+        assert_eq!(slots.take(None).unwrap().1, Taken::Free);
     }
 
     #[test]
@@ -247,13 +283,33 @@ mod tests {
                 self.0.store(true, Ordering::Release);
             }
         }
-        let slots = Slots::new(1);
-        let (mut held, _) = slots.take().unwrap();
+        let slots = Slots::new(1, 1);
+        let (mut held, _) = slots.take(None).unwrap();
         let flag = Arc::new(Flag(false.into()));
         let waker = Waker::from(flag.clone());
         assert!(!held.evicted(&mut Context::from_waker(&waker)));
-        let _room = slots.take().unwrap();
+        let _room = slots.take(None).unwrap();
         assert!(flag.0.load(Ordering::Acquire));
         assert!(held.evicted(&mut Context::from_waker(&waker)));
+    }
+
+    #[test]
+    fn a_client_holding_its_share_makes_room_among_its_own_and_leaves_the_rest_to_others() {
+        let slots = Slots::new(4, 2);
+        let one = Some(IpAddr::from([10, 0, 0, 1]));
+        let other = Some(IpAddr::from([10, 0, 0, 2]));
+        let (mut first, _) = slots.take(one).unwrap();
+        let (second, _) = slots.take(one).unwrap();
+        let _call = second.slot().call();
+        // Its third closes its own quiet one, not another client's.
+        let (third, taken) = slots.take(one).unwrap();
+        assert_eq!(taken, Taken::Evicted(Limit::Client));
+        assert!(evicted(&mut first));
+        drop(first);
+        let _other_call = third.slot().call();
+        // With both of its own at work, its next is refused.
+        assert_eq!(slots.take(one).err(), Some(Limit::Client));
+        let theirs = (slots.take(other).unwrap(), slots.take(other).unwrap());
+        assert_eq!((theirs.0 .1, theirs.1 .1), (Taken::Free, Taken::Free));
     }
 }

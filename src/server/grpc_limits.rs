@@ -10,7 +10,7 @@
 //! and ends by itself, and cannot starve scrapes or ingest. Streams per
 //! connection are bounded by HTTP/2 itself (`max_concurrent_streams`).
 
-use super::connection_slots::{Call, Held, Slot, Slots, Taken};
+use super::connection_slots::{Call, Held, Limit, Slot, Slots, Taken};
 use super::telemetry::{
     GRPC_CONNECTIONS_EVICTED_TOTAL, GRPC_CONNECTIONS_REFUSED_TOTAL,
     GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -39,6 +39,8 @@ const HANDSHAKE_BYTES: u64 = 24;
 pub struct GrpcBounds {
     /// Most open connections.
     pub max_connections: usize,
+    /// Most of them from one client address.
+    pub max_connections_per_client: usize,
     /// How long a new connection may take to send its first bytes.
     pub handshake: Duration,
     /// How long a connection may go without a byte read or written.
@@ -52,7 +54,11 @@ pub fn accept(
     bounds: GrpcBounds,
 ) -> mpsc::Receiver<io::Result<BoundedConnection>> {
     let (sender, incoming) = mpsc::channel(16);
-    let connections = Slots::new(bounds.max_connections);
+    for limit in [Limit::All, Limit::Client] {
+        metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL, "reason" => reason(limit)).absolute(0);
+        metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL, "reason" => reason(limit)).absolute(0);
+    }
+    let connections = Slots::new(bounds.max_connections, bounds.max_connections_per_client);
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -67,12 +73,18 @@ pub fn accept(
                     }
                 },
             };
-            let Some((held, taken)) = connections.take() else {
-                metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).increment(1);
-                continue;
+            let client = stream.peer_addr().ok().map(|addr| addr.ip());
+            let (held, taken) = match connections.take(client) {
+                Ok(taken) => taken,
+                Err(limit) => {
+                    metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL, "reason" => reason(limit))
+                        .increment(1);
+                    continue;
+                }
             };
-            if taken == Taken::Evicted {
-                metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL).increment(1);
+            if let Taken::Evicted(limit) = taken {
+                metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL, "reason" => reason(limit))
+                    .increment(1);
             }
             // Without TCP_NODELAY a small ack waits for the client's next packet.
             let _ = stream.set_nodelay(true);
@@ -83,6 +95,14 @@ pub fn accept(
         }
     });
     incoming
+}
+
+/// The `reason` label of a connection refused, or closed to make room, past `limit`.
+pub fn reason(limit: Limit) -> &'static str {
+    match limit {
+        Limit::All => "max_grpc_connections",
+        Limit::Client => "max_grpc_connections_per_client",
+    }
 }
 
 /// An accepted gRPC connection under its deadlines, holding its slot.

@@ -65,7 +65,8 @@ impl BoundedListener {
     pub fn new(listener: TcpListener, max_connections: usize, timeouts: HttpTimeouts) -> Self {
         Self {
             listener,
-            connections: Slots::new(max_connections),
+            // Reports, the calls that last, are capped by client already.
+            connections: Slots::new(max_connections, max_connections),
             timeouts,
         }
     }
@@ -86,12 +87,13 @@ impl Listener for BoundedListener {
                     continue;
                 }
             };
-            let Some((held, taken)) = self.connections.take() else {
+            let client = stream.peer_addr().ok().map(|addr| addr.ip());
+            let Ok((held, taken)) = self.connections.take(client) else {
                 metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).increment(1);
                 tracing::debug!(%addr, "HTTP connection closed: max_http_connections answering");
                 continue;
             };
-            if taken == Taken::Evicted {
+            if matches!(taken, Taken::Evicted(_)) {
                 metrics::counter!(HTTP_CONNECTIONS_EVICTED_TOTAL).increment(1);
             }
             return (BoundedStream::new(stream, held, self.timeouts), addr);

@@ -144,6 +144,7 @@ pub async fn run(
         listeners.grpc,
         grpc_limits::GrpcBounds {
             max_connections: settings.max_grpc_connections,
+            max_connections_per_client: settings.max_grpc_connections_per_client,
             handshake: settings.grpc_handshake_timeout,
             idle: settings.grpc_idle_timeout,
         },

@@ -67,6 +67,8 @@ pub struct ServerSettings {
     pub max_reports_per_client: usize,
     /// Most open gRPC connections.
     pub max_grpc_connections: usize,
+    /// Most of those from one client address.
+    pub max_grpc_connections_per_client: usize,
     /// How long a new gRPC connection may take to send its first bytes.
     pub grpc_handshake_timeout: Duration,
     /// How long a gRPC connection may go without a byte read or written.

@@ -23,9 +23,13 @@ pub const STREAMS_FAILED_TOTAL: &str = "rankwatch_streams_failed_total";
 pub const PARTIAL_MESSAGES_REFUSED_TOTAL: &str = "rankwatch_partial_messages_refused_total";
 /// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
 pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
-/// Counter: gRPC connections closed as soon as accepted, past `max_grpc_connections` all with an RPC open.
+/// Counter: gRPC connections closed as soon as accepted, past
+/// `max_grpc_connections` or `max_grpc_connections_per_client` all with an
+/// RPC open, by the label `reason` (the limit).
 pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_grpc_connections_refused_total";
-/// Counter: gRPC connections closed to make room for a new one, past `max_grpc_connections`.
+/// Counter: gRPC connections closed to make room for a new one, past
+/// `max_grpc_connections` or `max_grpc_connections_per_client`, by the label
+/// `reason` (the limit).
 pub const GRPC_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_grpc_connections_evicted_total";
 /// Counter: gRPC connections closed by `grpc_handshake_timeout`,
 /// `grpc_idle_timeout` or `grpc_report_timeout`.
@@ -91,11 +95,11 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_EVICTED_TOTAL,
-        "gRPC connections closed to make room for a new one past max_grpc_connections: of those with no RPC open, the one on which no byte moved for the longest."
+        "gRPC connections closed to make room for a new one past max_grpc_connections, or past max_grpc_connections_per_client among that client address's own (the reason): of those with no RPC open, the one on which no byte moved for the longest."
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_REFUSED_TOTAL,
-        "gRPC connections closed as soon as accepted, past max_grpc_connections all with an RPC open."
+        "gRPC connections closed as soon as accepted, past max_grpc_connections all with an RPC open, or past max_grpc_connections_per_client all of that client address's with one (the reason)."
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
@@ -125,8 +129,6 @@ fn describe_health_series() {
     metrics::counter!(STREAMS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_EVICTED_TOTAL).absolute(0);
-    metrics::counter!(GRPC_CONNECTIONS_EVICTED_TOTAL).absolute(0);
-    metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL).absolute(0);
     metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::counter!(HTTP_CONNECTIONS_TIMED_OUT_TOTAL).absolute(0);
     metrics::gauge!(INGEST_STREAMS).set(0.0);
@@ -169,6 +171,10 @@ pub fn export_limits(engine: &EngineSettings, server: &ServerSettings) {
         ("max_concurrent_reports", server.max_concurrent_reports),
         ("max_reports_per_client", server.max_reports_per_client),
         ("max_grpc_connections", server.max_grpc_connections),
+        (
+            "max_grpc_connections_per_client",
+            server.max_grpc_connections_per_client,
+        ),
         (
             "max_concurrent_streams",
             server.max_concurrent_streams as usize,
