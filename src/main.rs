@@ -377,7 +377,7 @@ fn run_loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
             .map_err(|error| {
                 // What to change after a TLS mistake, as `query` says it.
                 match rankwatch::query::tls_hint(&format!("{error:?}"), tls) {
-                    Some(_) if !tls => error.context("hint: the server may speak TLS (its tls_cert is set); the load generator speaks plaintext gRPC only: point it at a server without TLS"),
+                    Some(_) if !tls => error.context("hint: the server may speak TLS (its tls_cert is set); the load generator speaks plaintext gRPC only: point it at a server without TLS; or it closed the connection at one of its limits (max_grpc_connections: see its rankwatch_grpc_connections_*_total)"),
                     Some(hint) => error.context(format!("hint: {hint}")),
                     None => error,
                 }

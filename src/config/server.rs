@@ -110,9 +110,9 @@ pub struct ServerArgs {
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
         help = help("Limit: most open gRPC connections; a new one past them closes the one quiet the longest with no RPC open, or is refused", defaults::MAX_GRPC_CONNECTIONS))]
     pub max_grpc_connections: Option<usize>,
-    /// Limit: most open gRPC connections from one client address.
+    /// Limit: most gRPC connections one client address keeps once all are at work.
     #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS_PER_CLIENT",
-        help = help("Limit: most of max_grpc_connections from one client address; past them, a new one from it closes its own quiet the longest with no RPC open, or is refused, so that one host holding calls open on every connection cannot keep others out", "half of max_grpc_connections, at least 1"))]
+        help = help("Limit: once max_grpc_connections are open, all with an RPC open, the most one client address keeps: a new connection from an address holding fewer closes the connection quiet the longest of the address holding the most, if that holds more; one from an address holding as many is refused. One host holding calls open on every connection thus cannot keep others out, and below max_grpc_connections one client may hold them all", "half of max_grpc_connections, at least 1"))]
     pub max_grpc_connections_per_client: Option<usize>,
     /// How long a new gRPC connection may take to send its first bytes.
     #[arg(long, env = "RANKWATCH_GRPC_HANDSHAKE_TIMEOUT", value_parser = parse_duration,

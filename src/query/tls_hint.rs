@@ -25,7 +25,7 @@ pub fn hint(error: &str, tls: bool) -> Option<&'static str> {
             || has("broken pipe")
             || has("http2 error");
         return plaintext_to_tls.then_some(
-            "the server may speak TLS (its tls_cert is set): pass --tls-ca-cert with the PEM certificate of the CA that signed its certificate",
+            "the server may speak TLS (its tls_cert is set): pass --tls-ca-cert with the PEM certificate of the CA that signed its certificate; or it closed the connection at one of its limits (grpc_report_timeout, max_grpc_connections: see its rankwatch_grpc_connections_*_total)",
         );
     }
     if has("UnsupportedCertVersion") {

@@ -6,16 +6,20 @@
 //! keep probes, scrapes or ingest out, nor push out a client at work. When
 //! every connection has a call open, the new one is refused: closing one
 //! at work would let connections that hold a call open and keep busy (with
-//! pings) cut a client's stream each time they open another. The same holds
-//! within one client address's share of the slots, so that one host that
-//! holds calls open on every connection it may have keeps no other out.
+//! pings) cut a client's stream each time they open another. Unless the
+//! new connection's client address holds less than its share of the slots
+//! and another address holds more: then that one closes its connection
+//! quiet the longest, call or not, so that one host holding calls open on
+//! every connection keeps no other out. Below the listener's cap no share
+//! applies: a sidecar's one client may hold every slot.
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use tokio::time::Instant;
@@ -26,7 +30,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 pub struct Slots {
     open: Mutex<Vec<Arc<Slot>>>,
     max: usize,
-    /// Most of them one client address may hold.
+    /// Most of them one client address keeps once all are at work.
     per_client: usize,
     /// Times are kept as microseconds since this instant.
     epoch: Instant,
@@ -46,7 +50,9 @@ pub enum Taken {
 pub enum Limit {
     /// Every slot is held.
     All,
-    /// Its client address holds its share of them.
+    /// Every slot is held at work, and a client address's share counted:
+    /// the new connection's address holds its share (it is refused), or
+    /// another holds more (one of its connections is closed).
     Client,
 }
 
@@ -58,6 +64,8 @@ pub struct Slot {
     /// When a byte last moved on the connection, or it was accepted.
     quiet_since: AtomicU64,
     evicted: CancellationToken,
+    /// Whether the connection was told to close.
+    closed: AtomicBool,
     epoch: Instant,
     /// The connection's client address, when known.
     client: Option<IpAddr>,
@@ -75,7 +83,8 @@ pub struct Held {
 pub struct Call(Arc<Slot>);
 
 impl Slots {
-    /// Room for `max` connections, `per_client` of them for one client address.
+    /// Room for `max` connections, `per_client` of them kept for one client
+    /// address once all are at work.
     pub fn new(max: usize, per_client: usize) -> Arc<Self> {
         Arc::new(Self {
             open: Mutex::new(Vec::with_capacity(max.min(4096))),
@@ -87,24 +96,27 @@ impl Slots {
 
     /// A slot for a connection from `client` accepted now: a free one, or
     /// that of the connection with no call open quiet the longest, which is
-    /// told to close: among the client's own when it holds its share, else
-    /// among all. The limit met when every one of those has a call open.
+    /// told to close; with every connection at work, that of the address
+    /// holding the most, when it holds more than its share and `client`
+    /// less. The limit met when there is none.
     pub fn take(self: &Arc<Self>, client: Option<IpAddr>) -> Result<(Held, Taken), Limit> {
         let client = client.map(|client| client.to_canonical());
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let own = |slot: &Arc<Slot>| client.is_some() && slot.client == client;
-        let capped = self.per_client < self.max;
-        let taken = if capped && open.iter().filter(|slot| own(slot)).count() >= self.per_client {
-            Self::evict(&mut open, own, Limit::Client)?
-        } else if open.len() < self.max {
+        let taken = if open.len() < self.max {
             Taken::Free
+        } else if let Some(index) = quietest(&open, |slot| !slot.at_work()) {
+            open.swap_remove(index).close();
+            Taken::Evicted(Limit::All)
         } else {
-            Self::evict(&mut open, |_| true, Limit::All)?
+            let index = self.over_share(&open, client)?;
+            open.swap_remove(index).close();
+            Taken::Evicted(Limit::Client)
         };
         let slot = Arc::new(Slot {
             calls: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
             evicted: CancellationToken::new(),
+            closed: AtomicBool::new(false),
             epoch: self.epoch,
             client,
         });
@@ -119,24 +131,38 @@ impl Slots {
         Ok((held, taken))
     }
 
-    /// Tells the connection of `open` that `among` picks, with no call open,
-    /// quiet the longest to close, and lets go of its slot; `limit` when
-    /// there is none.
-    fn evict(
-        open: &mut Vec<Arc<Slot>>,
-        among: impl Fn(&Arc<Slot>) -> bool,
-        limit: Limit,
-    ) -> Result<Taken, Limit> {
-        let (_, index) = open
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| among(slot) && !slot.at_work())
-            .map(|(index, slot)| (slot.quiet_since(), index))
-            .min()
-            .ok_or(limit)?;
-        open.swap_remove(index).evicted.cancel();
-        Ok(Taken::Evicted(limit))
+    /// Of the connections of the address holding the most of `open`, all
+    /// at work, the one quiet the longest, when that address holds more
+    /// than its share and `client` less; else the limit `client` met.
+    fn over_share(&self, open: &[Arc<Slot>], client: Option<IpAddr>) -> Result<usize, Limit> {
+        let mut held: HashMap<IpAddr, usize> = HashMap::new();
+        for address in open.iter().filter_map(|slot| slot.client) {
+            *held.entry(address).or_default() += 1;
+        }
+        let Some(client) = client else {
+            return Err(Limit::All);
+        };
+        if held.get(&client).is_some_and(|&own| own >= self.per_client) {
+            return Err(Limit::Client);
+        }
+        let (most, _) = held
+            .into_iter()
+            .filter(|&(_, count)| count > self.per_client)
+            .max_by_key(|&(_, count)| count)
+            .ok_or(Limit::All)?;
+        quietest(open, |slot| slot.client == Some(most)).ok_or(Limit::All)
     }
+}
+
+/// Where in `open` the connection `among` picks quiet the longest is.
+fn quietest(open: &[Arc<Slot>], among: impl Fn(&Arc<Slot>) -> bool) -> Option<usize> {
+    let (_, index) = open
+        .iter()
+        .enumerate()
+        .filter(|(_, slot)| among(slot))
+        .map(|(index, slot)| (slot.quiet_since(), index))
+        .min()?;
+    Some(index)
 }
 
 impl Slot {
@@ -155,9 +181,12 @@ impl Slot {
         self.quiet_since.load(Ordering::Acquire)
     }
 
-    /// Tells the connection to close, as one closed to make room is told.
-    pub fn close(&self) {
+    /// Tells the connection to close, as one closed to make room is told;
+    /// whether it had not been told before.
+    pub fn close(&self) -> bool {
+        let first = !self.closed.swap(true, Ordering::AcqRel);
         self.evicted.cancel();
+        first
     }
 
     /// A call begins on the connection; it ends when the [`Call`] is dropped.
@@ -294,22 +323,25 @@ mod tests {
     }
 
     #[test]
-    fn a_client_holding_its_share_makes_room_among_its_own_and_leaves_the_rest_to_others() {
+    fn a_full_listener_at_work_takes_a_slot_from_an_address_over_its_share_for_one_under_it() {
         let slots = Slots::new(4, 2);
         let one = Some(IpAddr::from([10, 0, 0, 1]));
         let other = Some(IpAddr::from([10, 0, 0, 2]));
-        let (mut first, _) = slots.take(one).unwrap();
-        let (second, _) = slots.take(one).unwrap();
-        let _call = second.slot().call();
-        // Its third closes its own quiet one, not another client's.
-        let (third, taken) = slots.take(one).unwrap();
+        // Below the cap no share applies.
+        let mut hog: Vec<_> = (0..4).map(|_| slots.take(one).unwrap().0).collect();
+        let _calls: Vec<_> = hog.iter().map(|held| held.slot().call()).collect();
+        hog[1].slot().moved();
+        let (theirs, taken) = slots.take(other).unwrap();
         assert_eq!(taken, Taken::Evicted(Limit::Client));
-        assert!(evicted(&mut first));
-        drop(first);
-        let _other_call = third.slot().call();
-        // With both of its own at work, its next is refused.
+        let closed: Vec<bool> = hog.iter_mut().map(evicted).collect();
+        assert_eq!(closed, [true, false, false, false], "its quiet one");
+        let _their_call = theirs.slot().call();
+        // Past its share, the hog is refused; at its share it gives up no more.
         assert_eq!(slots.take(one).err(), Some(Limit::Client));
-        let theirs = (slots.take(other).unwrap(), slots.take(other).unwrap());
-        assert_eq!((theirs.0 .1, theirs.1 .1), (Taken::Free, Taken::Free));
+        drop(hog.remove(0));
+        let (second, _) = slots.take(other).unwrap();
+        let _second_call = second.slot().call();
+        assert_eq!(slots.take(other).err(), Some(Limit::Client));
+        assert_eq!(slots.take(None).err(), Some(Limit::All));
     }
 }

@@ -39,7 +39,7 @@ const HANDSHAKE_BYTES: u64 = 24;
 pub struct GrpcBounds {
     /// Most open connections.
     pub max_connections: usize,
-    /// Most of them from one client address.
+    /// Most of them one client address keeps once all are at work.
     pub max_connections_per_client: usize,
     /// How long a new connection may take to send its first bytes.
     pub handshake: Duration,
@@ -264,9 +264,9 @@ pub fn close_unless_done_within<B>(
     tokio::spawn(async move {
         tokio::select! {
             () = done.cancelled() => {}
-            () = tokio::time::sleep(timeout) => {
+            // Counted once per connection, however many of its calls time out.
+            () = tokio::time::sleep(timeout) => if slot.close() {
                 metrics::counter!(GRPC_CONNECTIONS_TIMED_OUT_TOTAL).increment(1);
-                slot.close();
             }
         }
     });

@@ -67,7 +67,7 @@ pub struct ServerSettings {
     pub max_reports_per_client: usize,
     /// Most open gRPC connections.
     pub max_grpc_connections: usize,
-    /// Most of those from one client address.
+    /// Most of those one client address keeps once all are at work.
     pub max_grpc_connections_per_client: usize,
     /// How long a new gRPC connection may take to send its first bytes.
     pub grpc_handshake_timeout: Duration,

@@ -24,12 +24,12 @@ pub const PARTIAL_MESSAGES_REFUSED_TOTAL: &str = "rankwatch_partial_messages_ref
 /// Counter: Ingest streams closed after `ingest_idle_timeout` without a batch.
 pub const STREAMS_TIMED_OUT_TOTAL: &str = "rankwatch_streams_timed_out_total";
 /// Counter: gRPC connections closed as soon as accepted, past
-/// `max_grpc_connections` or `max_grpc_connections_per_client` all with an
-/// RPC open, by the label `reason` (the limit).
+/// `max_grpc_connections` all with an RPC open, by the label `reason`
+/// (`max_grpc_connections_per_client`: the client's address held its share).
 pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "rankwatch_grpc_connections_refused_total";
 /// Counter: gRPC connections closed to make room for a new one, past
-/// `max_grpc_connections` or `max_grpc_connections_per_client`, by the label
-/// `reason` (the limit).
+/// `max_grpc_connections`, by the label `reason`
+/// (`max_grpc_connections_per_client`: one of an address over its share, at work).
 pub const GRPC_CONNECTIONS_EVICTED_TOTAL: &str = "rankwatch_grpc_connections_evicted_total";
 /// Counter: gRPC connections closed by `grpc_handshake_timeout`,
 /// `grpc_idle_timeout` or `grpc_report_timeout`.
@@ -95,11 +95,11 @@ fn describe_health_series() {
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_EVICTED_TOTAL,
-        "gRPC connections closed to make room for a new one past max_grpc_connections, or past max_grpc_connections_per_client among that client address's own (the reason): of those with no RPC open, the one on which no byte moved for the longest."
+        "gRPC connections closed to make room for a new one past max_grpc_connections: of those with no RPC open, the one on which no byte moved for the longest (reason max_grpc_connections); with every one at work, that of the client address holding the most, past max_grpc_connections_per_client (reason max_grpc_connections_per_client)."
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_REFUSED_TOTAL,
-        "gRPC connections closed as soon as accepted, past max_grpc_connections all with an RPC open, or past max_grpc_connections_per_client all of that client address's with one (the reason)."
+        "gRPC connections closed as soon as accepted, past max_grpc_connections all with an RPC open: no address held more than max_grpc_connections_per_client (reason max_grpc_connections), or the new one's held that many (reason max_grpc_connections_per_client)."
     );
     metrics::describe_counter!(
         GRPC_CONNECTIONS_TIMED_OUT_TOTAL,
