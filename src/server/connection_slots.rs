@@ -181,6 +181,11 @@ impl Slot {
         self.quiet_since.load(Ordering::Acquire)
     }
 
+    /// The connection's client address, when known.
+    pub fn client(&self) -> Option<IpAddr> {
+        self.client
+    }
+
     /// Tells the connection to close, as one closed to make room is told;
     /// whether it had not been told before.
     pub fn close(&self) -> bool {

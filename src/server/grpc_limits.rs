@@ -61,10 +61,10 @@ pub fn accept(
     let connections = Slots::new(bounds.max_connections, bounds.max_connections_per_client);
     tokio::spawn(async move {
         loop {
-            let stream = tokio::select! {
+            let (stream, addr) = tokio::select! {
                 _ = sender.closed() => return,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
+                    Ok(accepted) => accepted,
                     Err(error) => {
                         // Out of file descriptors, most likely: wait rather than spin.
                         tracing::warn!(%error, "gRPC accept failed");
@@ -73,8 +73,7 @@ pub fn accept(
                     }
                 },
             };
-            let client = stream.peer_addr().ok().map(|addr| addr.ip());
-            let (held, taken) = match connections.take(client) {
+            let (held, taken) = match connections.take(Some(addr.ip())) {
                 Ok(taken) => taken,
                 Err(limit) => {
                     metrics::counter!(GRPC_CONNECTIONS_REFUSED_TOTAL, "reason" => reason(limit))
@@ -237,17 +236,16 @@ impl AsyncWrite for BoundedConnection {
     }
 }
 
-/// What a request learns of its connection: its slot, for its call, and
-/// its client's address, when known.
+/// What a request learns of its connection: its slot, for its call and
+/// its client's address.
 #[derive(Clone, Debug)]
-pub struct ConnectionSlot(Arc<Slot>, Option<IpAddr>);
+pub struct ConnectionSlot(Arc<Slot>);
 
 impl Connected for BoundedConnection {
     type ConnectInfo = ConnectionSlot;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        let client = self.stream.peer_addr().ok().map(|addr| addr.ip());
-        ConnectionSlot(self.held.slot().clone(), client)
+        ConnectionSlot(self.held.slot().clone())
     }
 }
 
@@ -275,7 +273,7 @@ pub fn close_unless_done_within<B>(
 
 /// The address of the client `request` came from, when known.
 pub fn client_of<B>(request: &http::Request<B>) -> Option<IpAddr> {
-    request.extensions().get::<ConnectionSlot>()?.1
+    request.extensions().get::<ConnectionSlot>()?.0.client()
 }
 
 /// A call open on the connection `request` came on (tonic puts the

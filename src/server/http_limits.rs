@@ -87,8 +87,7 @@ impl Listener for BoundedListener {
                     continue;
                 }
             };
-            let client = stream.peer_addr().ok().map(|addr| addr.ip());
-            let Ok((held, taken)) = self.connections.take(client) else {
+            let Ok((held, taken)) = self.connections.take(Some(addr.ip())) else {
                 metrics::counter!(HTTP_CONNECTIONS_REFUSED_TOTAL).increment(1);
                 tracing::debug!(%addr, "HTTP connection closed: max_http_connections answering");
                 continue;
@@ -134,7 +133,7 @@ pub struct Requests(Arc<RequestCounts>);
 impl Requests {
     /// The address of the connection's client, when known.
     pub fn client(&self) -> Option<IpAddr> {
-        self.0.client
+        self.0.slot.client()
     }
 }
 
@@ -146,8 +145,6 @@ struct RequestCounts {
     /// The connection's slot, with a call open while a request is answered
     /// and its response sent.
     slot: Arc<Slot>,
-    /// The client's address, when known.
-    client: Option<IpAddr>,
 }
 
 impl Connected<IncomingStream<'_, BoundedListener>> for Requests {
@@ -199,7 +196,6 @@ impl BoundedStream {
             started: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             slot: held.slot().clone(),
-            client: stream.peer_addr().ok().map(|addr| addr.ip()),
         }));
         Self {
             stream,
