@@ -431,20 +431,21 @@ impl StateFile {
         let unusable = |problem| UnusableDir::new(dir, problem);
         ensure_dir(dir)?;
         let temporary = self.temporary();
-        let stale = fs::symlink_metadata(&temporary);
-        if stale.as_ref().is_ok_and(|stale| stale.is_dir()) && fs::remove_dir(&temporary).is_err() {
-            return Err(unusable(format!(
-                "holds a directory that is not empty at {}, where a save writes its temporary file: move it away",
-                temporary.display()
-            )));
-        }
+        let stale = fs::symlink_metadata(&temporary).is_ok();
         create_new(&temporary)
             .and_then(|mut file| file.write_all(MAGIC))
             .and_then(|()| fs::remove_file(&temporary))
             .map_err(|error| {
-                unusable(format!("is not writable ({error}): fix its permissions or free space, or point state_dir at a writable directory"))
+                // An empty directory there is removed; one that is not stays.
+                unusable(match fs::symlink_metadata(&temporary) {
+                    Ok(left) if left.is_dir() => format!(
+                        "holds a directory that is not empty at {}, where a save writes its temporary file: move it away",
+                        temporary.display()
+                    ),
+                    _ => format!("is not writable ({error}): fix its permissions or free space, or point state_dir at a writable directory"),
+                })
             })?;
-        Ok(stale.is_ok().then_some(temporary))
+        Ok(stale.then_some(temporary))
     }
 
     /// Writes `state` atomically; returns the bytes written. The payload
