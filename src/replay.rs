@@ -112,17 +112,20 @@ impl<R: Read> Read for Counted<R> {
 /// A log file whose end is checked: one that shrank while it was read (a
 /// rotation that copies and truncates it in place) fails there, instead of
 /// ending as if the log were whole, whether it was cut before or past
-/// where reading had come to.
+/// where reading had come to. A pipe or a device named as the log has no
+/// length to check: it ends where its reads do.
 struct Unshrunk {
     file: File,
-    /// The file's length when it was opened, or later when it grew.
-    longest: u64,
+    /// The file's length when it was opened, or later when it grew; none
+    /// when it is not a regular file.
+    longest: Option<u64>,
 }
 
 impl Unshrunk {
     fn open(path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
-        let longest = file.metadata()?.len();
+        let metadata = file.metadata()?;
+        let longest = metadata.is_file().then_some(metadata.len());
         Ok(Self { file, longest })
     }
 }
@@ -130,9 +133,12 @@ impl Unshrunk {
 impl Read for Unshrunk {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.file.read(buf)?;
+        let Some(longest) = self.longest else {
+            return Ok(n);
+        };
         if n == 0 && !buf.is_empty() {
             let (len, offset) = (self.file.metadata()?.len(), self.file.stream_position()?);
-            let was = self.longest.max(offset);
+            let was = longest.max(offset);
             if len < was {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -141,7 +147,7 @@ impl Read for Unshrunk {
                     ),
                 ));
             }
-            self.longest = len;
+            self.longest = Some(len);
         }
         Ok(n)
     }

@@ -528,3 +528,27 @@ fn lines_after_one_that_makes_many_lists_final_are_routed_and_numbered() {
         "one engine's report on 1 and 2 threads"
     );
 }
+
+/// A log named by a path that is a pipe (`/dev/stdin` on a pipe, a named
+/// pipe, a shell's `<(zcat log.gz)`) is read to its end like a file: the
+/// check that a file did not shrink while read does not apply to it, and
+/// had ended every such replay with exit code 3 ("Illegal seek").
+#[test]
+fn a_log_named_by_a_pipe_is_read_to_its_end() {
+    let log = std::fs::read(conformance("replay_small.jsonl")).unwrap();
+    let expected = replay_json(&["-", "--format", "json"], Some(&log));
+    let through_stdin = replay_json(&["/dev/stdin", "--format", "json"], Some(&log));
+    assert_same(&through_stdin, &expected, "/dev/stdin on a pipe");
+
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("log.jsonl");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let writer = {
+        let (fifo, log) = (fifo.clone(), log.clone());
+        std::thread::spawn(move || std::fs::write(fifo, log).unwrap())
+    };
+    let through_fifo = replay_json(&[fifo.to_str().unwrap(), "--format", "json"], None);
+    writer.join().unwrap();
+    assert_same(&through_fifo, &expected, "a named pipe");
+}
