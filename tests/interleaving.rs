@@ -413,6 +413,54 @@ async fn lists_left_out_of_their_experiments_are_counted_in_the_report() {
     assert_eq!(queried["interleaving"], replayed["interleaving"]);
 }
 
+/// The first picks' check is anytime-valid since start only, so a window's
+/// report leaves its p-value out, as it leaves out the split checks: it had
+/// given 1, a fair coin, beside first picks of 40 to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_report_leaves_out_the_first_picks_p_value() {
+    let mut lines: Vec<String> = (0..40)
+        .map(|list| {
+            json!({"impression": {
+                "requestId": format!("r{list}"), "userId": format!("u{list}"),
+                "itemIds": ["i0", "i1"], "time": time(list),
+                "model": "mixed", "surface": "home",
+                "interleaving": {"rankers": ["x", "y"], "teams": [0, 1]},
+            }})
+            .to_string()
+        })
+        .collect();
+    lines.push(
+        json!({"interaction": {"userId": "closing", "itemId": "i0", "type": "click", "time": time(3600)}})
+            .to_string(),
+    );
+    let server = Server::exact(&["--windows", "24h"]);
+    server.stream_lines(&lines).await;
+    let query = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+            .args(["query", "--grpc-addr", &server.grpc.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let since_start: Value = serde_json::from_str(&query(&["--format", "json"])).unwrap();
+    let row = &since_start["interleaving"][0];
+    assert_eq!((&row["first_a"], &row["first_b"]), (&json!(40), &json!(0)));
+    assert!(row["first_pick_p_value"].as_f64().unwrap() <= 0.01, "{row}");
+    let window: Value =
+        serde_json::from_str(&query(&["--format", "json", "--window", "24h"])).unwrap();
+    let row = &window["interleaving"][0];
+    assert_eq!((&row["first_a"], &row["first_b"]), (&json!(40), &json!(0)));
+    assert!(row.get("first_pick_p_value").is_none(), "{row}");
+    let table = query(&["--window", "24h"]);
+    let coin = table
+        .lines()
+        .find(|line| line.starts_with("home "))
+        .and_then(|line| line.split_whitespace().last());
+    assert_eq!(coin, Some("-"), "{table}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_past_max_groups_counts_in_its_own_surfaces_experiment() {
     // Three groups fill max_groups; the interleaved lists that follow go to

@@ -51,9 +51,11 @@ pub struct ExperimentReport {
     pub first_a: u64,
     /// Lists whose rank-1 item `b` contributed.
     pub first_b: u64,
-    /// Anytime-valid p-value of the first picks against an even coin
-    /// (since start; 1 in window reports, which are not anytime-valid).
-    pub first_pick_p_value: f64,
+    /// Anytime-valid p-value of the first picks against an even coin;
+    /// since start only, left out of window reports (a window's counts
+    /// are not a sequence the test holds over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_pick_p_value: Option<f64>,
 }
 
 impl ExperimentReport {
@@ -86,10 +88,8 @@ impl ExperimentReport {
             cs95: [preference - cs, preference + cs],
             first_a,
             first_b,
-            first_pick_p_value: match since_start {
-                true => split_p_value(&[first_a, first_b], &[0.5, 0.5]),
-                false => 1.0,
-            },
+            first_pick_p_value: since_start
+                .then(|| split_p_value(&[first_a, first_b], &[0.5, 0.5])),
         }
     }
 }
@@ -244,7 +244,9 @@ pub(super) fn render(writer: &mut SeriesWriter<'_>, snapshot: &Snapshot, window_
         help,
     );
     for (labels, experiment) in &since_start {
-        family.sample(labels, &[], experiment.first_pick_p_value);
+        if let Some(p_value) = experiment.first_pick_p_value {
+            family.sample(labels, &[], p_value);
+        }
     }
     render_preference(writer, snapshot, since_start, window_names);
     render_splits(writer, snapshot);
@@ -407,9 +409,12 @@ fn write_experiments(out: &mut String, experiments: &[ExperimentReport]) {
         );
         for e in experiments {
             let interval = |[lo, hi]: [f64; 2]| format!("[{lo:.4}, {hi:.4}]");
+            let coin = e
+                .first_pick_p_value
+                .map_or_else(|| "-".to_owned(), |p| format!("{p:.4}"));
             let _ = writeln!(
                 out,
-                "{:<14} {:<15} {:<14} {:<14} {:>8} {:>8} {:>8} {:>8} {:>9.4} {:>21} {:>21} {:>11.4}",
+                "{:<14} {:<15} {:<14} {:<14} {:>8} {:>8} {:>8} {:>8} {:>9.4} {:>21} {:>21} {:>11}",
                 printable(&e.surface),
                 segments(&e.segments),
                 printable(&e.a),
@@ -421,10 +426,10 @@ fn write_experiments(out: &mut String, experiments: &[ExperimentReport]) {
                 e.preference,
                 interval(e.ci95),
                 interval(e.cs95),
-                e.first_pick_p_value
+                coin
             );
         }
-        out.push_str("\ninterleaving: pref = (wins a − wins b) / lists, above 0 when users prefer a; coin p: first picks against an even coin (since start).\n");
+        out.push_str("\ninterleaving: pref = (wins a − wins b) / lists, above 0 when users prefer a; coin p: first picks against an even coin (since start only; - in a window).\n");
     }
 }
 
@@ -493,13 +498,14 @@ mod tests {
         ) {
             let name = ExperimentName::default();
             let e = ExperimentReport::new(&name, &totals(wins_a, wins_b, ties), true);
-            let figures = [e.preference, e.se, e.ci95[0], e.ci95[1], e.cs95[0], e.cs95[1], e.first_pick_p_value];
+            let p_value = e.first_pick_p_value.unwrap_or(f64::NAN);
+            let figures = [e.preference, e.se, e.ci95[0], e.ci95[1], e.cs95[0], e.cs95[1], p_value];
             prop_assert!(figures.iter().all(|f| f.is_finite()));
             prop_assert!((-1.0..=1.0).contains(&e.preference));
             prop_assert!(e.cs95[0] <= e.ci95[0] && e.ci95[1] <= e.cs95[1]);
             prop_assert_eq!(e.lists, wins_a + wins_b + ties);
             prop_assert_eq!((e.wins_a, e.wins_b, e.ties), (wins_a, wins_b, ties));
-            prop_assert!((0.0..=1.0).contains(&e.first_pick_p_value));
+            prop_assert!((0.0..=1.0).contains(&p_value));
         }
     }
 
