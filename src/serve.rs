@@ -66,15 +66,35 @@ pub async fn serve(
         served.engine.clone(),
         shutdown.clone(),
     ));
+    let engine = served.engine.clone();
     server::run(listeners, served, &settings, recorder, shutdown).await?;
     if stopped_early.await.unwrap_or(false) {
         anyhow::bail!("the engine stopped while the server ran (its error is logged above); the state file keeps the last periodic save");
     }
-    if let Some(saver) = saver {
-        saver.finish().await.context("saving state at shutdown")?;
+    match saver {
+        Some(saver) => saver.finish().await.context("saving state at shutdown")?,
+        None if fleet.is_none() => tell_what_is_lost(&engine).await,
+        None => {}
     }
     tracing::info!("rankwatch stopped");
     Ok(())
+}
+
+/// Logs what a local engine without `state_dir` loses as it stops: the
+/// lists still open and the interactions waiting for theirs, acknowledged
+/// to their senders, go with the process.
+async fn tell_what_is_lost(engine: &EngineHandle) {
+    let Ok(snapshot) = engine.snapshot().await else {
+        return;
+    };
+    let (open, waiting) = (snapshot.open_impressions, snapshot.waiting_interactions);
+    if open + waiting > 0 {
+        tracing::warn!(
+            open_lists = open,
+            waiting_interactions = waiting,
+            "state_dir is not set: the lists still open and the interactions waiting for theirs are lost, unsaved; set state_dir to keep them across restarts"
+        );
+    }
 }
 
 /// Shuts the server down if its engine stops before `shutdown` (nothing
@@ -174,6 +194,7 @@ fn prepare_state_file(
     settings: &ServerSettings,
 ) -> anyhow::Result<Option<StateFile>> {
     let Some(dir) = settings.state_dir.as_deref() else {
+        tracing::info!("state_dir is not set: nothing is saved, and a restart starts empty (open lists and the figures since start are lost); set state_dir to keep them");
         return Ok(None);
     };
     let file = StateFile::new(dir, engine.fingerprint(&settings.windows))

@@ -905,3 +905,27 @@ async fn a_save_and_a_restore_hold_about_the_size_of_the_state_in_memory() {
         "a restore of {file_kib} KiB peaked at {peak} KiB, to hold {held} KiB"
     );
 }
+
+/// Without `state_dir` nothing is saved, and a graceful stop says what it
+/// loses: it had logged only "rankwatch stopped", though the lists still
+/// open, acknowledged to their senders, were gone with the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_without_state_dir_says_what_it_loses() {
+    let mut server = Server::exact(&[]);
+    server.logged("state_dir is not set");
+    let open = r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["item-a"],"time":"2026-11-01T10:00:00Z"}}"#;
+    let waiting = r#"{"interaction":{"userId":"u2","itemId":"item-a","requestId":"r2","type":"click","time":"2026-11-01T10:00:01Z"}}"#;
+    send(&server, &[open.to_owned(), waiting.to_owned()]).await;
+    let code = tokio::task::spawn_blocking(move || {
+        let code = server.terminate();
+        (code, server.log.iter().collect::<Vec<_>>())
+    });
+    let (code, log) = code.await.unwrap();
+    assert_eq!(code, Some(0));
+    assert!(
+        log.iter().any(|line| line.contains("are lost, unsaved")
+            && line.contains("open_lists=1")
+            && line.contains("waiting_interactions=1")),
+        "{log:#?}"
+    );
+}
