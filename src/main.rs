@@ -58,7 +58,14 @@ struct ServeArgs {
     engine: EngineArgs,
 }
 
+/// `serve`'s settings with the demo's own defaults shown where they differ
+/// (`with_quick_join`, and the first model as the control).
 #[derive(clap::Args)]
+#[command(
+    mut_arg("attribution_window", |arg| arg.help("How long after an impression its interactions count [default: 10s]")),
+    mut_arg("allowed_lateness", |arg| arg.help("How far the watermark trails the latest event time [default: 2s]")),
+    mut_arg("control_model", |arg| arg.help("The model every other model on a surface is compared against (docs/SPEC.md §9) [default: the first of --models]")),
+)]
 struct DemoCommand {
     #[command(flatten)]
     demo: DemoArgs,

@@ -666,3 +666,35 @@ async fn loadgen_events_are_all_accepted_live_or_pregenerated() {
     let metrics = parse_metrics(&server.get("/metrics").1);
     assert_eq!(metrics["rankwatch_events_accepted_total"], sent as f64);
 }
+
+/// `demo --help` shows the settings the demo runs with where they differ
+/// from `serve`'s: it showed `serve`'s 5m window, 30s of lateness and no
+/// control model while the demo ran with 10s, 2s and its first model.
+#[test]
+fn the_demos_help_shows_the_defaults_it_runs_with() {
+    let demo = Server::demo(&[]);
+    let (status, body) = demo.get("/api/status");
+    assert_eq!(status, 200);
+    let settings = serde_json::from_str::<Value>(&body).unwrap()["settings"].clone();
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["demo", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let shown = |flag: &str| {
+        let mut lines = help.lines().skip_while(|line| !line.contains(flag));
+        lines.nth(1).unwrap_or_default().to_owned()
+    };
+    for (flag, key) in [
+        ("--attribution-window <", "attribution_window"),
+        ("--allowed-lateness <", "allowed_lateness"),
+    ] {
+        let default = format!("[default: {}]", settings[key].as_str().unwrap());
+        assert!(shown(flag).ends_with(&default), "{flag}: {}", shown(flag));
+    }
+    assert_eq!(settings["control_model"], "control");
+    assert!(
+        shown("--control-model <").ends_with("[default: the first of --models]"),
+        "{help}"
+    );
+}
