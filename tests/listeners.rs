@@ -447,3 +447,32 @@ fn a_bad_host_is_answered_without_the_allowed_methods() {
     assert!(with_host.starts_with("http/1.1 405 "), "{with_host}");
     assert!(with_host.contains("\r\nallow: get,head"), "{with_host}");
 }
+
+/// A gRPC client pointed at the HTTP listener (two ports, an easy mix-up)
+/// is told which port it reached and where gRPC is: it had been answered
+/// HTTP 505, which clients show as "grpc-status header missing, mapped
+/// from HTTP status code 505".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_call_to_the_http_listener_is_told_where_grpc_is() {
+    let server = Server::start(&[]);
+    let mut wrong = rankwatch::proto::evaluation_client::EvaluationClient::connect(format!(
+        "http://{}",
+        server.http
+    ))
+    .await
+    .unwrap();
+    let refused = wrong
+        .get_metrics(rankwatch::proto::GetMetricsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
+    let message = refused.message();
+    assert!(message.contains("HTTP listener"), "{message}");
+    assert!(
+        message.contains(&format!("gRPC listener is {}", server.grpc)),
+        "{message}"
+    );
+    // The server goes on answering both.
+    assert_eq!(server.get("/healthz").0, 200);
+    server.report().await;
+}

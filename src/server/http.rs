@@ -60,12 +60,25 @@ pub fn router(
 /// connection; one HTTP/2 connection could start a hundred reports at once
 /// and, its window shut, hold every report's permit until the send timeout.
 /// The answer has no body, which such a window would hold back, keeping
-/// the connection at work and out of reach of eviction.
-pub async fn require_http1(request: Request, next: Next) -> Response {
-    if request.version() >= Version::HTTP_2 {
-        return StatusCode::HTTP_VERSION_NOT_SUPPORTED.into_response();
+/// the connection at work and out of reach of eviction. A gRPC call, from
+/// a client given this port for the gRPC listener's at `grpc`, is answered
+/// UNIMPLEMENTED with where gRPC is, as trailers only (no body either).
+pub async fn require_http1(
+    State(grpc): State<std::net::SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.version() < Version::HTTP_2 {
+        return next.run(request).await;
     }
-    next.run(request).await
+    let content_type = request.headers().get(header::CONTENT_TYPE);
+    if content_type.is_some_and(|kind| kind.as_bytes().starts_with(b"application/grpc")) {
+        let message = format!(
+            "this is rankwatch's HTTP listener (/metrics, /healthz, the status page); its gRPC listener is {grpc} (grpc_addr)"
+        );
+        return tonic::Status::unimplemented(message).into_http();
+    }
+    StatusCode::HTTP_VERSION_NOT_SUPPORTED.into_response()
 }
 
 /// Answers 400 to an HTTP/1.1 request without a `Host` header and to any

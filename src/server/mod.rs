@@ -140,6 +140,7 @@ pub async fn run(
         tasks.clone(),
     )
     .await?;
+    let grpc_addr = listeners.grpc.local_addr()?;
     let incoming = grpc_limits::accept(
         listeners.grpc,
         grpc_limits::GrpcBounds {
@@ -172,7 +173,10 @@ pub async fn run(
     let routes = axum::Router::new()
         .fallback_service(routes)
         .layer(axum::middleware::from_fn(http::require_host))
-        .layer(axum::middleware::from_fn(http::require_http1));
+        .layer(axum::middleware::from_fn_with_state(
+            grpc_addr,
+            http::require_http1,
+        ));
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
         .with_graceful_shutdown(serving.clone().cancelled_owned());
     tasks.spawn(telemetry::keep_up(recorder, shutdown));
