@@ -476,3 +476,27 @@ async fn a_grpc_call_to_the_http_listener_is_told_where_grpc_is() {
     assert_eq!(server.get("/healthz").0, 200);
     server.report().await;
 }
+
+/// A server whose addresses are both taken says so of both at once, with
+/// the flag that chooses another: it had named the gRPC address alone, and
+/// the HTTP one only at the next start, neither with what to change.
+#[test]
+fn addresses_taken_are_all_named_with_the_flag_to_change() {
+    let taken = [(); 2].map(|()| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let [grpc, http] = taken
+        .each_ref()
+        .map(|listener| listener.local_addr().unwrap());
+    let (code, log) = exit_of(
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+            .args(["serve", "--grpc-addr", &grpc.to_string()])
+            .args(["--http-addr", &http.to_string()]),
+    );
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains(&format!("cannot bind gRPC to {grpc}"))
+            && log.contains("choose another address with --grpc-addr")
+            && log.contains(&format!("cannot bind HTTP to {http}"))
+            && log.contains("choose another address with --http-addr"),
+        "{log}"
+    );
+}

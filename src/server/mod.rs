@@ -70,17 +70,29 @@ impl Listeners {
     /// addresses (port 0 picks free ports).
     pub async fn bind(settings: &ServerSettings) -> anyhow::Result<Self> {
         let grpc_server = tls::server(settings.tls.as_ref())?;
-        let grpc = TcpListener::bind(settings.grpc_addr)
-            .await
-            .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
-        let http = TcpListener::bind(settings.http_addr)
-            .await
-            .with_context(|| format!("binding HTTP to {}", settings.http_addr))?;
-        Ok(Self {
-            grpc,
-            http,
-            grpc_server,
-        })
+        let grpc = TcpListener::bind(settings.grpc_addr).await;
+        let http = TcpListener::bind(settings.http_addr).await;
+        match (grpc, http) {
+            (Ok(grpc), Ok(http)) => Ok(Self {
+                grpc,
+                http,
+                grpc_server,
+            }),
+            (grpc, http) => {
+                let failed = [
+                    ("gRPC", settings.grpc_addr, "--grpc-addr", grpc.err()),
+                    ("HTTP", settings.http_addr, "--http-addr", http.err()),
+                ];
+                let said: Vec<String> = failed
+                    .into_iter()
+                    .filter_map(|(listener, addr, flag, error)| {
+                        let error = error?;
+                        Some(format!("cannot bind {listener} to {addr} ({error}): choose another address with {flag}"))
+                    })
+                    .collect();
+                anyhow::bail!("{}", said.join("; "))
+            }
+        }
     }
 
     /// The addresses bound.
