@@ -339,6 +339,34 @@ async fn a_filter_that_can_never_match_is_refused_and_one_that_matches_nothing_y
     assert!(stderr.contains("--format json gives err"), "{stderr}");
 }
 
+/// A model whose lists are all still open is said to have no group yet,
+/// with the open lists; a segment asked of a server without segment labels
+/// is said to need them. Both had been "no group has ...", as of a typo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_not_seen_yet_and_a_segment_without_labels_are_told_why() {
+    let server = Server::exact(&[]);
+    let lines = [
+        r#"{"impression":{"requestId":"r1","userId":"u1","itemIds":["a"],"time":"2026-11-01T10:00:00Z","model":"old"}}"#,
+        r#"{"impression":{"requestId":"r2","userId":"u2","itemIds":["a"],"time":"2026-11-01T11:00:00Z","model":"v7"}}"#,
+    ];
+    server.stream_lines(&lines.map(str::to_owned)).await;
+    let addr = server.grpc.to_string();
+    let asked = query(&["--grpc-addr", &addr, "--model", "v7"]);
+    let stderr = String::from_utf8_lossy(&asked.stderr);
+    assert!(
+        stderr.contains(
+            "no group has model \"v7\" yet: a group appears when its first list is finalized (open lists: 1)"
+        ),
+        "{stderr}"
+    );
+    let asked = query(&["--grpc-addr", &addr, "--segment", "country=de"]);
+    let stderr = String::from_utf8_lossy(&asked.stderr);
+    assert!(
+        stderr.contains("no group has segment country=\"de\": the server's groups have no segment labels (its segment_labels setting names none)"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_that_holds_no_list_is_told_apart_from_no_list_at_all() {
     let server = Server::start(&[

@@ -96,24 +96,42 @@ impl ReportFilter {
     /// either), surface and segment value; else, when it keeps no group of
     /// the many `report` has (`kept` holds neither a group nor an
     /// experiment), that no group has all of them at once.
+    /// A group appears with its first finalized list, so a name not seen
+    /// yet may still come while lists are open: each sentence says so then.
+    /// A segment asked of a server whose groups have no segment labels
+    /// says that instead.
     pub fn unmatched(&self, report: &Report, kept: &Report) -> Vec<String> {
         let groups = &report.groups;
+        let yet = match report.pending {
+            Some(pending) if pending.open_impressions > 0 => format!(
+                " yet: a group appears when its first list is finalized (open lists: {})",
+                pending.open_impressions
+            ),
+            _ => String::new(),
+        };
         let ranks = |m: &String| report.interleaving.iter().any(|e| &e.a == m || &e.b == m);
         let models = self
             .models
             .iter()
             .filter(|m| !groups.iter().any(|g| &g.model == *m) && !ranks(m))
-            .map(|m| format!("no group has model {m:?}"));
+            .map(|m| format!("no group has model {m:?}{yet}"));
         let surfaces = self
             .surfaces
             .iter()
             .filter(|s| !groups.iter().any(|g| &g.surface == *s))
-            .map(|s| format!("no group has surface {s:?}"));
+            .map(|s| format!("no group has surface {s:?}{yet}"));
+        let unsegmented = !groups.is_empty() && groups.iter().all(|g| g.segments.is_empty());
         let segments = self
             .segments
             .iter()
             .filter(|(label, value)| !groups.iter().any(|g| g.segments.get(label) == Some(value)))
-            .map(|(label, value)| format!("no group has segment {}={value:?}", printable(label)));
+            .map(|(label, value)| match unsegmented {
+                true => format!(
+                    "no group has segment {}={value:?}: the server's groups have no segment labels (its segment_labels setting names none)",
+                    printable(label)
+                ),
+                false => format!("no group has segment {}={value:?}{yet}", printable(label)),
+            });
         let mut said: Vec<String> = models.chain(surfaces).chain(segments).collect();
         let nothing_kept = kept.groups.is_empty() && kept.interleaving.is_empty();
         if said.is_empty() && !groups.is_empty() && nothing_kept {
