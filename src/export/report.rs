@@ -464,7 +464,7 @@ impl Report {
 fn write_counters(out: &mut String, c: &ReportCounters) {
     let _ = writeln!(
         out,
-        "events: {} impressions, {} interactions ({} credited, unattributed: {}), late impressions: {}, duplicates: {} impressions / {} interactions",
+        "events since start: {} impressions, {} interactions ({} credited, unattributed: {}), late impressions: {}, duplicates: {} impressions / {} interactions",
         c.impressions,
         c.interactions,
         c.credited,
