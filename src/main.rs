@@ -14,7 +14,7 @@ use rankwatch::fleet::{FleetMode, FleetSettings};
 use rankwatch::kafka_check;
 use rankwatch::loadgen::{self, LoadgenArgs};
 use rankwatch::query::{self, QueryArgs, ReportFilter};
-use rankwatch::replay::{self, ReplayOptions, ReplaySetup};
+use rankwatch::replay::{self, LineNotice, ReplayOptions, ReplaySetup};
 use rankwatch::serve;
 use rankwatch::server::ServerSettings;
 use std::future::Future;
@@ -171,6 +171,10 @@ macro_rules! tell {
 
 /// Bad lines printed before the rest are only counted.
 const BAD_LINES_SHOWN: u64 = 100;
+
+/// Late impressions printed before the rest are only counted: a log whose
+/// clock jumped back can hold millions.
+const LATE_LINES_SHOWN: u64 = 10;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -417,23 +421,22 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     if args.sketch_coverage {
         setup.join.coverage = settings.coverage_mode();
     }
-    let mut bad_lines = 0u64;
+    let (mut bad_lines, mut late_lines) = (0u64, 0u64);
+    let slack = settings.attribution_window + settings.allowed_lateness;
     let replayed = replay::replay(
         &args.files,
         setup,
         options,
         |bytes| bar.set_position(bytes),
         |bad| {
-            bad_lines += 1;
-            if bad_lines <= BAD_LINES_SHOWN {
-                bar.suspend(|| {
-                    tell!(
-                        "{}:{}: {}",
-                        replay::shown(bad.path),
-                        bad.line,
-                        bad.rejection
-                    )
-                });
+            let (seen, shown) = match bad.what {
+                LineNotice::Rejected(_) => (&mut bad_lines, BAD_LINES_SHOWN),
+                LineNotice::Late { .. } => (&mut late_lines, LATE_LINES_SHOWN),
+            };
+            *seen += 1;
+            if *seen <= shown {
+                let place = format!("{}:{}", replay::shown(bad.path), bad.line);
+                bar.suspend(|| tell!("{place}: {}", line_notice(&bad.what, slack)));
             }
         },
     );
@@ -442,6 +445,12 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         tell!(
             "... {} more bad lines (counted under `rejected`)",
             bad_lines - BAD_LINES_SHOWN
+        );
+    }
+    if late_lines > LATE_LINES_SHOWN {
+        tell!(
+            "... {} more late impressions (counted under `late`)",
+            late_lines - LATE_LINES_SHOWN
         );
     }
     match replayed {
@@ -455,6 +464,20 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             print_report(&unread.report, args.format)?;
             Err(unread.into())
         }
+    }
+}
+
+/// What a replay says of a line in no figure; `slack` is attribution
+/// window + allowed lateness.
+fn line_notice(what: &LineNotice<'_>, slack: std::time::Duration) -> String {
+    match what {
+        LineNotice::Rejected(rejection) => rejection.to_string(),
+        LineNotice::Late { time, latest } => format!(
+            "late: the impression's time, {}, is at least attribution window + allowed lateness ({}) before the latest event time then, {}: its window had closed when it came, so it is counted under `late` and in no figure",
+            format_rfc3339(*time),
+            humantime::format_duration(slack),
+            format_rfc3339(*latest),
+        ),
     }
 }
 

@@ -329,20 +329,37 @@ impl Jumps {
     }
 }
 
-/// A line that was rejected: where it is and why.
+/// A line that was rejected, or that is not in the figures for another
+/// reason: where it is and what befell it.
 #[derive(Debug)]
 pub struct BadLine<'a> {
     /// The log it is in (`-` for standard input).
     pub path: &'a Path,
     /// 1-based line number.
     pub line: u64,
-    /// Why it was rejected.
-    pub rejection: &'a Rejection,
+    /// What befell it.
+    pub what: LineNotice<'a>,
+}
+
+/// What befell a line that is in no figure.
+#[derive(Debug)]
+pub enum LineNotice<'a> {
+    /// It was rejected, and why.
+    Rejected(&'a Rejection),
+    /// An impression that came late: its window had closed, by the latest
+    /// event time before it, when it came. Counted under `late`.
+    Late {
+        /// The impression's time.
+        time: Nanos,
+        /// The latest event time before it.
+        latest: Nanos,
+    },
 }
 
 /// Replays `paths` in order as one stream and reports. `progress` is told
 /// the bytes read from disk so far (compressed bytes for `.gz`), which
-/// [`total_bytes`] totals; `on_bad_line` hears of every rejected line. A log
+/// [`total_bytes`] totals; `on_bad_line` hears of every line in no figure
+/// (rejected, or an impression that came late), in file order. A log
 /// that cannot be read to its end (missing, a truncated or corrupt `.gz`)
 /// stops the replay there: the error carries the report of the lines before.
 pub fn replay(
@@ -417,11 +434,11 @@ fn read_logs(
         while !chunk.is_empty() {
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             let mut runs = crate::parallel::emptied(routed);
-            let rejected = |line, rejection: &Rejection| {
+            let noticed = |line, what: LineNotice<'_>| {
                 on_bad_line(BadLine {
                     path,
                     line: line_number + line as u64 + 1,
-                    rejection,
+                    what,
                 })
             };
             let parsing = (validator, threads);
@@ -434,7 +451,7 @@ fn read_logs(
                 parsing,
                 &mut spare,
                 &mut runs,
-                rejected,
+                noticed,
             );
             // Past a failure nothing more is read.
             let mut next_filled = Ok(());
@@ -463,8 +480,8 @@ fn read_logs(
 /// routes its events into `batch` in order as each run is parsed, noting
 /// their times in `jumps`; the other threads meanwhile add the coverage
 /// of the lists the batch before finalized. A batch that fills up stops the routing, which goes on once
-/// it is applied. Tells `rejected` of each bad line, by its index in the
-/// chunk.
+/// it is applied. Tells `noticed` of each line in no figure, by its index
+/// in the chunk.
 fn parse_and_route<'c>(
     engine: &mut ShardedEngine,
     (batch, jumps): (&mut Batch, &mut Jumps),
@@ -472,7 +489,7 @@ fn parse_and_route<'c>(
     (validator, threads): (&Validator, usize),
     spare: &mut Vec<Vec<Parsed<'static>>>,
     runs: &mut Vec<Vec<Parsed<'c>>>,
-    mut rejected: impl FnMut(usize, &Rejection),
+    mut noticed: impl FnMut(usize, LineNotice<'_>),
 ) {
     let (mut router, coverage) = engine.routing();
     let mut stop = None;
@@ -480,7 +497,7 @@ fn parse_and_route<'c>(
         runs.push(run);
         if stop.is_none() {
             let from = (runs.len() - 1, 0);
-            stop = route(&mut router, (batch, jumps), runs, from, &mut rejected);
+            stop = route(&mut router, (batch, jumps), runs, from, &mut noticed);
         }
     });
     drop(router);
@@ -488,21 +505,21 @@ fn parse_and_route<'c>(
         engine.apply(batch, runs);
         let (mut router, coverage) = engine.routing();
         coverage.into_iter().for_each(|job| job());
-        stop = route(&mut router, (batch, jumps), runs, from, &mut rejected);
+        stop = route(&mut router, (batch, jumps), runs, from, &mut noticed);
     }
 }
 
 /// Routes the lines of `runs` from `(run, line)` on into `batch` in
 /// order, up to one that fills the batch: then what comes after it, for
 /// routing once the batch is applied. Notes each event's time in
-/// `jumps`, and tells `rejected` of each bad line, by their index in the
-/// chunk.
+/// `jumps`, and tells `noticed` of each line in no figure, by their index
+/// in the chunk.
 fn route(
     router: &mut Router<'_>,
     (batch, jumps): (&mut Batch, &mut Jumps),
     runs: &[Vec<Parsed<'_>>],
     (first_run, first_line): (usize, usize),
-    mut rejected: impl FnMut(usize, &Rejection),
+    mut noticed: impl FnMut(usize, LineNotice<'_>),
 ) -> Option<(usize, usize)> {
     let mut run_start: usize = runs[..first_run].iter().map(Vec::len).sum();
     for (run, lines) in runs.iter().enumerate().skip(first_run) {
@@ -515,7 +532,10 @@ fn route(
                         run: run as u32,
                         line: line as u32,
                     };
-                    router.route(batch, event, at);
+                    if let Some(latest) = router.route(batch, event, at) {
+                        let time = event.time();
+                        noticed(run_start + line, LineNotice::Late { time, latest });
+                    }
                     jumps.read(run_start + line, event.time());
                     if batch.is_full() {
                         return Some((run, line + 1));
@@ -523,7 +543,7 @@ fn route(
                 }
                 Some(Err(rejection)) => {
                     router.reject(rejection.reason);
-                    rejected(run_start + line, rejection);
+                    noticed(run_start + line, LineNotice::Rejected(rejection));
                 }
             }
         }

@@ -552,3 +552,50 @@ fn a_log_named_by_a_pipe_is_read_to_its_end() {
     writer.join().unwrap();
     assert_same(&through_fifo, &expected, "a named pipe");
 }
+
+/// An impression that came late is in no figure, so replay names its line
+/// as it names a bad one: it was only counted, which left its reader
+/// looking for it (a time written with another zone's offset, say). The
+/// first ten are named, the rest counted.
+#[test]
+fn late_impressions_are_named_by_their_lines() {
+    let log = std::fs::read_to_string(conformance("replay_small.jsonl")).unwrap();
+    let output = replay(&["-"], Some(log.as_bytes()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let named: Vec<usize> = stderr
+        .lines()
+        .filter(|line| line.contains(": late: the impression's time"))
+        .map(|line| line.split(':').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let expected = replay_json(&["-", "--format", "json"], Some(log.as_bytes()));
+    assert_eq!(
+        named.len() as u64,
+        expected["counters"]["late"]["impressions"]
+            .as_u64()
+            .unwrap(),
+        "{stderr}"
+    );
+    let lines: Vec<&str> = log.lines().collect();
+    for number in named {
+        assert!(
+            lines[number - 1].contains("\"impression\""),
+            "line {number}"
+        );
+    }
+
+    let many: Vec<String> = std::iter::once(
+        r#"{"impression":{"requestId":"r0","userId":"u","itemIds":["a"],"time":"2026-11-01T10:00:00Z"}}"#.to_owned(),
+    )
+    .chain((1..=15).map(|i| {
+        format!(r#"{{"impression":{{"requestId":"r{i}","userId":"u","itemIds":["a"],"time":"2026-11-01T09:00:00Z"}}}}"#)
+    }))
+    .collect();
+    let output = replay(&["-"], Some(many.join("\n").as_bytes()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches(": late: ").count(), 10, "{stderr}");
+    assert!(stderr.contains("-:2: late: the impression's time, 2026-11-01T09:00:00.000Z, is at least attribution window + allowed lateness (5m 30s) before the latest event time then, 2026-11-01T10:00:00.000Z"), "{stderr}");
+    assert!(
+        stderr.contains("... 5 more late impressions (counted under `late`)"),
+        "{stderr}"
+    );
+}

@@ -462,12 +462,14 @@ impl Router<'_> {
 
     /// Adds an accepted event, found `at` in the runs the batch will be
     /// applied with, to `batch`, with what arrival order decides of it, and
-    /// moves `T` past its time.
-    pub fn route(&mut self, batch: &mut Batch, event: &Event<'_>, at: EventAt) {
+    /// moves `T` past its time. Returns `T` before it when it is an
+    /// impression that came late (its window closed before it came).
+    pub fn route(&mut self, batch: &mut Batch, event: &Event<'_>, at: EventAt) -> Option<Nanos> {
         self.add_figures();
         *self.seq += 1;
         let before = self.registry.max_time();
         let time = event.time();
+        let mut late = None;
         let placement = match event {
             Event::Impression(impression) if !self.registry.is_late(impression.time) => {
                 let window = self.registry.settings.attribution_window;
@@ -475,7 +477,11 @@ impl Router<'_> {
                 self.deadlines.push((deadline, *self.seq, 0));
                 Some(self.registry.place(impression))
             }
-            _ => None,
+            Event::Impression(_) => {
+                late = before;
+                None
+            }
+            Event::Interaction(_) => None,
         };
         match event {
             Event::Impression(impression) => {
@@ -498,6 +504,7 @@ impl Router<'_> {
                 batch.due.push(deadline);
             }
         }
+        late
     }
 }
 
