@@ -1,7 +1,7 @@
 //! The `rankwatch` command: parses the command line and hands over to a command.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rankwatch::config::FleetArgs;
 use rankwatch::config::{EngineArgs, FileSettings, LogArgs, ServerArgs};
@@ -181,6 +181,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return command_line_error(&error),
     };
+    for (given, meant) in rankwatch::config::suggest::misspelled_variables(&setting_variables()) {
+        tell!("rankwatch: the environment variable {given} is no setting and is ignored; did you mean {meant}?");
+    }
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Demo(args) => run_demo(args),
@@ -201,6 +204,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every `RANKWATCH_*` environment variable that some command reads.
+fn setting_variables() -> Vec<String> {
+    fn add(command: &clap::Command, names: &mut Vec<String>) {
+        let read = command.get_arguments().filter_map(|arg| arg.get_env());
+        names.extend(read.filter_map(|name| name.to_str()).map(str::to_owned));
+        command.get_subcommands().for_each(|sub| add(sub, names));
+    }
+    let mut names = vec!["RANKWATCH_LOG".to_owned()];
+    add(&Cli::command(), &mut names);
+    names
 }
 
 /// Prints what clap found wrong with the command line (or the help it was

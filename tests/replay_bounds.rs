@@ -599,3 +599,37 @@ fn late_impressions_are_named_by_their_lines() {
         "{stderr}"
     );
 }
+
+/// A misspelled key of the config file is named with its line and the key
+/// it was probably meant to be (it was "unknown field", then all 62 keys),
+/// and a misspelled `RANKWATCH_*` variable, which had been ignored without
+/// a word, is named with the setting it was probably meant to be.
+#[test]
+fn a_misspelled_key_or_variable_is_told_what_it_was_probably_meant_to_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    std::fs::write(&log, "").unwrap();
+    let config = "k = [1, 5]\natribution_window = \"10s\"\n";
+    let (code, stderr, _) = replay_with_config(dir.path(), config, &log, &[], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rankwatch.toml, line 2: unknown key `atribution_window`; did you mean `attribution_window`? Every key is in docs/settings.md"),
+        "{stderr}"
+    );
+    let (code, stderr, _) =
+        replay_with_config(dir.path(), "kafka_broker = \"b:9092\"\n", &log, &[], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("did you mean `kafka_brokers`?"), "{stderr}");
+
+    let env = [
+        ("RANKWATCH_ALLOWED_LATENES", "1s"),
+        ("RANKWATCH_SOMETHING_ELSE_ENTIRELY", "1"),
+    ];
+    let (code, stderr, report) = replay_with_config(dir.path(), "", &log, &[], &env);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(report.unwrap()["config"]["allowed_lateness_s"], 30.0);
+    assert_eq!(
+        stderr.trim(),
+        "rankwatch: the environment variable RANKWATCH_ALLOWED_LATENES is no setting and is ignored; did you mean RANKWATCH_ALLOWED_LATENESS?"
+    );
+}

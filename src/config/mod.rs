@@ -14,6 +14,7 @@ pub mod engine;
 pub mod fleet;
 pub mod replay;
 pub mod server;
+pub mod suggest;
 
 pub use choices::{DiscountName, GainName};
 pub use engine::EngineArgs;
@@ -47,6 +48,23 @@ pub enum ConfigError {
         path: PathBuf,
         /// Why.
         source: toml::de::Error,
+    },
+    /// The config file sets a key that is no setting.
+    #[error("config file {}{}: unknown key `{key}`{}",
+        .path.display(),
+        .line.map(|line| format!(", line {line}")).unwrap_or_default(),
+        .meant.as_ref().map_or_else(
+            || "; every key is in docs/settings.md".to_owned(),
+            |meant| format!("; did you mean `{meant}`? Every key is in docs/settings.md")))]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// The line that sets it, when found.
+        line: Option<usize>,
+        /// The key.
+        key: String,
+        /// The setting it was probably meant to be.
+        meant: Option<String>,
     },
     /// A value is out of range.
     #[error("setting `{key}`: {message}")]
@@ -310,9 +328,17 @@ impl FileSettings {
         let text = String::from_utf8(bytes)
             .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))
             .map_err(read)?;
-        let parse_error = |source| ConfigError::Parse {
-            path: path.into(),
-            source,
+        let parse_error = |source: toml::de::Error| match suggest::unknown_key(source.message()) {
+            Some((key, expected)) => ConfigError::UnknownKey {
+                path: path.into(),
+                line: suggest::line_of(&text, key),
+                meant: suggest::closest(key, expected).map(str::to_owned),
+                key: key.to_owned(),
+            },
+            None => ConfigError::Parse {
+                path: path.into(),
+                source,
+            },
         };
         let mut table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
         let fleet: toml::Table = table
