@@ -473,6 +473,9 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             if let Some(far) = &replayed.far_ahead {
                 tell!("{}", far_ahead_notice(far));
             }
+            if let Some(unseen) = replayed.report.control_unseen() {
+                tell!("rankwatch: {unseen}");
+            }
             print_report(&replayed.report, args.format)
         }
         Err(unread) => {
@@ -517,7 +520,13 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
     let report = runtime.block_on(query::fetch(&args.query))?;
     args.filter.check(&report).map_err(anyhow::Error::msg)?;
     let kept = args.filter.apply(report.clone());
-    for unmatched in args.filter.unmatched(&report, &kept) {
+    let unseen = report.control_unseen();
+    for unmatched in args
+        .filter
+        .unmatched(&report, &kept)
+        .into_iter()
+        .chain(unseen)
+    {
         tell!("rankwatch: {unmatched}");
     }
     if let (Format::Table, Some(beyond)) = (args.format, args.filter.beyond_the_table()) {

@@ -521,3 +521,30 @@ fn a_server_that_never_answers_is_said_to_have_not_answered() {
     );
     assert!(!stderr.contains("the server answered"), "{stderr}");
 }
+
+/// A control model that no list has (misspelled, say) is said by replay
+/// and by query, with the models that have lists: both had printed an
+/// empty comparison and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_model_without_lists_is_said_with_the_models_that_have_them() {
+    let lines = sent_log();
+    let said = "the control model \"contrl\" has no finalized list, so nothing is compared against it; the models with lists: ";
+    let (_dir, path) = {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        (dir, path)
+    };
+    let replayed = replay(&[path.to_str().unwrap(), "--control-model", "contrl"], None);
+    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    assert!(stderr.contains(said), "{stderr}");
+
+    let server = Server::exact(&["--control-model", "contrl"]);
+    server.stream_lines(&lines).await;
+    let queried = query(&["--grpc-addr", &server.grpc.to_string()]);
+    let stderr = String::from_utf8_lossy(&queried.stderr);
+    assert!(
+        queried.status.success() && stderr.contains(said),
+        "{stderr}"
+    );
+}

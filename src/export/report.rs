@@ -402,6 +402,23 @@ impl Report {
         }
     }
 
+    /// What to say when the control model has no group while others have:
+    /// nothing is compared (a misspelled `control_model`, say), and the
+    /// models that have groups.
+    pub fn control_unseen(&self) -> Option<String> {
+        let control = self.config.control_model.as_ref()?;
+        let mut models: Vec<&str> = self.groups.iter().map(|g| g.model.as_str()).collect();
+        models.dedup();
+        if models.is_empty() || models.contains(&control.as_str()) {
+            return None;
+        }
+        let models: Vec<String> = models.iter().map(|m| format!("{m:?}")).collect();
+        Some(format!(
+            "the control model {control:?} has no finalized list, so nothing is compared against it; the models with lists: {}",
+            models.join(", ")
+        ))
+    }
+
     /// A table for people: counters, then one row per group and K.
     pub fn to_table(&self) -> String {
         let mut out = String::new();
