@@ -17,7 +17,7 @@ use rankwatch::event::json::parse_line;
 use rankwatch::export::Report;
 use rankwatch::join::Engine;
 use rankwatch::metrics::{CoverageMode, Discount, Gain, ListEvaluator, Metric, MetricSettings};
-use rankwatch::replay::{replay, ReplayOptions, ReplaySetup};
+use rankwatch::replay::{replay, LineNotice, ReplayOptions, ReplaySetup};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -520,7 +520,7 @@ fn run(
     settings: &EngineSettings,
     threads: usize,
     chunk_lines: usize,
-) -> (Report, Vec<u64>) {
+) -> (Report, Noticed) {
     run_setup(paths, ReplaySetup::new(settings), threads, chunk_lines)
 }
 
@@ -530,8 +530,8 @@ fn run_setup(
     setup: ReplaySetup,
     threads: usize,
     chunk_lines: usize,
-) -> (Report, Vec<u64>) {
-    let mut bad_lines = Vec::new();
+) -> (Report, Noticed) {
+    let mut noticed = Noticed::default();
     let report = replay(
         paths,
         setup,
@@ -541,11 +541,21 @@ fn run_setup(
             ..ReplayOptions::default()
         },
         |_| {},
-        |bad| bad_lines.push(bad.line),
+        |bad| match bad.what {
+            LineNotice::Rejected(_) => noticed.rejected.push(bad.line),
+            LineNotice::Late { .. } => noticed.late.push(bad.line),
+        },
     )
     .expect("the log is readable")
     .report;
-    (report, bad_lines)
+    (report, noticed)
+}
+
+/// The lines a replay named: rejected, and impressions that came late.
+#[derive(Debug, Default, PartialEq)]
+struct Noticed {
+    rejected: Vec<u64>,
+    late: Vec<u64>,
 }
 
 /// Checks every replay property on one log: the same report and bad lines
@@ -562,16 +572,20 @@ fn check_replay(
     let log = dir.path().join("log.jsonl");
     write_log(&log, &lines);
 
-    let (report, bad_lines) = run(std::slice::from_ref(&log), settings, 1, chunk_sizes[0]);
+    let (report, noticed) = run(std::slice::from_ref(&log), settings, 1, chunk_sizes[0]);
     let expected_bad: Vec<u64> = (1..)
         .zip(&bad)
         .filter(|(_, is_bad)| **is_bad)
         .map(|(line, _)| line)
         .collect();
-    prop_assert_eq!(&bad_lines, &expected_bad);
+    prop_assert_eq!(&noticed.rejected, &expected_bad);
+    prop_assert_eq!(
+        noticed.late.len() as u64,
+        report.counters.late["impressions"]
+    );
     for threads in [1, 2, 3] {
         for &chunk_lines in chunk_sizes {
-            let (other, other_bad) =
+            let (other, other_noticed) =
                 run(std::slice::from_ref(&log), settings, threads, chunk_lines);
             prop_assert_eq!(
                 &other,
@@ -581,8 +595,8 @@ fn check_replay(
                 chunk_lines
             );
             prop_assert_eq!(
-                &other_bad,
-                &bad_lines,
+                &other_noticed,
+                &noticed,
                 "threads {}, chunk_lines {}",
                 threads,
                 chunk_lines
@@ -832,8 +846,8 @@ fn a_replay_ending_with_many_open_lists_gives_the_figures_of_one_engine() {
         assert_eq!(one.counters.credited, 30_000);
         for threads in [1, 2] {
             let setup = setup_with(&settings, sketch_cap);
-            let (sharded, bad_lines) = run_setup(std::slice::from_ref(&log), setup, threads, 4096);
-            assert!(bad_lines.is_empty());
+            let (sharded, noticed) = run_setup(std::slice::from_ref(&log), setup, threads, 4096);
+            assert_eq!(noticed, Noticed::default());
             assert_eq!(
                 sharded, one,
                 "threads {threads}, sketches past {sketch_cap:?}"
