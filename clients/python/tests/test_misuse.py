@@ -300,6 +300,20 @@ def test_times_out_of_a_timestamps_range_raise_value_error_whatever_their_kind()
             events.interaction(user_id="u", item_id="a", time=time)
 
 
+def test_a_time_in_milliseconds_is_told_to_be_given_in_seconds() -> None:
+    """`time.time() * 1000`, the usual slip, had been told only that it is
+    outside the years 1 to 9999."""
+    for time, unit, per_second in ((1795966131530.8967, "milliseconds", 1000),
+                                   (1795966131530896, "microseconds", 1000000),
+                                   (1795966131530896700, "nanoseconds", 1000000000)):
+        said = f"it looks like {unit} since 1970; give seconds \\(time / {per_second}\\)"
+        with pytest.raises(ValueError, match=said):
+            events.interaction(user_id="u", item_id="a", time=time)
+    with pytest.raises(ValueError) as far:
+        events.interaction(user_id="u", item_id="a", time=1e300)
+    assert "looks like" not in str(far.value)
+
+
 def test_settings_that_are_not_finite_numbers_raise_at_construction() -> None:
     """A NaN linger had been taken: the sender thread spun a whole core and
     sent nothing until close."""

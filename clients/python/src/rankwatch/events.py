@@ -53,8 +53,16 @@ def set_time(target: Timestamp, time: EventTime) -> None:
 
 
 def _outside(time: object) -> ValueError:
-    """The error of a time outside what a protobuf `Timestamp` holds."""
-    return ValueError(f"event time {time!r} is outside the years 1 to 9999 that an event's Timestamp holds")
+    """The error of a time outside what a protobuf `Timestamp` holds; for a
+    number that is a time of these years in smaller units than seconds, it
+    names the unit (`time.time() * 1000` is the usual slip)."""
+    hint = ""
+    if isinstance(time, numbers.Real) and not isinstance(time, bool):
+        for unit, per_second in (("milliseconds", 10**3), ("microseconds", 10**6), ("nanoseconds", 10**9)):
+            if 10**9 * per_second <= time < 10**10 * per_second:
+                hint = f": it looks like {unit} since 1970; give seconds (time / {per_second}) or an aware datetime"
+                break
+    return ValueError(f"event time {time!r} is outside the years 1 to 9999 that an event's Timestamp holds{hint}")
 
 
 def _write_time(target: Timestamp, time: EventTime) -> None:
