@@ -50,12 +50,13 @@ enum Command {
     KafkaCheck(KafkaCheckCommand),
 }
 
+/// The engine's settings first in `--help`: a first run is about them.
 #[derive(clap::Args)]
 struct ServeArgs {
     #[command(flatten)]
-    server: ServerArgs,
-    #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    server: ServerArgs,
 }
 
 /// `serve`'s settings with the demo's own defaults shown where they differ
@@ -70,9 +71,9 @@ struct DemoCommand {
     #[command(flatten)]
     demo: DemoArgs,
     #[command(flatten)]
-    server: ServerArgs,
-    #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    server: ServerArgs,
 }
 
 #[derive(clap::Args)]
@@ -80,7 +81,10 @@ struct DemoCommand {
     after_help = "Exit codes: 0 every log was read to its end; 1 nothing was replayed \
 (bad settings); 2 the command line could not be parsed; 3 a log could not be read to its end (missing, unreadable, \
 a truncated or corrupt .gz, a .gz that is not gzip, data after a gzip stream): the report printed covers the lines \
-read before it, and standard error says what failed. Bad lines never change the exit code."
+read before it, and standard error says what failed. Bad lines never change the exit code.",
+    // Settings of serve's alone, taken (a shared config file may set them) but not shown.
+    mut_arg("max_ack_rejections", |arg| arg.hide(true)),
+    mut_arg("number_items", |arg| arg.hide(true)),
 )]
 struct ReplayArgs {
     /// Logs to replay, in order, as one stream.
@@ -111,9 +115,9 @@ be asked; each problem is printed with the command that fixes it."
 )]
 struct KafkaCheckCommand {
     #[command(flatten)]
-    fleet: FleetArgs,
-    #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(clap::Args)]

@@ -698,3 +698,46 @@ fn the_demos_help_shows_the_defaults_it_runs_with() {
         "{help}"
     );
 }
+
+/// `serve --help` opens with the settings a first run is about, and keeps
+/// the limits and timeouts, TLS and fleet mode under headings of their
+/// own: the window came after some thirty limits and every Kafka flag.
+#[test]
+fn serves_help_opens_with_the_evaluation_settings() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let headings: Vec<&str> = help
+        .lines()
+        .filter(|line| !line.starts_with(' ') && line.ends_with(':'))
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "Options:",
+            "Limits and timeouts:",
+            "TLS:",
+            "Fleet mode (Kafka):"
+        ]
+    );
+    let flags: Vec<&str> = help
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .filter_map(|flag| flag.split([' ', '<']).next())
+        .collect();
+    let at = |flag: &str| flags.iter().position(|f| *f == flag).unwrap();
+    assert!(at("attribution-window") < 3, "{flags:?}");
+    let limits = at("max-future-skew");
+    for flag in &flags[limits..] {
+        assert!(
+            flag.starts_with("max-")
+                || flag.ends_with("-timeout")
+                || flag.starts_with("tls-")
+                || flag.starts_with("kafka-")
+                || *flag == "shutdown-linger",
+            "{flag} stands among the limits, TLS or fleet flags"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 use super::choices::{DiscountName, GainName};
 use super::{
     at_least_one, bounded, defaults, help, invalid, parse_duration, pick, positive, resolved,
-    shown_choice, shown_duration, shown_grades, shown_list, ConfigError, FileSettings, MAX_LIMIT,
+    shown_choice, shown_duration, shown_grades, shown_list, ConfigError, FileSettings,
+    LIMITS_HEADING, MAX_LIMIT,
 };
 use crate::engine::EngineSettings;
 use crate::event::GradeTable;
@@ -94,27 +95,27 @@ pub struct EngineArgs {
         help = help("Grade of an interaction type, TYPE=GRADE, repeatable; adds to or overrides the config's table", shown_grades()))]
     pub grades: Option<Vec<(String, f64)>>,
     /// Limit: most items in one impression.
-    #[arg(long, env = "RANKWATCH_MAX_ITEMS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_ITEMS",
         help = help("Limit: most items in one impression; longer lists are rejected (too_many_items)", defaults::MAX_ITEMS))]
     pub max_items: Option<usize>,
     /// Limit: longest model or surface name or segment value.
-    #[arg(long, env = "RANKWATCH_MAX_LABEL_BYTES",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_LABEL_BYTES",
         help = help("Limit: longest model or surface name or segment value in bytes; longer ones are rejected (label_too_long)", defaults::MAX_LABEL_BYTES))]
     pub max_label_bytes: Option<usize>,
     /// Limit: most open impressions of one user.
-    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS_PER_USER",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS_PER_USER",
         help = help("Limit: most open impressions of one user (a user id shared by many people, such as \"guest\", holds many); a new one past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS_PER_USER))]
     pub max_open_impressions_per_user: Option<usize>,
     /// Limit: most waiting interactions of one user.
-    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS_PER_USER",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS_PER_USER",
         help = help("Limit: most interactions of one user waiting for their impressions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS_PER_USER))]
     pub max_waiting_interactions_per_user: Option<usize>,
     /// Limit: most interactions credited to one impression.
-    #[arg(long, env = "RANKWATCH_MAX_INTERACTIONS_PER_IMPRESSION",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_INTERACTIONS_PER_IMPRESSION",
         help = help("Limit: most interactions credited to one impression as they arrive; more are shed and counted", defaults::MAX_INTERACTIONS_PER_IMPRESSION))]
     pub max_interactions_per_impression: Option<usize>,
     /// Limit: rejections detailed in one ack.
-    #[arg(long, env = "RANKWATCH_MAX_ACK_REJECTIONS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_ACK_REJECTIONS",
         help = help("Limit: rejections an ack details (index, reason, message); the others of its batch are counted by reason, so that an ack stays small whatever the batch holds", defaults::MAX_ACK_REJECTIONS))]
     pub max_ack_rejections: Option<usize>,
     /// Limit: largest grade.
@@ -122,7 +123,7 @@ pub struct EngineArgs {
         help = help("Limit: largest grade of an interaction, explicit or from the grade table; a larger explicit grade is rejected (invalid_grade). Its gain must be at most 1e30, so that every figure stays finite", defaults::MAX_GRADE))]
     pub max_grade: Option<f64>,
     /// Limit: most groups.
-    #[arg(long, env = "RANKWATCH_MAX_GROUPS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_GROUPS",
         help = help("Limit: most groups (model, surface and segment values); new ones past it fold into the __overflow__ group", defaults::MAX_GROUPS))]
     pub max_groups: Option<usize>,
     /// Impression label keys whose values are dimensions of every group.
@@ -130,23 +131,23 @@ pub struct EngineArgs {
         help = help("Impression label keys whose values are dimensions of every group and labels of every per-group series, comma-separated; other keys are ignored", "none"))]
     pub segment_labels: Option<Vec<String>>,
     /// Limit: most distinct values of each segment label.
-    #[arg(long, env = "RANKWATCH_MAX_SEGMENT_VALUES",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_SEGMENT_VALUES",
         help = help("Limit: most distinct values of each segment label; later values fold into __other__, counted", defaults::MAX_SEGMENT_VALUES))]
     pub max_segment_values: Option<usize>,
     /// Limit: most open impressions.
-    #[arg(long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_OPEN_IMPRESSIONS",
         help = help("Limit: most open impressions; a new impression past it is shed, counted, and not evaluated", defaults::MAX_OPEN_IMPRESSIONS))]
     pub max_open_impressions: Option<usize>,
     /// Limit: most items of all open impressions together.
-    #[arg(long, env = "RANKWATCH_MAX_OPEN_ITEMS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_OPEN_ITEMS",
         help = help("Limit: most items of all open impressions together, which bounds their memory whatever the length of lists; a new impression whose items would take them past it is shed, counted, and not evaluated", defaults::MAX_OPEN_ITEMS))]
     pub max_open_items: Option<usize>,
     /// Limit: most waiting interactions.
-    #[arg(long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_WAITING_INTERACTIONS",
         help = help("Limit: most waiting interactions; a new one that would wait past it is shed and counted", defaults::MAX_WAITING_INTERACTIONS))]
     pub max_waiting_interactions: Option<usize>,
     /// Limit: most interactions credited to all open impressions together.
-    #[arg(long, env = "RANKWATCH_MAX_OPEN_CREDITS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_OPEN_CREDITS",
         help = help("Limit: most interactions credited to all open impressions together, a waiting one counted as the credit it becomes, which bounds their memory whatever the traffic of one list; a new one that would be credited, or wait, past it is shed and counted", defaults::MAX_OPEN_CREDITS))]
     pub max_open_credits: Option<usize>,
     /// The model every other model on a surface is compared against.
@@ -158,7 +159,7 @@ pub struct EngineArgs {
         help = help("The intended share of lists of each model on every surface, MODEL=SHARE comma-separated (e.g. control=0.5,candidate=0.5); lists per model are tested against it continuously (the sample ratio check, docs/SPEC.md §12)", "none"))]
     pub expected_split: Option<Vec<(String, f64)>>,
     /// Limit: most rankers in one interleaved list.
-    #[arg(long, env = "RANKWATCH_MAX_INTERLEAVED_RANKERS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_INTERLEAVED_RANKERS",
         help = help("Limit: most rankers one interleaved list may merge (2 to 255); a list naming more is rejected (invalid_interleaving)", defaults::MAX_INTERLEAVED_RANKERS))]
     pub max_interleaved_rankers: Option<usize>,
 }

@@ -40,6 +40,7 @@ impl SecurityProtocol {
 
 /// Fleet settings from flags and environment.
 #[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Fleet mode (Kafka)")]
 pub struct FleetArgs {
     /// Fleet mode: `relay` (gRPC in, Kafka out) or `consume` (evaluate assigned partitions) [default: unset, gRPC only].
     #[arg(long, env = "RANKWATCH_KAFKA_MODE", value_enum)]

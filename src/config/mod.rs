@@ -30,6 +30,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The heading of `--help` under which the limits and timeouts stand,
+/// after the settings a first run is about.
+const LIMITS_HEADING: &str = "Limits and timeouts";
+
 /// A setting that is missing, malformed or out of range.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

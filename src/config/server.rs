@@ -4,7 +4,7 @@
 use super::fleet::FleetArgs;
 use super::{
     at_least, at_least_one, bounded, defaults, help, invalid, parse_duration, pick, positive,
-    shown_duration, shown_list, ConfigError, FileSettings,
+    shown_duration, shown_list, ConfigError, FileSettings, LIMITS_HEADING,
 };
 use crate::server::{ServerSettings, TlsSettings};
 use clap::Args;
@@ -32,7 +32,7 @@ pub struct ServerArgs {
         help = help("Let the kernel back the heap with transparent huge pages: less CPU per event under heavy load, but a batch that faults in a fresh 2 MiB page waits milliseconds", defaults::HUGE_PAGES))]
     pub huge_pages: Option<bool>,
     /// Reject events further ahead of the wall clock than this.
-    #[arg(long, env = "RANKWATCH_MAX_FUTURE_SKEW", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_FUTURE_SKEW", value_parser = parse_duration,
         help = help("Reject events further ahead of the wall clock than this (time_in_future)", shown_duration(defaults::MAX_FUTURE_SKEW)))]
     pub max_future_skew: Option<Duration>,
     /// Rolling windows of the exported gauges.
@@ -51,27 +51,27 @@ pub struct ServerArgs {
         help = help("At shutdown, how long open streams and requests may take to finish before they are cut", shown_duration(defaults::DRAIN_TIMEOUT)))]
     pub drain_timeout: Option<Duration>,
     /// Limit: largest gRPC message in bytes.
-    #[arg(long, env = "RANKWATCH_MAX_MESSAGE_SIZE",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_MESSAGE_SIZE",
         help = help("Limit: largest gRPC message in bytes; a larger one ends its RPC (RESOURCE_EXHAUSTED)", defaults::MAX_MESSAGE_SIZE))]
     pub max_message_size: Option<usize>,
     /// Limit: bytes of gRPC messages begun and not yet whole, all calls together.
-    #[arg(long, env = "RANKWATCH_MAX_PARTIAL_MESSAGE_BYTES",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_PARTIAL_MESSAGE_BYTES",
         help = help("Limit: bytes of gRPC messages begun and not yet whole, all calls together (at least max_message_size); a message that would hold more ends its call (UNAVAILABLE: retry)", defaults::MAX_PARTIAL_MESSAGE_BYTES))]
     pub max_partial_message_bytes: Option<usize>,
     /// Limit: most concurrent ingest streams.
-    #[arg(long, env = "RANKWATCH_MAX_STREAMS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_STREAMS",
         help = help("Limit: most concurrent ingest streams; more are refused (RESOURCE_EXHAUSTED)", defaults::MAX_STREAMS))]
     pub max_streams: Option<usize>,
     /// Limit: batches queued for the engine across all streams.
-    #[arg(long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_INFLIGHT_BATCHES",
         help = help("Limit: batches queued for the engine across all streams before ingest waits (back-pressure); a unary IngestBatch past it is refused (RESOURCE_EXHAUSTED)", defaults::MAX_INFLIGHT_BATCHES))]
     pub max_inflight_batches: Option<usize>,
     /// How long an Ingest stream may send nothing before it is ended.
-    #[arg(long, env = "RANKWATCH_INGEST_IDLE_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_INGEST_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long an Ingest stream may send nothing before it is ended (UNAVAILABLE) and its permit freed", shown_duration(defaults::INGEST_IDLE_TIMEOUT)))]
     pub ingest_idle_timeout: Option<Duration>,
     /// How long a group may receive no impression before it is retired.
-    #[arg(long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_GROUP_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a group (model, surface and segment values) may receive no impression before it is retired: gone from /metrics and GetMetrics, its slot under max_groups freed; not in fleet mode", shown_duration(defaults::GROUP_IDLE_TIMEOUT)))]
     pub group_idle_timeout: Option<Duration>,
     /// How much of the status page's history the server keeps.
@@ -79,65 +79,75 @@ pub struct ServerArgs {
         help = help("How much of the status page's history the server keeps, in 360 samples, for a page opened later (0s: none)", shown_duration(defaults::STATUS_HISTORY)))]
     pub status_history: Option<Duration>,
     /// Limit: bytes of the status page's history.
-    #[arg(long, env = "RANKWATCH_MAX_STATUS_HISTORY_BYTES",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_STATUS_HISTORY_BYTES",
         help = help("Limit: bytes the status page's history may hold; the oldest samples go first", defaults::MAX_STATUS_HISTORY_BYTES))]
     pub max_status_history_bytes: Option<usize>,
     /// How long an HTTP client may take to send a request's head.
-    #[arg(long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_HTTP_HEADER_TIMEOUT", value_parser = parse_duration,
         help = help("How long an HTTP client may take to send a request's head (the first from the connection's accept, later ones from their first byte) before its connection is closed", shown_duration(defaults::HTTP_HEADER_TIMEOUT)))]
     pub http_header_timeout: Option<Duration>,
     /// How long an HTTP connection may stay idle between requests.
-    #[arg(long, env = "RANKWATCH_HTTP_IDLE_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_HTTP_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long an HTTP connection may stay idle between requests (no byte read or written) before it is closed; not while a request is being answered", shown_duration(defaults::HTTP_IDLE_TIMEOUT)))]
     pub http_idle_timeout: Option<Duration>,
     /// How long an HTTP response may take to be sent.
-    #[arg(long, env = "RANKWATCH_HTTP_SEND_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_HTTP_SEND_TIMEOUT", value_parser = parse_duration,
         help = help("How long an HTTP response may take to be sent, from its handler's end to its last byte, before its connection is closed (a reader that trickles keeps the idle deadline from passing)", shown_duration(defaults::HTTP_SEND_TIMEOUT)))]
     pub http_send_timeout: Option<Duration>,
     /// Limit: most open HTTP connections.
-    #[arg(long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_HTTP_CONNECTIONS",
         help = help("Limit: most open HTTP connections; a new one past them closes the one quiet the longest with no request open, or is refused", defaults::MAX_HTTP_CONNECTIONS))]
     pub max_http_connections: Option<usize>,
     /// Limit: most reports held for their readers at once.
-    #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_REPORTS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_CONCURRENT_REPORTS",
         help = help("Limit: most reports (/metrics, /api/status, /api/history, GetMetrics) rendered or held for their readers at once; more are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted. A quarter of them (at least one, from 2 on) is kept for /metrics", defaults::MAX_CONCURRENT_REPORTS))]
     pub max_concurrent_reports: Option<usize>,
     /// Limit: most reports one client address may hold at once.
-    #[arg(long, env = "RANKWATCH_MAX_REPORTS_PER_CLIENT",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_REPORTS_PER_CLIENT",
         help = help("Limit: most of max_concurrent_reports one client address may hold at once; more from it are refused (HTTP 503, RESOURCE_EXHAUSTED) and counted, so that one host leaving reports unread cannot refuse Prometheus's scrapes from another", "half of max_concurrent_reports, at least 1"))]
     pub max_reports_per_client: Option<usize>,
     /// Limit: most open gRPC connections.
-    #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS",
         help = help("Limit: most open gRPC connections; a new one past them closes the one quiet the longest with no RPC open, or is refused", defaults::MAX_GRPC_CONNECTIONS))]
     pub max_grpc_connections: Option<usize>,
     /// Limit: most gRPC connections one client address keeps once all are at work.
-    #[arg(long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS_PER_CLIENT",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_GRPC_CONNECTIONS_PER_CLIENT",
         help = help("Limit: once max_grpc_connections are open, all with an RPC open, the most one client address keeps: a new connection from an address holding fewer closes the connection quiet the longest of the address holding the most, if that holds more; one from an address holding as many is refused. One host holding calls open on every connection thus cannot keep others out, and below max_grpc_connections one client may hold them all", "half of max_grpc_connections, at least 1"))]
     pub max_grpc_connections_per_client: Option<usize>,
     /// How long a new gRPC connection may take to send its first bytes.
-    #[arg(long, env = "RANKWATCH_GRPC_HANDSHAKE_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_GRPC_HANDSHAKE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a new gRPC connection may take to send the HTTP/2 preface (or its TLS hello) before it is closed", shown_duration(defaults::GRPC_HANDSHAKE_TIMEOUT)))]
     pub grpc_handshake_timeout: Option<Duration>,
     /// How long a gRPC connection may go without a byte read or written.
-    #[arg(long, env = "RANKWATCH_GRPC_IDLE_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_GRPC_IDLE_TIMEOUT", value_parser = parse_duration,
         help = help("How long a gRPC connection may go without a byte read or written before it is closed", shown_duration(defaults::GRPC_IDLE_TIMEOUT)))]
     pub grpc_idle_timeout: Option<Duration>,
     /// How long a report over gRPC may take.
-    #[arg(long, env = "RANKWATCH_GRPC_REPORT_TIMEOUT", value_parser = parse_duration,
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_GRPC_REPORT_TIMEOUT", value_parser = parse_duration,
         help = help("How long a GetMetrics call may take, from its start to its answer's last byte, before its connection is closed (a client that leaves the answer unread and sends pings keeps grpc_idle_timeout from passing)", shown_duration(defaults::GRPC_REPORT_TIMEOUT)))]
     pub grpc_report_timeout: Option<Duration>,
     /// Limit: concurrent HTTP/2 streams on one gRPC connection.
-    #[arg(long, env = "RANKWATCH_MAX_CONCURRENT_STREAMS",
+    #[arg(help_heading = LIMITS_HEADING, long, env = "RANKWATCH_MAX_CONCURRENT_STREAMS",
         help = help("Limit: concurrent HTTP/2 streams (calls) on one gRPC connection, from 1 to 2^31", defaults::MAX_CONCURRENT_STREAMS))]
     pub max_concurrent_streams: Option<usize>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key) [default: plaintext].
-    #[arg(long, env = "RANKWATCH_TLS_CERT", requires = "tls_key")]
+    #[arg(
+        help_heading = "TLS",
+        long,
+        env = "RANKWATCH_TLS_CERT",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
-    #[arg(long, env = "RANKWATCH_TLS_KEY", requires = "tls_cert")]
+    #[arg(
+        help_heading = "TLS",
+        long,
+        env = "RANKWATCH_TLS_KEY",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
     /// PEM CA certificates: require client certificates signed by them (mutual TLS).
-    #[arg(long, env = "RANKWATCH_TLS_CLIENT_CA")]
+    #[arg(help_heading = "TLS", long, env = "RANKWATCH_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
     #[command(flatten)]
     /// The settings of fleet mode.
