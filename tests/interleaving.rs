@@ -415,7 +415,7 @@ async fn lists_left_out_of_their_experiments_are_counted_in_the_report() {
 
 /// The first picks' check is anytime-valid since start only, so a window's
 /// report leaves its p-value out, as it leaves out the split checks: it had
-/// given 1, a fair coin, beside first picks of 40 to 0.
+/// shown 1, a fair coin, beside first picks of 40 to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_report_leaves_out_the_first_picks_p_value() {
     let mut lines: Vec<String> = (0..40)
@@ -453,6 +453,14 @@ async fn a_window_report_leaves_out_the_first_picks_p_value() {
     let row = &window["interleaving"][0];
     assert_eq!((&row["first_a"], &row["first_b"]), (&json!(40), &json!(0)));
     assert!(row.get("first_pick_p_value").is_none(), "{row}");
+    // On the wire a window's report carries 1, as it always has, so that
+    // clients built before the field could be left out never read 0 there.
+    let request = rankwatch::proto::GetMetricsRequest {
+        window: "24h".to_owned(),
+    };
+    let mut evaluation = server.evaluation().await;
+    let wire = evaluation.get_metrics(request).await.unwrap().into_inner();
+    assert_eq!(wire.interleaving[0].first_pick_p_value, 1.0);
     let table = query(&["--window", "24h"]);
     let coin = table
         .lines()

@@ -138,11 +138,17 @@ fn experiment_to_proto(e: ExperimentReport) -> proto::InterleavingExperiment {
         cs95_upper: e.cs95[1],
         first_a: e.first_a,
         first_b: e.first_b,
-        first_pick_p_value: e.first_pick_p_value,
+        first_pick_p_value: e.first_pick_p_value.unwrap_or(WINDOW_FIRST_PICK_P_VALUE),
     }
 }
 
-fn experiment(e: proto::InterleavingExperiment) -> ExperimentReport {
+/// What a window's report carries for the first picks' p-value, which is
+/// since start only: 1, as clients of the field before it could be left
+/// out have always read it there.
+const WINDOW_FIRST_PICK_P_VALUE: f64 = 1.0;
+
+/// An experiment of a report, of a window's when `in_window`.
+fn experiment(e: proto::InterleavingExperiment, in_window: bool) -> ExperimentReport {
     ExperimentReport {
         surface: e.surface,
         segments: e.segments.into_iter().collect(),
@@ -158,7 +164,7 @@ fn experiment(e: proto::InterleavingExperiment) -> ExperimentReport {
         cs95: [e.cs95_lower, e.cs95_upper],
         first_a: e.first_a,
         first_b: e.first_b,
-        first_pick_p_value: e.first_pick_p_value,
+        first_pick_p_value: (!in_window).then_some(e.first_pick_p_value),
     }
 }
 
@@ -223,7 +229,11 @@ impl TryFrom<proto::Report> for Report {
             comparisons: control_set
                 .then(|| report.comparisons.into_iter().map(comparison).collect())
                 .transpose()?,
-            interleaving: report.interleaving.into_iter().map(experiment).collect(),
+            interleaving: {
+                let in_window = !report.window.is_empty();
+                let experiments = report.interleaving.into_iter();
+                experiments.map(|e| experiment(e, in_window)).collect()
+            },
             splits: report.splits.into_iter().map(split).collect(),
             pending: (report.open_impressions > 0).then_some(Pending {
                 open_impressions: report.open_impressions,
