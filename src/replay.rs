@@ -123,7 +123,17 @@ struct Unshrunk {
 
 impl Unshrunk {
     fn open(path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
+        Self::of(File::open(path)?)
+    }
+
+    /// Standard input: a file redirected in (`< log`) is checked as one
+    /// opened by name is.
+    fn stdin() -> io::Result<Self> {
+        use std::os::fd::AsFd;
+        Self::of(File::from(io::stdin().as_fd().try_clone_to_owned()?))
+    }
+
+    fn of(file: File) -> io::Result<Self> {
         let metadata = file.metadata()?;
         let longest = metadata.is_file().then_some(metadata.len());
         Ok(Self { file, longest })
@@ -139,7 +149,9 @@ impl Read for Unshrunk {
         if n == 0 && !buf.is_empty() {
             let (len, offset) = (self.file.metadata()?.len(), self.file.stream_position()?);
             let was = longest.max(offset);
-            if len < was {
+            // A file that never had a length, such as /proc's, has not shrunk.
+            let sized = longest > 0 || len > 0;
+            if sized && len < was {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!(
@@ -564,7 +576,7 @@ pub fn total_bytes(paths: &[PathBuf]) -> u64 {
 /// Opens `path` (`-`: standard input) for reading its lines.
 fn open(path: &Path, read: std::rc::Rc<std::cell::Cell<u64>>) -> io::Result<Box<dyn Read>> {
     let raw: Box<dyn Read> = if path == Path::new("-") {
-        Box::new(io::stdin().lock())
+        Box::new(Unshrunk::stdin()?)
     } else {
         Box::new(Unshrunk::open(path)?)
     };

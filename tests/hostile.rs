@@ -1657,14 +1657,25 @@ fn replay_of_a_log_truncated_while_read_reports_the_lines_before_and_exits_3() {
             .unwrap();
         }
     };
-    // Cut to nothing, and halfway between where replay has read and the end.
-    let cuts: [fn(u64, u64) -> u64; 2] = [|_, _| 0, |read, size| read + (size - read) / 2];
-    for cut in cuts {
+    // Cut to nothing, and halfway between where replay has read and the
+    // end; the log named, or redirected to standard input (`-`), where a
+    // cut had gone unnoticed (exit 0).
+    let cuts: [(fn(u64, u64) -> u64, bool); 3] = [
+        (|_, _| 0, false),
+        (|read, size| read + (size - read) / 2, false),
+        (|read, size| read + (size - read) / 2, true),
+    ];
+    for (cut, from_stdin) in cuts {
         write_log();
         let size = std::fs::metadata(&path).unwrap().len();
-        let replay = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"))
-            .args(["replay", "--threads", "1", "--format", "json"])
-            .arg(&path)
+        let mut replay = std::process::Command::new(env!("CARGO_BIN_EXE_rankwatch"));
+        replay.args(["replay", "--threads", "1", "--format", "json"]);
+        if from_stdin {
+            replay.arg("-").stdin(std::fs::File::open(&path).unwrap());
+        } else {
+            replay.arg(&path);
+        }
+        let replay = replay
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

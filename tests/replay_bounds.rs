@@ -530,9 +530,10 @@ fn lines_after_one_that_makes_many_lists_final_are_routed_and_numbered() {
 }
 
 /// A log named by a path that is a pipe (`/dev/stdin` on a pipe, a named
-/// pipe, a shell's `<(zcat log.gz)`) is read to its end like a file: the
-/// check that a file did not shrink while read does not apply to it, and
-/// had ended every such replay with exit code 3 ("Illegal seek").
+/// pipe, a shell's `<(zcat log.gz)`) or a file without a length is read to
+/// its end like a file: the check that a file did not shrink while read
+/// does not apply to it, and had ended every such replay with exit code 3
+/// ("Illegal seek", or "shrank from 1420 to 0 bytes").
 #[test]
 fn a_log_named_by_a_pipe_is_read_to_its_end() {
     let log = std::fs::read(conformance("replay_small.jsonl")).unwrap();
@@ -551,6 +552,11 @@ fn a_log_named_by_a_pipe_is_read_to_its_end() {
     let through_fifo = replay_json(&[fifo.to_str().unwrap(), "--format", "json"], None);
     writer.join().unwrap();
     assert_same(&through_fifo, &expected, "a named pipe");
+
+    // A file of /proc says its length is 0 however much it holds: it had
+    // been taken for a log truncated while read (exit 3).
+    let proc_file = replay_json(&["/proc/self/status", "--format", "json"], None);
+    assert!(proc_file["counters"]["rejected"]["invalid_json"].as_u64() > Some(10));
 }
 
 /// An impression that came late is in no figure, so replay names its line
