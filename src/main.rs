@@ -173,6 +173,9 @@ macro_rules! tell {
     }};
 }
 
+/// Misspelled `RANKWATCH_*` variables named before the rest are only counted.
+const MISSPELLED_SHOWN: usize = 5;
+
 /// Bad lines printed before the rest are only counted.
 const BAD_LINES_SHOWN: u64 = 100;
 
@@ -185,8 +188,13 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return command_line_error(&error),
     };
-    for (given, meant) in rankwatch::config::suggest::misspelled_variables(&setting_variables()) {
+    let misspelled = rankwatch::config::suggest::misspelled_variables(&setting_variables());
+    for (given, meant) in misspelled.iter().take(MISSPELLED_SHOWN) {
         tell!("rankwatch: the environment variable {given} is no setting and is ignored; did you mean {meant}?");
+    }
+    if misspelled.len() > MISSPELLED_SHOWN {
+        let more = misspelled.len() - MISSPELLED_SHOWN;
+        tell!("rankwatch: ... and {more} more RANKWATCH_* variables close to a setting's name");
     }
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
@@ -477,7 +485,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             if let Some(far) = &replayed.far_ahead {
                 tell!("{}", far_ahead_notice(far));
             }
-            if let Some(unseen) = replayed.report.control_unseen() {
+            if let Some(unseen) = replayed.report.control_unseen("") {
                 tell!("rankwatch: {unseen}");
             }
             print_report(&replayed.report, args.format)
@@ -524,7 +532,12 @@ fn run_query(args: QueryCommand) -> anyhow::Result<()> {
     let report = runtime.block_on(query::fetch(&args.query))?;
     args.filter.check(&report).map_err(anyhow::Error::msg)?;
     let kept = args.filter.apply(report.clone());
-    let unseen = report.control_unseen();
+    let scope = args
+        .query
+        .window
+        .as_ref()
+        .map(|w| format!(" in the last {w}"));
+    let unseen = report.control_unseen(scope.as_deref().unwrap_or_default());
     for unmatched in args
         .filter
         .unmatched(&report, &kept)

@@ -54,9 +54,10 @@ pub enum ConfigError {
         source: toml::de::Error,
     },
     /// The config file sets a key that is no setting.
-    #[error("config file {}{}: unknown key `{key}`{}",
+    #[error("config file {}{}: unknown key `{}`{}",
         .path.display(),
         .line.map(|line| format!(", line {line}")).unwrap_or_default(),
+        .key.escape_debug(),
         .meant.as_ref().map_or_else(
             || "; every key is in docs/settings.md".to_owned(),
             |meant| format!("; did you mean `{meant}`? Every key is in docs/settings.md")))]

@@ -1,16 +1,36 @@
 //! "Did you mean": the setting a misspelled key of the config file, or a
 //! misspelled `RANKWATCH_*` environment variable, was probably meant to be.
 
-/// The name of `known` closest to `given`, if one is close enough to be
-/// meant: at most a third of its letters apart, as clap's suggestions go.
+/// The name of `known` closest to `given`, case aside, if one is close
+/// enough to be meant: at most a third of its letters apart, as clap's
+/// suggestions go. Names too long to be close are not compared, so that
+/// a huge one costs nothing.
 pub fn closest<'a>(given: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    if given.is_empty() || given.len() > MAX_COMPARED {
+        return None;
+    }
+    let given_lower = given.to_lowercase();
     known
         .into_iter()
-        .map(|name| (strsim::levenshtein(given, name), name))
-        .filter(|&(distance, name)| distance > 0 && distance * 3 <= name.len().max(3))
+        .filter(|name| *name != given && close(name.len().abs_diff(given.len()), name))
+        .map(|name| {
+            (
+                strsim::levenshtein(&given_lower, &name.to_lowercase()),
+                name,
+            )
+        })
+        .filter(|&(distance, name)| close(distance, name))
         .min()
         .map(|(_, name)| name)
 }
+
+/// Whether `distance` edits from `name` are few enough for it to be meant.
+fn close(distance: usize, name: &str) -> bool {
+    distance * 3 <= name.len().max(3)
+}
+
+/// The longest name compared with the settings' (theirs are under 40 bytes).
+const MAX_COMPARED: usize = 100;
 
 /// The key named by a serde "unknown field" error's `message`, and the
 /// keys it says are expected (serde writes "unknown field `x`, expected
@@ -69,6 +89,12 @@ mod tests {
         assert_eq!(closest("allowed_latenes", known), Some("allowed_lateness"));
         assert_eq!(closest("window", known), None);
         assert_eq!(closest("attribution_window", known), None);
+        assert_eq!(
+            closest("ATTRIBUTION_WINDOW", known),
+            Some("attribution_window")
+        );
+        assert_eq!(closest("", known), None);
+        assert_eq!(closest(&"k".repeat(10_000), known), None);
     }
 
     #[test]

@@ -404,18 +404,28 @@ impl Report {
 
     /// What to say when the control model has no group while others have:
     /// nothing is compared (a misspelled `control_model`, say), and the
-    /// models that have groups.
-    pub fn control_unseen(&self) -> Option<String> {
+    /// first models that have groups. `scope` says over what the report
+    /// runs: "" since start, " in the last 5m" for a window.
+    pub fn control_unseen(&self, scope: &str) -> Option<String> {
+        /// Models named before the rest are only counted.
+        const MODELS_SHOWN: usize = 10;
         let control = self.config.control_model.as_ref()?;
         let mut models: Vec<&str> = self.groups.iter().map(|g| g.model.as_str()).collect();
         models.dedup();
         if models.is_empty() || models.contains(&control.as_str()) {
             return None;
         }
-        let models: Vec<String> = models.iter().map(|m| format!("{m:?}")).collect();
+        let mut named: Vec<String> = models
+            .iter()
+            .take(MODELS_SHOWN)
+            .map(|m| format!("{m:?}"))
+            .collect();
+        if models.len() > MODELS_SHOWN {
+            named.push(format!("and {} more", models.len() - MODELS_SHOWN));
+        }
         Some(format!(
-            "the control model {control:?} has no finalized list, so nothing is compared against it; the models with lists: {}",
-            models.join(", ")
+            "the control model {control:?} has no finalized list{scope}, so nothing is compared against it; the models with lists: {}",
+            named.join(", ")
         ))
     }
 

@@ -64,7 +64,7 @@ pub fn router(
 /// a client given this port for the gRPC listener's at `grpc`, is answered
 /// UNIMPLEMENTED with where gRPC is, as trailers only (no body either).
 pub async fn require_http1(
-    State(grpc): State<std::net::SocketAddr>,
+    State(grpc): State<GrpcListener>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -72,13 +72,36 @@ pub async fn require_http1(
         return next.run(request).await;
     }
     let content_type = request.headers().get(header::CONTENT_TYPE);
-    if content_type.is_some_and(|kind| kind.as_bytes().starts_with(b"application/grpc")) {
+    if content_type.is_some_and(|kind| is_grpc(kind.as_bytes())) {
+        let over_tls = if grpc.tls { ", over TLS" } else { "" };
         let message = format!(
-            "this is rankwatch's HTTP listener (/metrics, /healthz, the status page); its gRPC listener is {grpc} (grpc_addr)"
+            "this is rankwatch's HTTP listener (/metrics, /healthz, the status page); its gRPC listener is {} (grpc_addr{over_tls})",
+            grpc.addr
         );
         return tonic::Status::unimplemented(message).into_http();
     }
     StatusCode::HTTP_VERSION_NOT_SUPPORTED.into_response()
+}
+
+/// Where the gRPC listener is, for a gRPC call that came to the HTTP one.
+#[derive(Clone, Copy)]
+pub struct GrpcListener {
+    /// Its address.
+    pub addr: std::net::SocketAddr,
+    /// Whether it speaks TLS.
+    pub tls: bool,
+}
+
+/// Whether `content_type` is gRPC's: `application/grpc`, alone or with a
+/// `+` format (`+proto`, `+json`), in any case.
+fn is_grpc(content_type: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    let Some(head) = content_type.get(..GRPC.len()) else {
+        return false;
+    };
+    let rest = &content_type[GRPC.len()..];
+    head.eq_ignore_ascii_case(GRPC)
+        && (rest.is_empty() || rest.starts_with(b"+") || rest.starts_with(b";"))
 }
 
 /// Answers 400 to an HTTP/1.1 request without a `Host` header and to any
@@ -177,5 +200,29 @@ async fn ready(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     match shared.readiness.problems() {
         Some(problems) => (StatusCode::SERVICE_UNAVAILABLE, problems),
         None => (StatusCode::OK, "ready\n".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_grpc;
+
+    #[test]
+    fn grpcs_content_types_are_told_from_others() {
+        for grpc in [
+            "application/grpc",
+            "application/grpc+proto",
+            "APPLICATION/GRPC",
+        ] {
+            assert!(is_grpc(grpc.as_bytes()), "{grpc}");
+        }
+        for other in [
+            "application/grpcx",
+            "application/grpc-web",
+            "text/plain",
+            "application/gr",
+        ] {
+            assert!(!is_grpc(other.as_bytes()), "{other}");
+        }
     }
 }

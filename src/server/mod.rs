@@ -152,7 +152,10 @@ pub async fn run(
         tasks.clone(),
     )
     .await?;
-    let grpc_addr = listeners.grpc.local_addr()?;
+    let grpc_listener = http::GrpcListener {
+        addr: listeners.grpc.local_addr()?,
+        tls: settings.tls.is_some(),
+    };
     let incoming = grpc_limits::accept(
         listeners.grpc,
         grpc_limits::GrpcBounds {
@@ -186,7 +189,7 @@ pub async fn run(
         .fallback_service(routes)
         .layer(axum::middleware::from_fn(http::require_host))
         .layer(axum::middleware::from_fn_with_state(
-            grpc_addr,
+            grpc_listener,
             http::require_http1,
         ));
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
