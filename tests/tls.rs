@@ -241,6 +241,20 @@ async fn query_says_what_to_change_after_a_tls_mistake() {
         no_identity.contains("hint: the server asks for a client certificate"),
         "{no_identity}"
     );
+
+    // TLS to the HTTP listener, the easy mix-up of the two ports: the hint
+    // had said only to drop --tls-ca-cert.
+    let output = query(&[
+        "--grpc-addr",
+        &server.http.to_string(),
+        "--tls-ca-cert",
+        &files.ca,
+    ]);
+    let http_port = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        http_port.contains("check that it is the gRPC listener's (grpc_addr, not the HTTP one)"),
+        "{http_port}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

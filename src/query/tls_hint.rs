@@ -51,7 +51,7 @@ pub fn hint(error: &str, tls: bool) -> Option<&'static str> {
         return Some("a certificate is outside its validity period: check the clocks and the certificates' dates");
     }
     if has("InvalidContentType") || has("CorruptMessage") {
-        return Some("the server does not speak TLS on this address: drop --tls-ca-cert, or check that its tls_cert is set");
+        return Some("the server does not speak TLS on this address: check that it is the gRPC listener's (grpc_addr, not the HTTP one) and that its tls_cert is set, or drop --tls-ca-cert");
     }
     None
 }
