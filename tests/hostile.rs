@@ -1660,7 +1660,9 @@ fn replay_of_a_log_truncated_while_read_reports_the_lines_before_and_exits_3() {
     // Cut to nothing, and halfway between where replay has read and the
     // end; the log named, or redirected to standard input (`-`), where a
     // cut had gone unnoticed (exit 0).
-    let cuts: [(fn(u64, u64) -> u64, bool); 3] = [
+    /// Where to cut, from the bytes read and the size.
+    type Cut = fn(u64, u64) -> u64;
+    let cuts: [(Cut, bool); 3] = [
         (|_, _| 0, false),
         (|read, size| read + (size - read) / 2, false),
         (|read, size| read + (size - read) / 2, true),

@@ -182,16 +182,7 @@ pub async fn run(
         permits,
         reports::hold_http,
     ));
-    // Around the whole router, not each route: a request refused for its
-    // Host or its version never reaches the routing that would add a 405's
-    // `Allow` header.
-    let routes = axum::Router::new()
-        .fallback_service(routes)
-        .layer(axum::middleware::from_fn(http::require_host))
-        .layer(axum::middleware::from_fn_with_state(
-            grpc_listener,
-            http::require_http1,
-        ));
+    let routes = checking_requests(routes, grpc_listener);
     let http = axum::serve(http_listener, http_limits::tracking_requests(routes))
         .with_graceful_shutdown(serving.clone().cancelled_owned());
     tasks.spawn(telemetry::keep_up(recorder, shutdown));
@@ -204,6 +195,20 @@ pub async fn run(
         http.await?.context("HTTP server")?;
     }
     Ok(())
+}
+
+/// `routes` behind the checks of a request's `Host` and HTTP version
+/// (a gRPC call is told where `grpc` is). Around the whole router, not
+/// each route: a request refused for its Host or its version never reaches
+/// the routing that would add a 405's `Allow` header.
+fn checking_requests(routes: axum::Router, grpc: http::GrpcListener) -> axum::Router {
+    axum::Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn(http::require_host))
+        .layer(axum::middleware::from_fn_with_state(
+            grpc,
+            http::require_http1,
+        ))
 }
 
 /// The HTTP listener `listener` within the bounds of `settings`.
