@@ -133,6 +133,7 @@ impl Unshrunk {
         Self::of(File::from(io::stdin().as_fd().try_clone_to_owned()?))
     }
 
+    /// `file`, whose end is checked if it is a regular file.
     fn of(file: File) -> io::Result<Self> {
         let metadata = file.metadata()?;
         let longest = metadata.is_file().then_some(metadata.len());
