@@ -190,11 +190,12 @@ fn main() -> ExitCode {
     };
     let misspelled = rankwatch::config::suggest::misspelled_variables(&setting_variables());
     for (given, meant) in misspelled.iter().take(MISSPELLED_SHOWN) {
+        let given = given.escape_debug();
         tell!("rankwatch: the environment variable {given} is no setting and is ignored; did you mean {meant}?");
     }
     if misspelled.len() > MISSPELLED_SHOWN {
         let more = misspelled.len() - MISSPELLED_SHOWN;
-        tell!("rankwatch: ... and {more} more RANKWATCH_* variables close to a setting's name");
+        tell!("rankwatch: ... and {more} more RANKWATCH_* variable(s) close to a setting's name");
     }
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),

@@ -630,12 +630,14 @@ fn a_misspelled_key_or_variable_is_told_what_it_was_probably_meant_to_be() {
     let env = [
         ("RANKWATCH_ALLOWED_LATENES", "1s"),
         ("RANKWATCH_SOMETHING_ELSE_ENTIRELY", "1"),
+        ("RANKWATCH_MAX_ITEMS\u{7}", "3"),
     ];
     let (code, stderr, report) = replay_with_config(dir.path(), "", &log, &[], &env);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(report.unwrap()["config"]["allowed_lateness_s"], 30.0);
     assert_eq!(
         stderr.trim(),
-        "rankwatch: the environment variable RANKWATCH_ALLOWED_LATENES is no setting and is ignored; did you mean RANKWATCH_ALLOWED_LATENESS?"
+        "rankwatch: the environment variable RANKWATCH_ALLOWED_LATENES is no setting and is ignored; did you mean RANKWATCH_ALLOWED_LATENESS?\n\
+         rankwatch: the environment variable RANKWATCH_MAX_ITEMS\\u{7} is no setting and is ignored; did you mean RANKWATCH_MAX_ITEMS?"
     );
 }
