@@ -188,7 +188,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return command_line_error(&error),
     };
-    let misspelled = rankwatch::config::suggest::misspelled_variables(&setting_variables());
+    let misspelled = rankwatch::config::suggest::misspelled_variables(setting_variables);
     for (given, meant) in misspelled.iter().take(MISSPELLED_SHOWN) {
         let given = given.escape_debug();
         tell!("rankwatch: the environment variable {given} is no setting and is ignored; did you mean {meant}?");

@@ -58,13 +58,22 @@ pub fn line_of(text: &str, key: &str) -> Option<usize> {
 }
 
 /// The `RANKWATCH_*` environment variables set that are no setting (of
-/// `known`) but close to one, their names after the prefix compared: each
-/// with the one it was probably meant to be.
-pub fn misspelled_variables(known: &[String]) -> Vec<(String, String)> {
+/// those `known` lists) but close to one, their names after the prefix
+/// compared: each with the one it was probably meant to be. `known` is
+/// called only when some `RANKWATCH_*` variable is set.
+pub fn misspelled_variables(known: impl FnOnce() -> Vec<String>) -> Vec<(String, String)> {
     const PREFIX: &str = "RANKWATCH_";
-    let settings = || known.iter().filter_map(|name| name.strip_prefix(PREFIX));
-    let mut found: Vec<(String, String)> = std::env::vars_os()
+    let set: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name.starts_with(PREFIX))
+        .collect();
+    if set.is_empty() {
+        return Vec::new();
+    }
+    let known = known();
+    let settings = || known.iter().filter_map(|name| name.strip_prefix(PREFIX));
+    let mut found: Vec<(String, String)> = set
+        .into_iter()
         .filter(|name| !known.contains(name))
         .filter_map(|name| {
             let meant = closest(name.strip_prefix(PREFIX)?, settings())?;
