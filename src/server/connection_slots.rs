@@ -135,13 +135,13 @@ impl Slots {
     /// at work, the one quiet the longest, when that address holds more
     /// than its share and `client` less; else the limit `client` met.
     fn over_share(&self, open: &[Arc<Slot>], client: Option<IpAddr>) -> Result<usize, Limit> {
+        let Some(client) = client else {
+            return Err(Limit::All);
+        };
         let mut held: HashMap<IpAddr, usize> = HashMap::new();
         for address in open.iter().filter_map(|slot| slot.client) {
             *held.entry(address).or_default() += 1;
         }
-        let Some(client) = client else {
-            return Err(Limit::All);
-        };
         if held.get(&client).is_some_and(|&own| own >= self.per_client) {
             return Err(Limit::Client);
         }
