@@ -345,7 +345,7 @@ impl Jumps {
 /// A line that was rejected, or that is not in the figures for another
 /// reason: where it is and what befell it.
 #[derive(Debug)]
-pub struct BadLine<'a> {
+pub struct NoticedLine<'a> {
     /// The log it is in (`-` for standard input).
     pub path: &'a Path,
     /// 1-based line number.
@@ -371,7 +371,7 @@ pub enum LineNotice<'a> {
 
 /// Replays `paths` in order as one stream and reports. `progress` is told
 /// the bytes read from disk so far (compressed bytes for `.gz`), which
-/// [`total_bytes`] totals; `on_bad_line` hears of every line in no figure
+/// [`total_bytes`] totals; `on_noticed_line` hears of every line in no figure
 /// (rejected, or an impression that came late), in file order. A log
 /// that cannot be read to its end (missing, a truncated or corrupt `.gz`)
 /// stops the replay there: the error carries the report of the lines before.
@@ -380,7 +380,7 @@ pub fn replay(
     setup: ReplaySetup,
     options: ReplayOptions,
     progress: impl FnMut(u64),
-    on_bad_line: impl FnMut(BadLine<'_>),
+    on_noticed_line: impl FnMut(NoticedLine<'_>),
 ) -> Result<Replayed, ReplayError> {
     let slack = setup
         .join
@@ -394,7 +394,7 @@ pub fn replay(
         (&setup.validator, &mut jumps),
         options,
         progress,
-        on_bad_line,
+        on_noticed_line,
     );
     let engine = engine.finish();
     let report = Report::since_start(&engine, &setup.report);
@@ -420,7 +420,7 @@ fn read_logs(
     (validator, jumps): (&Validator, &mut Jumps),
     options: ReplayOptions,
     mut progress: impl FnMut(u64),
-    mut on_bad_line: impl FnMut(BadLine<'_>),
+    mut on_noticed_line: impl FnMut(NoticedLine<'_>),
 ) -> Result<(), Unread> {
     // The chunk being evaluated, and the next, read while the shards work.
     let mut chunk = Chunk::new(options.max_line_bytes);
@@ -448,7 +448,7 @@ fn read_logs(
             let threads = options.threads.clamp(1, chunk.len().div_ceil(1024));
             let mut runs = crate::parallel::emptied(routed);
             let noticed = |line, what: LineNotice<'_>| {
-                on_bad_line(BadLine {
+                on_noticed_line(NoticedLine {
                     path,
                     line: line_number + line as u64 + 1,
                     what,
