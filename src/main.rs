@@ -456,15 +456,15 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         setup,
         options,
         |bytes| bar.set_position(bytes),
-        |bad| {
-            let (seen, shown) = match bad.what {
+        |noticed| {
+            let (seen, shown) = match noticed.what {
                 LineNotice::Rejected(_) => (&mut bad_lines, BAD_LINES_SHOWN),
                 LineNotice::Late { .. } => (&mut late_lines, LATE_LINES_SHOWN),
             };
             *seen += 1;
             if *seen <= shown {
-                let place = format!("{}:{}", replay::shown(bad.path), bad.line);
-                bar.suspend(|| tell!("{place}: {}", line_notice(&bad.what, slack)));
+                let place = format!("{}:{}", replay::shown(noticed.path), noticed.line);
+                bar.suspend(|| tell!("{place}: {}", line_notice(&noticed.what, slack)));
             }
         },
     );

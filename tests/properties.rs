@@ -541,9 +541,9 @@ fn run_setup(
             ..ReplayOptions::default()
         },
         |_| {},
-        |bad| match bad.what {
-            LineNotice::Rejected(_) => noticed.rejected.push(bad.line),
-            LineNotice::Late { .. } => noticed.late.push(bad.line),
+        |line| match line.what {
+            LineNotice::Rejected(_) => noticed.rejected.push(line.line),
+            LineNotice::Late { .. } => noticed.late.push(line.line),
         },
     )
     .expect("the log is readable")
